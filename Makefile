@@ -1,0 +1,56 @@
+# One target per habit. `make run` and `make test` are the two commands of the README.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt 2>/dev/null | sha256sum | cut -c1-12)
+
+.PHONY: setup jars run test test-unit test-defs test-integration lint format typecheck dev bench clean
+
+setup: $(STAMP) jars
+
+$(STAMP): pyproject.toml constraints.txt
+	@command -v $(PYTHON) >/dev/null || { echo "python3 not found: install Python 3.11"; exit 1; }
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev]'
+	rm -f $(VENV)/.installed-* && touch $@
+
+jars: $(STAMP)
+	$(BIN)/cdc-assets jars
+
+run: setup
+	$(BIN)/cdc-assets run
+
+test: setup
+	$(BIN)/python -m pytest
+
+test-unit: $(STAMP)
+	$(BIN)/python -m pytest -m unit
+
+test-defs: $(STAMP)
+	$(BIN)/python -m pytest -m defs
+
+test-integration: setup
+	$(BIN)/python -m pytest -m integration
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(STAMP)
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+dev: setup
+	mkdir -p .cdc-assets/dagster
+	DAGSTER_HOME=$(CURDIR)/.cdc-assets/dagster $(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1
+
+bench: setup
+	$(BIN)/python benchmarks/definitions_load.py
+
+clean:
+	-$(BIN)/cdc-assets stack down --purge
+	rm -rf $(VENV) .cdc-assets

@@ -1,0 +1,1 @@
+"""Dagster assets generated from table specs."""

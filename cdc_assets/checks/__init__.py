@@ -1,0 +1,1 @@
+"""Dagster checks generated from table specs (filled by later issues)."""

@@ -1,0 +1,188 @@
+"""The `cdc-assets` command: jar cache, local stack, spec validation and the main demo run."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from cdc_assets.errors import CdcAssetsError
+from cdc_assets.settings import ENV_HOME, ENV_SPECS, Settings, load_settings
+
+console = Console(highlight=False)
+
+
+def _cmd_jars(settings: Settings, _: argparse.Namespace) -> int:
+    from cdc_assets.resources.jars import ensure_jars, jar_cache_size
+
+    for kind in ("spark", "kafka"):
+        jars = ensure_jars(kind, settings)
+        console.print(f"{kind}: {len(jars)} jars in {settings.jars_dir / kind}")
+    console.print(f"jar cache: {jar_cache_size(settings) / 2**20:.1f} MiB")
+    return 0
+
+
+def _cmd_stack(settings: Settings, args: argparse.Namespace) -> int:
+    from cdc_assets.resources import local_stack
+
+    if args.action == "up":
+        state = local_stack.stack_up(settings)
+        console.print(f"stack up: kafka {state.bootstrap_servers} (pid {state.kafka_pid})")
+        console.print(f"catalog {state.catalog_file}, warehouse {state.warehouse}")
+        return 0
+    if args.action == "down":
+        local_stack.stack_down(settings, purge=args.purge)
+        console.print("stack down" + (" (state removed)" if args.purge else ""))
+        return 0
+    status = local_stack.stack_status(settings)
+    console.print(status.render())
+    return 0 if status.healthy else 1
+
+
+def _cmd_specs(settings: Settings, args: argparse.Namespace) -> int:
+    from cdc_assets.spec import load_specs
+
+    directory = Path(args.directory) if args.directory else settings.specs_dir
+    specs = load_specs(directory)
+    table = Table("spec", "version", "source", "topic", "columns", "key", "buckets")
+    for s in specs:
+        table.add_row(
+            s.name,
+            str(s.spec_version),
+            f"{s.source.connector}:{s.source.database}.{s.source.table}",
+            s.source.topic,
+            str(len(s.columns)),
+            ", ".join(s.primary_key),
+            str(s.base.buckets),
+        )
+    console.print(table)
+    console.print(f"{len(specs)} valid spec(s) in {directory}")
+    return 0
+
+
+def _dagster_instance(settings: Settings) -> Any:
+    """A persistent instance under the home, so runs from here show up in `dagster dev`."""
+    from dagster import DagsterInstance
+
+    if not os.environ.get("DAGSTER_HOME"):
+        home = settings.home / "dagster"
+        home.mkdir(parents=True, exist_ok=True)
+        os.environ["DAGSTER_HOME"] = str(home)
+    return DagsterInstance.get()
+
+
+def report_tables(settings: Settings) -> Table:
+    """What exists in the catalog for each spec, read independently with pyiceberg."""
+    from cdc_assets.resources import build_resources
+    from cdc_assets.schema.layers import all_layouts
+    from cdc_assets.spec import load_specs
+
+    catalog = build_resources(settings)["iceberg"].load_catalog()
+    table = Table("spec", "layer", "iceberg table", "columns", "partitioning", "snapshots", "rows")
+    for spec in load_specs(settings.specs_dir):
+        for layer, layout in all_layouts(spec).items():
+            ident = f"{layout.namespace}.{layout.name}"
+            if not catalog.table_exists(ident):
+                table.add_row(spec.name, layer, ident, "-", "-", "-", "missing")
+                continue
+            tbl = catalog.load_table(ident)
+            snap = tbl.current_snapshot()
+            rows = snap.summary.get("total-records", "0") if snap and snap.summary else "0"
+            table.add_row(
+                spec.name,
+                layer,
+                f"{settings.catalog_name}.{ident}",
+                str(len(tbl.schema().fields)),
+                str(tbl.spec()).replace("\n", " "),
+                str(len(tbl.snapshots())),
+                str(rows),
+            )
+    return table
+
+
+def _cmd_run(settings: Settings, _: argparse.Namespace) -> int:
+    from cdc_assets.definitions import build_defs
+    from cdc_assets.resources import local_stack
+    from cdc_assets.resources.jars import ensure_jars
+
+    started = time.monotonic()
+    steps = 4
+    console.print(f"[bold][1/{steps}][/bold] JVM dependencies (Maven)")
+    for kind in ("spark", "kafka"):
+        ensure_jars(kind, settings)
+    console.print(f"[bold][2/{steps}][/bold] local stack")
+    state = local_stack.stack_up(settings)
+    console.print(f"      kafka {state.bootstrap_servers}, catalog {state.catalog_file}")
+    console.print(f"[bold][3/{steps}][/bold] onboard_tables job (Spark + Iceberg)")
+    defs = build_defs(settings=settings)
+    result = defs.get_job_def("onboard_tables").execute_in_process(
+        instance=_dagster_instance(settings), raise_on_error=True
+    )
+    created = result.output_for_node("create_spec_tables")
+    console.print(f"      {len(created)} table(s) created, run {result.run_id}")
+    console.print(f"[bold][4/{steps}][/bold] what exists")
+    console.print(report_tables(settings))
+    console.print(f"done in {time.monotonic() - started:.1f}s")
+    return 0
+
+
+def _cmd_report(settings: Settings, _: argparse.Namespace) -> int:
+    console.print(report_tables(settings))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cdc-assets", description=__doc__)
+    parser.add_argument(
+        "--home", help="state directory (default: $CDC_ASSETS_HOME or ./.cdc-assets)"
+    )
+    parser.add_argument("--specs", help="table spec directory (default: ./table_specs)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("jars", help="fetch the JVM jars with Maven (no-op when cached)").set_defaults(
+        fn=_cmd_jars
+    )
+    stack = sub.add_parser("stack", help="local Kafka broker + Iceberg catalog + warehouse")
+    stack.add_argument("action", choices=["up", "status", "down"])
+    stack.add_argument("--purge", action="store_true", help="with down: delete all stack state")
+    stack.set_defaults(fn=_cmd_stack)
+    specs = sub.add_parser("specs", help="validate table specs")
+    specs.add_argument("action", choices=["validate"])
+    specs.add_argument("directory", nargs="?")
+    specs.set_defaults(fn=_cmd_specs)
+    sub.add_parser(
+        "run", help="main job: jars, stack up, create the spec tables, report"
+    ).set_defaults(fn=_cmd_run)
+    sub.add_parser("report", help="tables of every spec as the catalog sees them").set_defaults(
+        fn=_cmd_report
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    settings = load_settings()
+    # Flags become environment too, so Dagster code loaded later sees the same settings.
+    if args.home:
+        settings = replace(settings, home=Path(args.home).resolve())
+        os.environ[ENV_HOME] = str(settings.home)
+    if args.specs:
+        settings = replace(settings, specs_dir=Path(args.specs).resolve())
+        os.environ[ENV_SPECS] = str(settings.specs_dir)
+    try:
+        code: int = args.fn(settings, args)
+    except CdcAssetsError as err:
+        console.print(f"[red]error:[/red] {err}")
+        return 2
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

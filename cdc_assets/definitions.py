@@ -1,0 +1,33 @@
+"""Dagster entry point: load the table specs and assemble their definitions. Nothing else."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import dagster as dg
+
+from cdc_assets.assets.factory import build_table_assets
+from cdc_assets.jobs.onboard import build_onboard_job
+from cdc_assets.resources import build_resources
+from cdc_assets.settings import Settings, load_settings
+from cdc_assets.spec import TableSpec, load_specs
+
+
+def build_defs(
+    specs: list[TableSpec] | None = None,
+    settings: Settings | None = None,
+    resource_overrides: Mapping[str, Any] | None = None,
+) -> dg.Definitions:
+    """Definitions for ``specs`` (default: the spec directory of ``settings``)."""
+    settings = settings or load_settings()
+    specs = load_specs(settings.specs_dir) if specs is None else specs
+    assets = [a for spec in specs for a in build_table_assets(spec, settings.catalog_name)]
+    return dg.Definitions(
+        assets=assets,
+        jobs=[build_onboard_job(specs)],
+        resources={**build_resources(settings), **(resource_overrides or {})},
+    )
+
+
+defs = build_defs()

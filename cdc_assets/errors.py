@@ -1,0 +1,29 @@
+"""Every error this project raises on purpose, in one flat module."""
+
+
+class CdcAssetsError(Exception):
+    """Base class: an error with a message meant for the person running the pipeline."""
+
+
+class SpecError(CdcAssetsError):
+    """A table spec is invalid; the message names the file, the field and what would be valid."""
+
+
+class UnsupportedTypeError(SpecError):
+    """A source column type has no mapping to an Iceberg type."""
+
+
+class ToolMissingError(CdcAssetsError):
+    """A required executable (java, mvn) is not installed."""
+
+
+class JarSetupError(CdcAssetsError):
+    """Maven could not fetch the JVM dependencies."""
+
+
+class StackError(CdcAssetsError):
+    """The local stack cannot start, is unhealthy, or is not running when needed."""
+
+
+class NotImplementedYetError(CdcAssetsError, NotImplementedError):
+    """An asset whose behaviour a later issue delivers; raised instead of pretending to work."""

@@ -1,0 +1,37 @@
+"""Create a spec's Iceberg tables with Spark SQL rendered from the spec (onboarding)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from cdc_assets.schema.layers import all_layouts
+from cdc_assets.spec.models import TableSpec
+from cdc_assets.sql.ddl import (
+    render_create_namespace,
+    render_create_table,
+    render_identifier_fields,
+)
+
+
+@dataclass(frozen=True)
+class TableOutcome:
+    layer: str
+    identifier: str
+    created: bool
+
+
+def ensure_tables(spark: Any, catalog: str, spec: TableSpec) -> list[TableOutcome]:
+    """Create every layer's table that does not exist yet; existing tables are left unchanged."""
+    outcomes = []
+    for layer, layout in all_layouts(spec).items():
+        identifier = f"{catalog}.{layout.namespace}.{layout.name}"
+        spark.sql(render_create_namespace(catalog, layout.namespace))
+        exists = bool(spark.catalog.tableExists(identifier))
+        if not exists:
+            spark.sql(render_create_table(catalog, layout))
+            identifier_sql = render_identifier_fields(catalog, layout)
+            if identifier_sql:
+                spark.sql(identifier_sql)
+        outcomes.append(TableOutcome(layer, identifier, created=not exists))
+    return outcomes

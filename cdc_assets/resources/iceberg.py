@@ -1,0 +1,35 @@
+"""Dagster resource for the Iceberg catalog, opened with pyiceberg (schema work, checks, reads)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dagster import ConfigurableResource
+from pydantic import Field
+
+from cdc_assets.resources.config import CatalogConfig, CatalogType, pyiceberg_catalog_props
+
+
+class IcebergCatalogResource(ConfigurableResource):  # type: ignore[misc]
+    """The Iceberg catalog shared by Spark and pyiceberg.
+
+    The default is the embedded JDBC catalog on a SQLite file of the local stack; point ``type``,
+    ``uri`` and ``warehouse`` at a REST catalog and object storage to run on a cluster.
+    """
+
+    name: str = Field(default="lake", description="catalog name, as Spark SQL sees it")
+    type: CatalogType = Field(default="jdbc", description="jdbc or rest")
+    uri: str = Field(description="JDBC URL (jdbc:sqlite:/path/catalog.db) or REST endpoint")
+    warehouse: str = Field(description="warehouse location, e.g. file:///path or s3://bucket/path")
+    properties: dict[str, str] = Field(
+        default_factory=dict, description="extra catalog properties for both engines"
+    )
+
+    def config(self) -> CatalogConfig:
+        return CatalogConfig(self.name, self.type, self.uri, self.warehouse, dict(self.properties))
+
+    def load_catalog(self) -> Any:
+        """A pyiceberg Catalog; imported here so loading definitions stays light."""
+        from pyiceberg.catalog import load_catalog
+
+        return load_catalog(self.name, **pyiceberg_catalog_props(self.config()))

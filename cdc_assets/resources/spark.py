@@ -1,0 +1,66 @@
+"""Dagster resource for a lazily created Spark session wired to the Iceberg catalog."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from dagster import ConfigurableResource
+from pydantic import Field, PrivateAttr
+
+from cdc_assets.resources.config import spark_conf
+from cdc_assets.resources.iceberg import IcebergCatalogResource
+from cdc_assets.settings import Settings, load_settings
+
+
+class SparkResource(ConfigurableResource):  # type: ignore[misc]
+    """Spark with Iceberg, the Kafka source and the catalog registered.
+
+    No JVM starts until ``get_session()`` is called, so definitions load without Spark. On a
+    cluster set ``master`` (``spark://...``, ``yarn``, ``k8s://...``) and use a REST catalog; the
+    jars of the local jar cache are shipped to the executors with ``spark.jars``.
+    """
+
+    catalog: IcebergCatalogResource
+    master: str = Field(default="local[*]", description="Spark master URL")
+    app_name: str = "cdc-assets"
+    home: str = Field(
+        description="CDC_ASSETS_HOME: holds the jar cache that `cdc-assets jars` fills"
+    )
+    shuffle_partitions: int = 8
+    driver_memory: str = "2g"
+    ui_enabled: bool = False
+    log_level: str = "WARN"
+    extra_conf: dict[str, str] = Field(default_factory=dict, description="any other Spark conf")
+
+    _session: Any = PrivateAttr(default=None)
+
+    def settings(self) -> Settings:
+        return replace(load_settings(), home=Path(self.home))
+
+    def conf(self) -> dict[str, str]:
+        jars = sorted(str(p) for p in (self.settings().jars_dir / "spark").glob("*.jar"))
+        return spark_conf(
+            master=self.master,
+            app_name=self.app_name,
+            catalog=self.catalog.config(),
+            jars=jars,
+            shuffle_partitions=self.shuffle_partitions,
+            driver_memory=self.driver_memory,
+            ui_enabled=self.ui_enabled,
+            extra=dict(self.extra_conf),
+        )
+
+    def get_session(self) -> Any:
+        """The SparkSession, created on first use (fetching missing jars with Maven first)."""
+        if self._session is None:
+            from dagster_pyspark.resources import spark_session_from_config
+
+            from cdc_assets.resources.jars import ensure_jars
+
+            ensure_jars("spark", self.settings())
+            session = spark_session_from_config(self.conf())
+            session.sparkContext.setLogLevel(self.log_level)
+            self._session = session
+        return self._session

@@ -1,0 +1,167 @@
+"""The Iceberg tables each spec becomes (ledger, bucketed temp, base, dead letters) as plain data.
+
+One spec renders every layer through these functions, for onboarding and, later, for evolution.
+Layout notes:
+- Data columns are nullable in every layer except the key columns of base: a CDC mirror must
+  accept deletes, soft-deleted source columns and rows written before a column existed.
+- The ledger keeps the source position as three longs (``_seq_major``, ``_seq_minor``,
+  ``_seq_row``) so ordering is numeric, never a string comparison, with the Kafka partition and
+  offset as the last tie-breakers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from cdc_assets.schema.types import SinkType
+from cdc_assets.spec.models import TableSpec
+
+LONG, INT, STRING = SinkType("long"), SinkType("int"), SinkType("string")
+TIMESTAMPTZ = SinkType("timestamptz")
+
+BASE_PROPERTIES = {
+    "format-version": "2",
+    "write.delete.mode": "merge-on-read",
+    "write.update.mode": "merge-on-read",
+    "write.merge.mode": "merge-on-read",
+    "write.distribution-mode": "hash",
+}
+LEDGER_PROPERTIES = {"format-version": "2", "write.distribution-mode": "hash"}
+
+
+@dataclass(frozen=True)
+class Column:
+    """One Iceberg column; ``spec_id`` is the spec column id for data columns, else None."""
+
+    name: str
+    type: SinkType
+    required: bool = False
+    doc: str | None = None
+    spec_id: int | None = None
+
+
+@dataclass(frozen=True)
+class TableLayout:
+    """Everything needed to create one Iceberg table."""
+
+    namespace: str
+    name: str
+    columns: tuple[Column, ...]
+    partition_by: tuple[str, ...] = ()
+    properties: dict[str, str] = field(default_factory=dict)
+    identifier_fields: tuple[str, ...] = ()
+    comment: str | None = None
+
+    @property
+    def column_names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+
+SEQUENCE_COLUMNS = (
+    Column("_op", STRING, required=True, doc="Debezium op: c, u, d, r or t"),
+    Column("_source_ts", TIMESTAMPTZ, doc="time of the change in the source (ts_ms)"),
+    Column("_seq_major", LONG, doc="source position, major part (binlog file number, LSN, ...)"),
+    Column("_seq_minor", LONG, doc="source position, minor part (binlog position, ...)"),
+    Column("_seq_row", LONG, doc="row within the source event"),
+    Column("_kafka_partition", INT, required=True),
+    Column("_kafka_offset", LONG, required=True),
+)
+LEDGER_ONLY_COLUMNS = (
+    Column("_row_json", STRING, doc="row image exactly as the source wrote it (JSON text)"),
+    Column("_processed_at", TIMESTAMPTZ, required=True, doc="when the ingest wrote the row"),
+    Column("dt", STRING, required=True, doc="processing date, yyyy-MM-dd (UTC)"),
+    Column("hr", INT, required=True, doc="processing hour, 0-23 (UTC)"),
+)
+DEAD_LETTER_COLUMNS = (
+    Column("topic", STRING, required=True),
+    Column("partition", INT, required=True),
+    Column("offset", LONG, required=True),
+    Column("key_b64", STRING, doc="Kafka record key, base64"),
+    Column("payload_b64", STRING, doc="Kafka record value as received, base64"),
+    Column("stage", STRING, required=True, doc="where it failed: decode, envelope, convert, ..."),
+    Column("reason", STRING, required=True),
+    Column("failed_at", TIMESTAMPTZ, required=True),
+)
+
+
+def data_columns(spec: TableSpec, *, keys_required: bool) -> tuple[Column, ...]:
+    """The spec's columns under their sink names and types, in spec order."""
+    keys = set(spec.primary_key)
+    connector = spec.source.connector
+    return tuple(
+        Column(
+            name=c.sink_name,
+            type=c.sink_type(connector),
+            required=keys_required and c.name in keys,
+            doc=c.comment,
+            spec_id=c.id,
+        )
+        for c in spec.columns
+    )
+
+
+def _sink_table(spec: TableSpec) -> str:
+    return spec.sink.table or spec.name
+
+
+def _bucket_partition(spec: TableSpec) -> str:
+    return f"bucket({spec.base.buckets}, {spec.bucket_column.sink_name})"
+
+
+def base_layout(spec: TableSpec) -> TableLayout:
+    """The mirror of the source table: bucketed by key, merge-on-read, key as identifier fields."""
+    key_sink_names = tuple(c.sink_name for c in spec.key_columns)
+    return TableLayout(
+        namespace=spec.sink.namespace,
+        name=_sink_table(spec),
+        columns=data_columns(spec, keys_required=True) + SEQUENCE_COLUMNS,
+        partition_by=(_bucket_partition(spec),),
+        properties={**BASE_PROPERTIES, **spec.base.properties},
+        identifier_fields=key_sink_names,
+        comment=spec.description,
+    )
+
+
+def ledger_layout(spec: TableSpec) -> TableLayout:
+    """The append-only CDC ledger: one row per change event, partitioned by processing dt/hr."""
+    return TableLayout(
+        namespace=spec.sink.namespace,
+        name=f"{_sink_table(spec)}_cdc",
+        columns=data_columns(spec, keys_required=False) + SEQUENCE_COLUMNS + LEDGER_ONLY_COLUMNS,
+        partition_by=("dt", "hr"),
+        properties=dict(LEDGER_PROPERTIES),
+        comment=f"CDC ledger of {spec.source.database}.{spec.source.table}",
+    )
+
+
+def bucketed_layout(spec: TableSpec) -> TableLayout:
+    """The per-run temp table: newest change per key, bucketed exactly like base."""
+    return TableLayout(
+        namespace=spec.sink.namespace,
+        name=f"{_sink_table(spec)}_bucketed",
+        columns=data_columns(spec, keys_required=False) + SEQUENCE_COLUMNS,
+        partition_by=(_bucket_partition(spec),),
+        properties=dict(LEDGER_PROPERTIES),
+        comment=f"changes of one upsert run for {_sink_table(spec)}, bucketed like base",
+    )
+
+
+def dead_letter_layout(spec: TableSpec) -> TableLayout:
+    """Records of this table that could not be written, with their Kafka coordinates and reason."""
+    return TableLayout(
+        namespace=spec.sink.namespace,
+        name=f"{_sink_table(spec)}{spec.sink.dead_letter_suffix}",
+        columns=DEAD_LETTER_COLUMNS,
+        properties=dict(LEDGER_PROPERTIES),
+        comment=f"dead letters of {spec.source.topic}",
+    )
+
+
+def all_layouts(spec: TableSpec) -> dict[str, TableLayout]:
+    """Every table of one spec, by layer name."""
+    return {
+        "cdc": ledger_layout(spec),
+        "bucketed": bucketed_layout(spec),
+        "base": base_layout(spec),
+        "dead_letter": dead_letter_layout(spec),
+    }

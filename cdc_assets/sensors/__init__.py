@@ -1,0 +1,1 @@
+"""Dagster sensors generated from table specs (filled by later issues)."""

@@ -1,0 +1,69 @@
+"""Where things live and how they are reached, from environment variables with local defaults.
+
+Reading settings never starts a process or opens a connection, so definitions can load anywhere.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+ENV_HOME = "CDC_ASSETS_HOME"
+ENV_SPECS = "CDC_ASSETS_SPECS"
+ENV_SPARK_MASTER = "CDC_ASSETS_SPARK_MASTER"
+ENV_CATALOG_NAME = "CDC_ASSETS_CATALOG_NAME"
+ENV_CATALOG_TYPE = "CDC_ASSETS_CATALOG_TYPE"
+ENV_CATALOG_URI = "CDC_ASSETS_CATALOG_URI"
+ENV_WAREHOUSE = "CDC_ASSETS_WAREHOUSE"
+ENV_KAFKA_BOOTSTRAP = "CDC_ASSETS_KAFKA_BOOTSTRAP"
+ENV_KAFKA_PORT = "CDC_ASSETS_KAFKA_PORT"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Resolved settings. Unset optional values mean "use the local stack"."""
+
+    home: Path
+    specs_dir: Path
+    spark_master: str
+    catalog_name: str
+    catalog_type: str
+    catalog_uri: str | None
+    warehouse: str | None
+    kafka_bootstrap: str | None
+    kafka_port: int
+
+    @property
+    def jars_dir(self) -> Path:
+        return self.home / "jars"
+
+    @property
+    def stack_dir(self) -> Path:
+        return self.home / "stack"
+
+    @property
+    def local_catalog_file(self) -> Path:
+        return self.stack_dir / "catalog.db"
+
+    @property
+    def local_warehouse(self) -> Path:
+        return self.stack_dir / "warehouse"
+
+
+def load_settings(env: dict[str, str] | None = None) -> Settings:
+    """Read settings from ``env`` (default: the process environment)."""
+    env = dict(os.environ) if env is None else env
+    home = Path(env.get(ENV_HOME, ".cdc-assets")).expanduser().resolve()
+    specs = Path(env.get(ENV_SPECS, "table_specs")).expanduser().resolve()
+    return Settings(
+        home=home,
+        specs_dir=specs,
+        spark_master=env.get(ENV_SPARK_MASTER, "local[*]"),
+        catalog_name=env.get(ENV_CATALOG_NAME, "lake"),
+        catalog_type=env.get(ENV_CATALOG_TYPE, "jdbc"),
+        catalog_uri=env.get(ENV_CATALOG_URI) or None,
+        warehouse=env.get(ENV_WAREHOUSE) or None,
+        kafka_bootstrap=env.get(ENV_KAFKA_BOOTSTRAP) or None,
+        kafka_port=int(env.get(ENV_KAFKA_PORT, "0")),
+    )

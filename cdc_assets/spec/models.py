@@ -1,0 +1,267 @@
+"""The table spec model: one source table, its columns and how it lands in Iceberg.
+
+Validated strictly with pydantic (unknown keys are errors). Cross-field rules live in the model
+validators below so that every renderer can trust a loaded spec.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from functools import cached_property
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+
+from cdc_assets.errors import UnsupportedTypeError
+from cdc_assets.schema.types import (
+    SinkType,
+    SourceType,
+    can_override,
+    default_sink_type,
+    parse_sink_type,
+    parse_source_type,
+)
+
+Identifier = Annotated[str, StringConstraints(pattern=r"^[a-z_][a-z0-9_]*$", max_length=63)]
+SourceName = Annotated[str, StringConstraints(min_length=1, max_length=128)]
+Connector = Literal["mysql", "mariadb", "postgresql", "tidb"]
+
+_OWNER_RE = re.compile(r"^(team:[A-Za-z0-9_.-]+|[^@\s]+@[^@\s]+\.[^@\s]+)$")
+_TAG_RE = re.compile(r"^[A-Za-z0-9_.-]{1,63}$")
+_CRON_FIELD_RE = re.compile(r"^[0-9A-Za-z*/,\-?]+$")
+
+
+class Transform(StrEnum):
+    """Value transforms a sink mapping may apply; each takes an integer source column."""
+
+    EPOCH_SECONDS_TO_TIMESTAMP = "epoch_seconds_to_timestamp"
+    EPOCH_MILLIS_TO_TIMESTAMP = "epoch_millis_to_timestamp"
+    EPOCH_MICROS_TO_TIMESTAMP = "epoch_micros_to_timestamp"
+    EPOCH_DAYS_TO_DATE = "epoch_days_to_date"
+
+    @property
+    def sink_type(self) -> SinkType:
+        return SinkType("date") if self is Transform.EPOCH_DAYS_TO_DATE else SinkType("timestamptz")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
+
+
+class SinkMapping(_Strict):
+    """How one column lands in Iceberg when it differs from the source."""
+
+    name: Identifier | None = None
+    type: str | None = None
+    transform: Transform | None = None
+
+
+class ColumnSpec(_Strict):
+    """One source column. ``id`` is stable for the column's life, across renames and versions."""
+
+    id: int = Field(ge=1)
+    name: SourceName
+    type: str
+    nullable: bool = True
+    default: str | None = None
+    sensitive: bool = False
+    comment: str | None = None
+    sink: SinkMapping = SinkMapping()
+
+    @property
+    def sink_name(self) -> str:
+        return self.sink.name or self.name
+
+    def source_type(self, connector: str) -> SourceType:
+        return parse_source_type(self.type, connector)
+
+    def sink_type(self, connector: str) -> SinkType:
+        """The Iceberg type of this column: transform result, else override, else the default."""
+        if self.sink.transform is not None:
+            return self.sink.transform.sink_type
+        if self.sink.type is not None:
+            return parse_sink_type(self.sink.type)
+        return default_sink_type(self.source_type(connector))
+
+
+class SourceSpec(_Strict):
+    connector: Connector
+    database: SourceName
+    schema_: SourceName | None = Field(default=None, alias="schema")
+    table: SourceName
+    topic: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._-]{1,249}$")]
+
+
+class PipelineSpec(_Strict):
+    sensitive: bool = False
+
+
+class SinkSpec(_Strict):
+    namespace: Identifier
+    table: Identifier | None = None
+    dead_letter_suffix: Identifier = "_dlt"
+
+
+class BaseTableSpec(_Strict):
+    buckets: int = Field(default=16, ge=1, le=4096)
+    bucket_column: SourceName | None = None
+    properties: dict[str, str] = {}
+
+
+class ScheduleSpec(_Strict):
+    cron: str = "*/15 * * * *"
+
+
+class FreshnessSpec(_Strict):
+    sla_minutes: int = Field(default=60, ge=1)
+
+
+class TableSpec(_Strict):
+    """A table spec as loaded from ``table_specs/<name>.yaml``."""
+
+    spec_version: int = Field(ge=1)
+    name: Identifier
+    description: str | None = None
+    owners: list[str] = []
+    tags: dict[str, str] = {}
+    source: SourceSpec
+    columns: list[ColumnSpec] = Field(min_length=1)
+    primary_key: list[SourceName] = Field(min_length=1)
+    pipeline: PipelineSpec = PipelineSpec()
+    sink: SinkSpec
+    base: BaseTableSpec = BaseTableSpec()
+    schedule: ScheduleSpec = ScheduleSpec()
+    freshness: FreshnessSpec = FreshnessSpec()
+
+    @model_validator(mode="after")
+    def _check(self) -> TableSpec:
+        # Each rule raises ValueError; the loader turns it into a SpecError naming the file.
+        _check_owners_and_tags(self)
+        _check_cron(self.schedule.cron)
+        _check_columns(self)
+        _check_primary_key(self)
+        return self
+
+    @cached_property
+    def columns_by_name(self) -> dict[str, ColumnSpec]:
+        return {c.name: c for c in self.columns}
+
+    @property
+    def key_columns(self) -> list[ColumnSpec]:
+        return [self.columns_by_name[k] for k in self.primary_key]
+
+    @property
+    def bucket_column(self) -> ColumnSpec:
+        return self.columns_by_name[self.base.bucket_column or self.primary_key[0]]
+
+
+def _fail(field: str, message: str) -> ValueError:
+    return ValueError(f"{field}: {message}")
+
+
+def _check_owners_and_tags(spec: TableSpec) -> None:
+    for i, owner in enumerate(spec.owners):
+        if not _OWNER_RE.match(owner):
+            raise _fail(f"owners[{i}]", f"{owner!r} is neither an email nor 'team:<name>'")
+    for key, value in spec.tags.items():
+        if not _TAG_RE.match(key) or not _TAG_RE.match(value):
+            raise _fail(
+                f"tags.{key}",
+                "tag keys and values must be 1-63 characters of letters, digits, '_', '.', '-'",
+            )
+
+
+def _check_cron(cron: str) -> None:
+    fields = cron.split()
+    if len(fields) != 5 or not all(_CRON_FIELD_RE.match(f) for f in fields):
+        raise _fail(
+            "schedule.cron", f"{cron!r} is not a 5-field cron expression like '*/15 * * * *'"
+        )
+
+
+def _check_columns(spec: TableSpec) -> None:
+    seen_ids: dict[int, str] = {}
+    seen_names: set[str] = set()
+    seen_sink: set[str] = set()
+    connector = spec.source.connector
+    for i, col in enumerate(spec.columns):
+        where = f"columns[{i}]"
+        if col.id in seen_ids:
+            raise _fail(
+                f"{where}.id", f"id {col.id} is already used by column {seen_ids[col.id]!r}"
+            )
+        seen_ids[col.id] = col.name
+        if col.name in seen_names:
+            raise _fail(f"{where}.name", f"duplicate column name {col.name!r}")
+        seen_names.add(col.name)
+        if col.sink_name in seen_sink or col.sink_name.startswith("_"):
+            raise _fail(
+                f"{where}.sink.name",
+                f"sink name {col.sink_name!r} is a duplicate or starts with '_' (reserved)",
+            )
+        seen_sink.add(col.sink_name)
+        if not re.match(r"^[a-z_][a-z0-9_]*$", col.sink_name):
+            raise _fail(
+                f"{where}.sink.name",
+                f"{col.sink_name!r} is not a valid Iceberg column name; "
+                "set sink.name to lowercase letters, digits and '_'",
+            )
+        try:
+            source = col.source_type(connector)
+        except UnsupportedTypeError as err:
+            raise _fail(f"{where}.type", str(err)) from None
+        _check_sink_mapping(where, col, source)
+        if col.sensitive and not spec.pipeline.sensitive:
+            raise _fail(
+                f"{where}.sensitive",
+                f"column {col.name!r} is sensitive but pipeline.sensitive is false; "
+                "mark the pipeline sensitive or do not ingest this column",
+            )
+
+
+def _check_sink_mapping(where: str, col: ColumnSpec, source: SourceType) -> None:
+    default = default_sink_type(source)
+    if col.sink.transform is not None:
+        if col.sink.type is not None:
+            raise _fail(f"{where}.sink", "give either type or transform, not both")
+        if not default.is_integer:
+            raise _fail(
+                f"{where}.sink.transform",
+                f"{col.sink.transform.value} needs an integer source column, not {col.type!r}",
+            )
+    if col.sink.type is not None:
+        try:
+            override = parse_sink_type(col.sink.type)
+        except ValueError as err:
+            raise _fail(f"{where}.sink.type", str(err)) from None
+        if not can_override(default, override):
+            raise _fail(
+                f"{where}.sink.type",
+                f"{col.type!r} maps to {default} and cannot be stored as {override}; "
+                f"valid: {default}, a widening of it, or string",
+            )
+
+
+def _check_primary_key(spec: TableSpec) -> None:
+    if len(set(spec.primary_key)) != len(spec.primary_key):
+        raise _fail("primary_key", "a column is listed twice")
+    connector = spec.source.connector
+    for i, key in enumerate(spec.primary_key):
+        col = spec.columns_by_name.get(key)
+        if col is None:
+            known = ", ".join(c.name for c in spec.columns)
+            raise _fail(f"primary_key[{i}]", f"{key!r} is not a column; columns: {known}")
+        if col.nullable:
+            raise _fail(f"primary_key[{i}]", f"key column {key!r} must be nullable: false")
+        if col.sink_type(connector).is_floating:
+            raise _fail(
+                f"primary_key[{i}]",
+                f"key column {key!r} has floating-point type {col.type!r}; float keys do not "
+                "compare exactly, use an integer, decimal or string key",
+            )
+    bucket = spec.base.bucket_column
+    if bucket is not None and bucket not in spec.primary_key:
+        raise _fail(
+            "base.bucket_column", f"{bucket!r} must be one of primary_key {spec.primary_key}"
+        )

@@ -1,0 +1,1 @@
+"""Spark SQL and Iceberg DDL rendering from table layouts (pure strings, no engine)."""

@@ -1,0 +1,86 @@
+"""Render Iceberg DDL for Spark SQL from a TableLayout."""
+
+from __future__ import annotations
+
+from cdc_assets.schema.layers import TableLayout
+from cdc_assets.schema.types import SinkType
+
+# Spark's TIMESTAMP is an instant (Iceberg timestamptz); TIMESTAMP_NTZ is Iceberg's timestamp.
+_SPARK_TYPES = {
+    "boolean": "BOOLEAN",
+    "int": "INT",
+    "long": "BIGINT",
+    "float": "FLOAT",
+    "double": "DOUBLE",
+    "date": "DATE",
+    "timestamp": "TIMESTAMP_NTZ",
+    "timestamptz": "TIMESTAMP",
+    "string": "STRING",
+    "binary": "BINARY",
+}
+
+
+def spark_type(sink: SinkType) -> str:
+    """The Spark SQL type name of a sink type."""
+    if sink.name == "decimal":
+        return f"DECIMAL({sink.precision},{sink.scale})"
+    return _SPARK_TYPES[sink.name]
+
+
+def quote(name: str) -> str:
+    """Quote an identifier for Spark SQL."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def literal(text: str) -> str:
+    """A Spark SQL string literal."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def table_identifier(catalog: str, layout: TableLayout) -> str:
+    return ".".join(quote(p) for p in (catalog, layout.namespace, layout.name))
+
+
+def _partition_field(expr: str) -> str:
+    # Partition expressions are transform(arg, column) or a bare column; quote the column only.
+    if "(" not in expr:
+        return quote(expr)
+    func, args = expr.rstrip(")").split("(", 1)
+    *params, column = (a.strip() for a in args.split(","))
+    return f"{func}({', '.join([*params, quote(column)])})"
+
+
+def render_create_table(catalog: str, layout: TableLayout) -> str:
+    """CREATE TABLE IF NOT EXISTS for one layout, Iceberg format, partitions and properties."""
+    cols = []
+    for col in layout.columns:
+        line = f"  {quote(col.name)} {spark_type(col.type)}"
+        if col.required:
+            line += " NOT NULL"
+        if col.doc:
+            line += f" COMMENT {literal(col.doc)}"
+        cols.append(line)
+    sql = f"CREATE TABLE IF NOT EXISTS {table_identifier(catalog, layout)} (\n"
+    sql += ",\n".join(cols) + "\n) USING iceberg"
+    if layout.partition_by:
+        sql += "\nPARTITIONED BY (" + ", ".join(map(_partition_field, layout.partition_by)) + ")"
+    if layout.comment:
+        sql += f"\nCOMMENT {literal(layout.comment)}"
+    if layout.properties:
+        props = ",\n".join(
+            f"  {literal(k)} = {literal(v)}" for k, v in sorted(layout.properties.items())
+        )
+        sql += f"\nTBLPROPERTIES (\n{props}\n)"
+    return sql
+
+
+def render_identifier_fields(catalog: str, layout: TableLayout) -> str | None:
+    """ALTER TABLE ... SET IDENTIFIER FIELDS (Iceberg SQL extension), or None without a key."""
+    if not layout.identifier_fields:
+        return None
+    fields = ", ".join(quote(f) for f in layout.identifier_fields)
+    return f"ALTER TABLE {table_identifier(catalog, layout)} SET IDENTIFIER FIELDS {fields}"
+
+
+def render_create_namespace(catalog: str, namespace: str) -> str:
+    return f"CREATE NAMESPACE IF NOT EXISTS {quote(catalog)}.{quote(namespace)}"

@@ -1,0 +1,144 @@
+"""The Dagster graph generated from the example specs: keys, deps, groups, kinds, jobs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from cdc_assets.definitions import build_defs
+from cdc_assets.errors import NotImplementedYetError
+from cdc_assets.settings import load_settings
+from cdc_assets.spec import load_specs
+from cdc_assets_tests.conftest import PROJECT_ROOT
+
+TABLES = ["order_items", "orders", "users"]
+
+
+@pytest.fixture(scope="module")
+def defs(tmp_path_factory: pytest.TempPathFactory) -> dg.Definitions:
+    home = tmp_path_factory.mktemp("home")
+    settings = load_settings(
+        {"CDC_ASSETS_HOME": str(home), "CDC_ASSETS_SPECS": str(PROJECT_ROOT / "table_specs")}
+    )
+    return build_defs(settings=settings)
+
+
+def test_four_assets_per_table_with_layered_deps(defs: dg.Definitions) -> None:
+    graph = defs.resolve_asset_graph()
+    keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
+    assert keys == {f"{layer}/{t}" for t in TABLES for layer in ("raw", "cdc", "bucketed", "base")}
+    for t in TABLES:
+        assert graph.get(dg.AssetKey(["raw", t])).parent_keys == set()
+        assert graph.get(dg.AssetKey(["cdc", t])).parent_keys == {dg.AssetKey(["raw", t])}
+        assert graph.get(dg.AssetKey(["bucketed", t])).parent_keys == {dg.AssetKey(["cdc", t])}
+        assert graph.get(dg.AssetKey(["base", t])).parent_keys == {dg.AssetKey(["bucketed", t])}
+
+
+def test_groups_kinds_owners_tags_and_metadata(defs: dg.Definitions) -> None:
+    graph = defs.resolve_asset_graph()
+    raw = graph.get(dg.AssetKey(["raw", "users"]))
+    base = graph.get(dg.AssetKey(["base", "users"]))
+    assert raw.group_name == base.group_name == "users"
+    assert raw.kinds == {"kafka"}
+    assert base.kinds == {"spark", "iceberg"}
+    assert base.owners == ["team:data-platform"]
+    assert base.tags["domain"] == "identity"
+    assert base.tags["cdc/connector"] == "mysql"
+    assert base.metadata["dagster/table_name"] == "lake.app.users"
+    columns = {c.name: c for c in base.metadata["dagster/column_schema"].columns}
+    assert columns["created_at"].type == "TIMESTAMP"
+    assert columns["id"].constraints.nullable is False
+    raw_cols = {c.name: c for c in raw.metadata["dagster/column_schema"].columns}
+    assert raw_cols["email"].constraints.other == ["sensitive"]
+    assert raw.metadata["kafka/topic"] == "app.app.users"
+    assert "Kafka topic `app.app.users`" in (raw.description or "")
+
+
+def test_jobs_do_not_grow_with_tables(defs: dg.Definitions) -> None:
+    repo = defs.get_repository_def()
+    assert sorted(j for j in repo.job_names if not j.startswith("__")) == ["onboard_tables"]
+    assert repo.sensor_defs == []
+
+
+def test_unimplemented_layers_fail_clearly(defs: dg.Definitions) -> None:
+    result = dg.materialize(
+        [a for a in defs.assets or [] if isinstance(a, dg.AssetsDefinition)],
+        selection=[dg.AssetKey(["cdc", "users"])],
+        resources=defs.resources,
+        raise_on_error=False,
+    )
+    assert not result.success
+    failure = result.get_step_failure_events()[0].event_specific_data.error  # type: ignore[union-attr]
+    cause = failure.cause
+    assert cause.cls_name == NotImplementedYetError.__name__
+    assert "cdc/users: Kafka -> ledger ingest is not implemented yet" in cause.message
+
+
+def test_onboard_job_rejects_unknown_tables(defs: dg.Definitions) -> None:
+    result = defs.get_job_def("onboard_tables").execute_in_process(
+        run_config={"ops": {"create_spec_tables": {"config": {"tables": ["nope"]}}}},
+        raise_on_error=False,
+    )
+    assert not result.success
+    failure = result.get_step_failure_events()[0].event_specific_data.error  # type: ignore[union-attr]
+    assert "unknown table spec(s) ['nope']" in failure.message
+
+
+def _run(code: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+
+
+def test_loading_definitions_starts_no_jvm(tmp_path: Path) -> None:
+    code = (
+        "import psutil\n"
+        "from cdc_assets.definitions import defs\n"
+        "defs.get_repository_def().load_all_definitions()\n"
+        "from pyspark import SparkContext\n"
+        "assert SparkContext._gateway is None, 'py4j gateway started'\n"
+        "kids = [p.name() for p in psutil.Process().children(recursive=True)]\n"
+        "assert not any('java' in k for k in kids), kids\n"
+        "print('assets', len(defs.resolve_asset_graph().get_all_asset_keys()))\n"
+    )
+    env = {**os.environ, "CDC_ASSETS_HOME": str(tmp_path)}
+    proc = _run(code, env)
+    assert proc.returncode == 0, proc.stderr
+    assert "assets 12" in proc.stdout
+    assert not (tmp_path / "jars").exists(), "loading definitions must not fetch jars"
+
+
+def test_dagster_definitions_validate(tmp_path: Path) -> None:
+    env = {**os.environ, "CDC_ASSETS_HOME": str(tmp_path), "DAGSTER_HOME": str(tmp_path)}
+    proc = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "dagster"),
+            "definitions",
+            "validate",
+            "-w",
+            "workspace.yaml",
+        ],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Validation successful" in proc.stdout + proc.stderr
+
+
+def test_example_specs_fixture_matches_tables() -> None:
+    assert [s.name for s in load_specs(PROJECT_ROOT / "table_specs")] == TABLES

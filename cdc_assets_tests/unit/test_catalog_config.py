@@ -1,0 +1,72 @@
+"""One catalog description renders the same catalog for Spark and for pyiceberg."""
+
+from __future__ import annotations
+
+import pytest
+
+from cdc_assets.resources.config import (
+    SPJ_CONF,
+    CatalogConfig,
+    pyiceberg_catalog_props,
+    spark_catalog_conf,
+    spark_conf,
+)
+
+SQLITE = CatalogConfig("lake", "jdbc", "jdbc:sqlite:/data/catalog.db", "file:///data/wh")
+
+
+def test_sqlite_catalog_for_both_engines() -> None:
+    assert spark_catalog_conf(SQLITE) == {
+        "spark.sql.catalog.lake": "org.apache.iceberg.spark.SparkCatalog",
+        "spark.sql.catalog.lake.type": "jdbc",
+        "spark.sql.catalog.lake.uri": "jdbc:sqlite:/data/catalog.db",
+        "spark.sql.catalog.lake.warehouse": "file:///data/wh",
+        "spark.sql.catalog.lake.jdbc.schema-version": "V1",
+    }
+    assert pyiceberg_catalog_props(SQLITE) == {
+        "type": "sql",
+        "uri": "sqlite:////data/catalog.db",
+        "warehouse": "file:///data/wh",
+    }
+
+
+def test_rest_catalog_with_object_storage() -> None:
+    rest = CatalogConfig(
+        "lake", "rest", "http://catalog:8181", "s3://lake/wh", {"s3.endpoint": "http://s3:9000"}
+    )
+    assert spark_catalog_conf(rest)["spark.sql.catalog.lake.s3.endpoint"] == "http://s3:9000"
+    assert pyiceberg_catalog_props(rest) == {
+        "type": "rest",
+        "uri": "http://catalog:8181",
+        "warehouse": "s3://lake/wh",
+        "s3.endpoint": "http://s3:9000",
+    }
+
+
+def test_postgres_jdbc_maps_to_sqlalchemy() -> None:
+    pg = CatalogConfig("lake", "jdbc", "jdbc:postgresql://db:5432/iceberg", "s3://lake/wh")
+    assert pyiceberg_catalog_props(pg)["uri"] == "postgresql+psycopg2://db:5432/iceberg"
+
+
+def test_unknown_jdbc_url_is_an_error() -> None:
+    with pytest.raises(ValueError, match="no pyiceberg equivalent"):
+        pyiceberg_catalog_props(CatalogConfig("lake", "jdbc", "jdbc:oracle:thin:@x", "file:///w"))
+
+
+def test_spark_conf_has_iceberg_spj_and_extra_wins() -> None:
+    conf = spark_conf(
+        master="spark://m:7077",
+        app_name="x",
+        catalog=SQLITE,
+        jars=["/j/a.jar", "/j/b.jar"],
+        shuffle_partitions=4,
+        driver_memory="1g",
+        ui_enabled=False,
+        extra={"spark.sql.shuffle.partitions": "64"},
+    )
+    assert conf["spark.master"] == "spark://m:7077"
+    assert conf["spark.jars"] == "/j/a.jar,/j/b.jar"
+    assert conf["spark.sql.defaultCatalog"] == "lake"
+    assert conf["spark.sql.shuffle.partitions"] == "64"
+    assert all(conf[k] == v for k, v in SPJ_CONF.items())
+    assert "IcebergSparkSessionExtensions" in conf["spark.sql.extensions"]
