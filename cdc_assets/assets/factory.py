@@ -128,7 +128,7 @@ def build_table_assets(spec: TableSpec, catalog: str) -> list[dg.AssetsDefinitio
 
     topic = spec.source.topic
 
-    @dg.asset(**spec_args("raw", None))
+    @dg.asset(**spec_args("raw", None))  # type: ignore[untyped-decorator]
     def raw(kafka: KafkaResource) -> dg.MaterializeResult:  # type: ignore[type-arg]
         offsets = kafka.topic_offsets(topic)
         return dg.MaterializeResult(

@@ -11,7 +11,7 @@ from cdc_assets.resources.spark import SparkResource
 from cdc_assets.spec.models import TableSpec
 
 
-class OnboardConfig(dg.Config):  # type: ignore[misc]
+class OnboardConfig(dg.Config):
     tables: list[str] = Field(
         default_factory=list, description="spec names to onboard; empty means every spec"
     )

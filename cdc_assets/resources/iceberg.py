@@ -10,7 +10,7 @@ from pydantic import Field
 from cdc_assets.resources.config import CatalogConfig, CatalogType, pyiceberg_catalog_props
 
 
-class IcebergCatalogResource(ConfigurableResource):  # type: ignore[misc]
+class IcebergCatalogResource(ConfigurableResource):  # type: ignore[type-arg]
     """The Iceberg catalog shared by Spark and pyiceberg.
 
     The default is the embedded JDBC catalog on a SQLite file of the local stack; point ``type``,

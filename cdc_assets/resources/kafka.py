@@ -26,7 +26,7 @@ class PartitionOffsets:
         return self.latest - self.earliest
 
 
-class KafkaResource(ConfigurableResource):  # type: ignore[misc]
+class KafkaResource(ConfigurableResource):  # type: ignore[type-arg]
     """A Kafka cluster. Without ``bootstrap_servers`` it uses the running local stack's broker."""
 
     bootstrap_servers: str | None = Field(
@@ -45,7 +45,7 @@ class KafkaResource(ConfigurableResource):  # type: ignore[misc]
 
         return require_bootstrap(replace(load_settings(), home=Path(self.home)))
 
-    def client_conf(self) -> dict[str, str]:
+    def client_conf(self) -> dict[str, str | int | float | bool]:
         return {"bootstrap.servers": self.resolved_bootstrap(), **self.client_config}
 
     def admin(self) -> Any:

@@ -14,7 +14,7 @@ from cdc_assets.resources.iceberg import IcebergCatalogResource
 from cdc_assets.settings import Settings, load_settings
 
 
-class SparkResource(ConfigurableResource):  # type: ignore[misc]
+class SparkResource(ConfigurableResource):  # type: ignore[type-arg]
     """Spark with Iceberg, the Kafka source and the catalog registered.
 
     No JVM starts until ``get_session()`` is called, so definitions load without Spark. On a
@@ -60,7 +60,7 @@ class SparkResource(ConfigurableResource):  # type: ignore[misc]
             from cdc_assets.resources.jars import ensure_jars
 
             ensure_jars("spark", self.settings())
-            session = spark_session_from_config(self.conf())
+            session = spark_session_from_config(self.conf())  # type: ignore[no-untyped-call]
             session.sparkContext.setLogLevel(self.log_level)
             self._session = session
         return self._session

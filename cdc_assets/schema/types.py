@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from sqlglot import exp
 from sqlglot.errors import ParseError
@@ -55,6 +56,7 @@ class SinkType:
         return self.name in ("float", "double")
 
 
+@lru_cache(maxsize=1024)
 def parse_sink_type(text: str) -> SinkType:
     """Parse a sink type name such as ``long`` or ``decimal(12,2)``; raise ValueError if invalid."""
     norm = text.strip().lower()
@@ -126,6 +128,8 @@ def _int_arg(dtype: exp.DataType, index: int) -> int | None:
     return int(text) if text.isdigit() else None
 
 
+# Thousands of specs repeat a few dozen type strings; parsing each once keeps loading fast.
+@lru_cache(maxsize=4096)
 def parse_source_type(text: str, connector: str) -> SourceType:
     """Parse a column type in the connector's SQL dialect; raise UnsupportedTypeError if unknown."""
     dialect = DIALECTS[connector]

@@ -13,14 +13,15 @@ from cdc_assets.errors import SpecError
 from cdc_assets.spec.models import TableSpec
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that rejects duplicate keys instead of silently keeping the last one."""
+# libyaml's parser (in PyYAML's wheels) is several times faster on thousands of specs.
+class _StrictLoader(yaml.CSafeLoader):
+    """Safe loader that rejects duplicate keys instead of silently keeping the last one."""
 
 
 def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:
     seen: set[Any] = set()
     for key_node, _ in node.value:
-        key = loader.construct_object(key_node)  # type: ignore[no-untyped-call]
+        key = loader.construct_object(key_node)
         if key in seen:
             raise yaml.constructor.ConstructorError(
                 None, None, f"duplicate key {key!r}", key_node.start_mark
