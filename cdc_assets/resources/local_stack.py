@@ -1,0 +1,458 @@
+"""The local stack: a Kafka broker, an Iceberg SQLite catalog and a warehouse directory.
+
+Everything lives under ``settings.stack_dir``; state.json tells any process what runs there.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from cdc_assets.errors import StackError
+from cdc_assets.resources import kafka_broker
+from cdc_assets.resources.jars import kafka_classpath
+from cdc_assets.settings import ENV_KAFKA_BOOTSTRAP, ENV_KAFKA_PORT, Settings
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog.sql import SqlCatalog
+
+STATE_FILE = "state.json"
+PID_FILE = "kafka.pid"
+LOCK_FILE = ".lock"
+READY_TIMEOUT_S = 90.0
+STOP_TIMEOUT_S = 30.0
+STATUS_LOG_LINES = 10
+
+KafkaRunState = Literal["running", "dead", "stopped"]
+
+
+@dataclass(frozen=True)
+class StackState:
+    """What `stack_up` started, as recorded in state.json."""
+
+    bootstrap_servers: str
+    kafka_pid: int
+    catalog_file: Path
+    warehouse: Path
+    state_dir: Path
+    kafka_port: int
+    controller_port: int
+    started_at: str
+
+
+@dataclass(frozen=True)
+class KafkaStatus:
+    state: KafkaRunState
+    pid: int | None
+    bootstrap: str | None
+    reason: str
+    log_tail: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class CatalogStatus:
+    file: Path
+    exists: bool
+    namespaces: list[str] = field(default_factory=list)
+    table_count: int = 0
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class WarehouseStatus:
+    path: Path
+    exists: bool
+    size_bytes: int
+
+
+@dataclass(frozen=True)
+class StackStatus:
+    """Per-component health of the local stack."""
+
+    state_dir: Path
+    kafka: KafkaStatus
+    catalog: CatalogStatus
+    warehouse: WarehouseStatus
+
+    @property
+    def healthy(self) -> bool:
+        return (
+            self.kafka.state == "running"
+            and self.catalog.exists
+            and self.catalog.error is None
+            and self.warehouse.exists
+        )
+
+    def render(self) -> str:
+        """A few lines for a terminal."""
+        lines = [f"local stack in {self.state_dir}: {'healthy' if self.healthy else 'UNHEALTHY'}"]
+        kafka = self.kafka
+        lines.append(f"  kafka:     {kafka.state} - {kafka.reason}")
+        catalog = self.catalog
+        if not catalog.exists:
+            lines.append(f"  catalog:   missing ({catalog.file})")
+        elif catalog.error is not None:
+            lines.append(f"  catalog:   {catalog.file} unreadable: {catalog.error}")
+        else:
+            names = ", ".join(catalog.namespaces) or "none"
+            lines.append(
+                f"  catalog:   {catalog.file} ({len(catalog.namespaces)} namespaces: {names}; "
+                f"{catalog.table_count} tables)"
+            )
+        warehouse = self.warehouse
+        if warehouse.exists:
+            lines.append(f"  warehouse: {warehouse.path} ({_human_bytes(warehouse.size_bytes)})")
+        else:
+            lines.append(f"  warehouse: missing ({warehouse.path})")
+        if kafka.state == "dead" and kafka.log_tail:
+            lines.append(f"  last {len(kafka.log_tail)} lines of the Kafka log:")
+            lines.extend(f"    {line}" for line in kafka.log_tail)
+        return "\n".join(lines)
+
+
+def stack_up(settings: Settings) -> StackState:
+    """Start the local stack, or return the running one; a dead broker is cleaned and restarted."""
+    settings.stack_dir.mkdir(parents=True, exist_ok=True)
+    with _locked(settings):
+        classpath = kafka_classpath(settings)
+        files = _broker_files(settings)
+        for directory in (files.data_dir, files.log_file.parent, settings.local_warehouse):
+            directory.mkdir(parents=True, exist_ok=True)
+        _init_catalog(settings)
+
+        existing = read_state(settings)
+        if existing is not None and _serving(existing, files):
+            if settings.kafka_port and settings.kafka_port != existing.kafka_port:
+                raise StackError(
+                    f"the local stack already runs Kafka on port {existing.kafka_port} but "
+                    f"{ENV_KAFKA_PORT} asks for {settings.kafka_port}: run `cdc-assets stack down` "
+                    "first"
+                )
+            return existing
+        _stop_brokers(settings, files)
+
+        data = _load_state_json(settings)
+        previous_ports = data.get("ports")
+        port, controller_port = _choose_ports(
+            settings, previous_ports if isinstance(previous_ports, dict) else {}
+        )
+        kafka_broker.write_config(files, port=port, controller_port=controller_port)
+        _rotate_log(files.log_file)
+        kafka_broker.format_storage(files, classpath)
+        pid = kafka_broker.start_broker(files, classpath)
+        # Recorded before waiting, so `stack down` can find a broker whose startup was interrupted.
+        _pid_file(settings).write_text(f"{pid}\n", encoding="utf-8")
+        data["kafka"] = {
+            "bootstrap": f"{kafka_broker.HOST}:{port}",
+            "port": port,
+            "controller_port": controller_port,
+            "pid": pid,
+            "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        }
+        data["ports"] = {"kafka": port, "controller": controller_port}
+        data["catalog_name"] = settings.catalog_name
+        data["catalog_file"] = str(settings.local_catalog_file)
+        data["warehouse"] = str(settings.local_warehouse)
+        _save_state_json(settings, data)
+        try:
+            kafka_broker.wait_until_ready(pid, port, files.log_file, timeout=READY_TIMEOUT_S)
+        except BaseException:
+            _stop_brokers(settings, files)
+            raise
+        state = read_state(settings)
+        if state is None:
+            raise StackError(f"{_state_file(settings)} vanished while the stack was starting")
+        return state
+
+
+def stack_down(settings: Settings, *, purge: bool = False) -> None:
+    """Stop the broker (SIGTERM, then SIGKILL after 30 s); ``purge`` also deletes the stack dir."""
+    if not settings.stack_dir.exists():
+        return
+    with _locked(settings):
+        _stop_brokers(settings, _broker_files(settings))
+        if purge:
+            shutil.rmtree(settings.stack_dir)
+
+
+def stack_status(settings: Settings) -> StackStatus:
+    """Inspect each component without starting or changing anything."""
+    warehouse = settings.local_warehouse
+    return StackStatus(
+        state_dir=settings.stack_dir,
+        kafka=_kafka_status(settings),
+        catalog=_catalog_status(settings),
+        warehouse=WarehouseStatus(
+            path=warehouse, exists=warehouse.is_dir(), size_bytes=_dir_size(warehouse)
+        ),
+    )
+
+
+def read_state(settings: Settings) -> StackState | None:
+    """The broker recorded in state.json, or None when no stack was started (or it was stopped)."""
+    data = _load_state_json(settings)
+    kafka = data.get("kafka")
+    if not isinstance(kafka, dict):
+        return None
+    try:
+        return StackState(
+            bootstrap_servers=str(kafka["bootstrap"]),
+            kafka_pid=int(kafka["pid"]),
+            catalog_file=Path(data.get("catalog_file", settings.local_catalog_file)),
+            warehouse=Path(data.get("warehouse", settings.local_warehouse)),
+            state_dir=settings.stack_dir,
+            kafka_port=int(kafka["port"]),
+            controller_port=int(kafka["controller_port"]),
+            started_at=str(kafka.get("started_at", "")),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StackError(
+            f"{_state_file(settings)} is damaged ({exc!r}); run `cdc-assets stack down` to reset it"
+        ) from exc
+
+
+def require_bootstrap(settings: Settings) -> str:
+    """Kafka bootstrap servers: the configured ones, else the running local stack's."""
+    if settings.kafka_bootstrap:
+        return settings.kafka_bootstrap
+    state = read_state(settings)
+    if state is not None and kafka_broker.is_broker_process(
+        state.kafka_pid, _broker_files(settings).server_properties
+    ):
+        return state.bootstrap_servers
+    raise StackError(
+        "Kafka is not configured and the local stack is not running: run `cdc-assets stack up` "
+        f"or set {ENV_KAFKA_BOOTSTRAP}"
+    )
+
+
+def _broker_files(settings: Settings) -> kafka_broker.BrokerFiles:
+    kafka_dir = settings.stack_dir / "kafka"
+    return kafka_broker.BrokerFiles(
+        server_properties=kafka_dir / "server.properties",
+        log4j_config=kafka_dir / "log4j2.properties",
+        data_dir=kafka_dir / "data",
+        log_file=settings.stack_dir / "logs" / "kafka.log",
+    )
+
+
+def _state_file(settings: Settings) -> Path:
+    return settings.stack_dir / STATE_FILE
+
+
+def _pid_file(settings: Settings) -> Path:
+    return settings.stack_dir / PID_FILE
+
+
+def _load_state_json(settings: Settings) -> dict[str, Any]:
+    path = _state_file(settings)
+    try:
+        loaded = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except json.JSONDecodeError as exc:
+        raise StackError(
+            f"{path} is not valid JSON ({exc}); run `cdc-assets stack down` to reset it"
+        ) from exc
+    if not isinstance(loaded, dict):
+        raise StackError(f"{path} does not hold a JSON object; run `cdc-assets stack down`")
+    return loaded
+
+
+def _save_state_json(settings: Settings, data: dict[str, Any]) -> None:
+    path = _state_file(settings)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _read_pid_file(settings: Settings) -> int | None:
+    try:
+        return int(_pid_file(settings).read_text(encoding="utf-8").strip())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def _serving(state: StackState, files: kafka_broker.BrokerFiles) -> bool:
+    return kafka_broker.is_broker_process(
+        state.kafka_pid, files.server_properties
+    ) and kafka_broker.port_answers(state.kafka_port)
+
+
+def _stop_brokers(settings: Settings, files: kafka_broker.BrokerFiles) -> None:
+    """Stop every broker on our config, recorded or stray, and forget the running broker."""
+    pids = set(kafka_broker.find_broker_pids(files.server_properties))
+    recorded = _read_pid_file(settings)
+    if recorded is not None and kafka_broker.is_broker_process(recorded, files.server_properties):
+        pids.add(recorded)
+    for pid in sorted(pids):
+        kafka_broker.stop_broker(pid, timeout=STOP_TIMEOUT_S)
+    _pid_file(settings).unlink(missing_ok=True)
+    try:
+        data = _load_state_json(settings)
+    except StackError:
+        data = {"kafka": None}  # damaged beyond use: stopping is how the user resets it
+    if "kafka" in data:
+        del data["kafka"]
+        _save_state_json(settings, data)
+
+
+def _choose_ports(settings: Settings, previous: dict[str, Any]) -> tuple[int, int]:
+    """Kafka and controller ports: the configured one, else the previous one if free, else any."""
+    if settings.kafka_port:
+        port = settings.kafka_port
+        if not kafka_broker.port_is_free(port):
+            raise StackError(
+                f"Kafka port {port} on {kafka_broker.HOST} is already in use by another process: "
+                f"stop it or choose another port with {ENV_KAFKA_PORT}"
+            )
+    else:
+        port = _previous_if_free(previous.get("kafka"), set()) or kafka_broker.pick_free_port()
+    controller_port = _previous_if_free(
+        previous.get("controller"), {port}
+    ) or kafka_broker.pick_free_port({port})
+    return port, controller_port
+
+
+def _previous_if_free(candidate: object, avoid: set[int]) -> int | None:
+    if not isinstance(candidate, int) or candidate <= 0 or candidate in avoid:
+        return None
+    return candidate if kafka_broker.port_is_free(candidate) else None
+
+
+def _rotate_log(log_file: Path) -> None:
+    """Keep one previous broker log, so the log starts with this run but the last crash remains."""
+    if log_file.exists():
+        os.replace(log_file, log_file.with_name(log_file.name + ".1"))
+
+
+def _catalog(settings: Settings, *, create: bool) -> SqlCatalog:
+    # Imported here: pyiceberg and SQLAlchemy are slow to import and only some commands need them.
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    return SqlCatalog(
+        settings.catalog_name,
+        uri=f"sqlite:///{settings.local_catalog_file}",
+        warehouse=settings.local_warehouse.as_uri(),
+        init_catalog_tables="true" if create else "false",
+    )
+
+
+def _init_catalog(settings: Settings) -> None:
+    try:
+        catalog = _catalog(settings, create=True)
+    except Exception as exc:  # SQLAlchemy and pyiceberg raise many kinds; all mean the same here
+        raise StackError(
+            f"cannot initialise the Iceberg catalog {settings.local_catalog_file}: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+    catalog.engine.dispose()
+
+
+def _kafka_status(settings: Settings) -> KafkaStatus:
+    files = _broker_files(settings)
+    try:
+        state = read_state(settings)
+    except StackError as exc:
+        return KafkaStatus(state="dead", pid=None, bootstrap=None, reason=str(exc))
+    pid = _read_pid_file(settings)
+    if pid is None and state is not None:
+        pid = state.kafka_pid
+    if pid is None:
+        strays = kafka_broker.find_broker_pids(files.server_properties)
+        if strays:
+            return KafkaStatus(
+                state="dead",
+                pid=strays[0],
+                bootstrap=None,
+                reason=f"broker process {strays[0]} runs without a pid file; "
+                "run `cdc-assets stack down` and `stack up`",
+            )
+        return KafkaStatus(state="stopped", pid=None, bootstrap=None, reason="not started")
+    bootstrap = state.bootstrap_servers if state is not None else None
+    tail = kafka_broker.log_tail(files.log_file, STATUS_LOG_LINES)
+    if not kafka_broker.is_broker_process(pid, files.server_properties):
+        return KafkaStatus(
+            state="dead",
+            pid=pid,
+            bootstrap=bootstrap,
+            reason=f"broker process {pid} is not running (stale {_pid_file(settings)}); "
+            "`cdc-assets stack up` restarts it",
+            log_tail=tail,
+        )
+    if state is None or not kafka_broker.port_answers(state.kafka_port):
+        return KafkaStatus(
+            state="dead",
+            pid=pid,
+            bootstrap=bootstrap,
+            reason=f"broker process {pid} is alive but {bootstrap or 'its port'} does not answer",
+            log_tail=tail,
+        )
+    return KafkaStatus(
+        state="running", pid=pid, bootstrap=bootstrap, reason=f"pid {pid} serving {bootstrap}"
+    )
+
+
+def _catalog_status(settings: Settings) -> CatalogStatus:
+    path = settings.local_catalog_file
+    if not path.is_file():
+        return CatalogStatus(file=path, exists=False)
+    try:
+        catalog = _catalog(settings, create=False)
+        try:
+            namespaces: list[tuple[str, ...]] = []
+            pending: list[tuple[str, ...]] = [tuple(ns) for ns in catalog.list_namespaces()]
+            while pending:
+                namespace = pending.pop()
+                namespaces.append(namespace)
+                pending.extend(tuple(ns) for ns in catalog.list_namespaces(namespace))
+            tables = sum(len(catalog.list_tables(ns)) for ns in namespaces)
+        finally:
+            catalog.engine.dispose()
+    except Exception as exc:  # any catalog failure is a status to report, not a crash
+        return CatalogStatus(file=path, exists=True, error=f"{type(exc).__name__}: {exc}")
+    return CatalogStatus(
+        file=path,
+        exists=True,
+        namespaces=sorted(".".join(ns) for ns in namespaces),
+        table_count=tables,
+    )
+
+
+def _dir_size(path: Path) -> int:
+    total = 0
+    for root, _dirs, names in os.walk(path):
+        for name in names:
+            try:
+                total += (Path(root) / name).stat().st_size
+            except FileNotFoundError:
+                continue  # written and removed by a running job while walking
+    return total
+
+
+def _human_bytes(size: int) -> str:
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{size} B"
+
+
+@contextmanager
+def _locked(settings: Settings) -> Iterator[None]:
+    # Serialises up/down of one stack across processes; the broker itself is not affected.
+    with (settings.stack_dir / LOCK_FILE).open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
