@@ -18,7 +18,12 @@ from cdc_assets.spec import load_specs
 def test_onboard_job_creates_tables_idempotently(
     it_settings: Settings, resources: dict[str, Any], spark: Any, iceberg: IcebergCatalogResource
 ) -> None:
-    defs = build_defs(settings=it_settings, resource_overrides=resources)
+    # A namespace of its own, so other tests that onboard the example specs do not interfere.
+    specs = [
+        s.model_copy(update={"sink": s.sink.model_copy(update={"namespace": "onboard_it"})})
+        for s in load_specs(it_settings.specs_dir)
+    ]
+    defs = build_defs(specs=specs, settings=it_settings, resource_overrides=resources)
     job = defs.get_job_def("onboard_tables")
     first = job.execute_in_process()
     assert first.success
@@ -26,7 +31,7 @@ def test_onboard_job_creates_tables_idempotently(
     assert len(created) == 12  # 3 specs x (cdc, bucketed, base, dead letter)
 
     catalog = iceberg.load_catalog()
-    for spec in load_specs(it_settings.specs_dir):
+    for spec in specs:
         layouts = all_layouts(spec)
         for layout in layouts.values():
             table = catalog.load_table(f"{layout.namespace}.{layout.name}")

@@ -1,0 +1,37 @@
+"""A missing java or mvn stops the jar setup with a message saying what to install."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cdc_assets.errors import ToolMissingError
+from cdc_assets.resources import jars
+from cdc_assets.settings import load_settings
+
+
+@pytest.mark.parametrize(
+    ("missing", "message"),
+    [
+        ("java", "java not found on PATH: install a Java 17 JDK"),
+        ("mvn", "mvn not found on PATH: install Apache Maven (Debian: apt-get install maven)"),
+    ],
+)
+def test_missing_tool_is_named_with_install_hint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, missing: str, message: str
+) -> None:
+    real_which = jars.shutil.which
+    monkeypatch.setattr(
+        jars.shutil, "which", lambda name: None if name == missing else real_which(name)
+    )
+    settings = load_settings({"CDC_ASSETS_HOME": str(tmp_path)})
+    with pytest.raises(ToolMissingError) as err:
+        jars.ensure_jars("spark", settings, quiet=True)
+    assert str(err.value).startswith(message)
+    assert not list((tmp_path / "jars").glob("spark/*.jar"))
+
+
+def test_unknown_jar_kind() -> None:
+    with pytest.raises(ValueError, match="unknown jar kind 'flink'"):
+        jars.pom_path("flink")
