@@ -7,6 +7,8 @@ Layout notes:
 - The ledger keeps the source position as three longs (``_seq_major``, ``_seq_minor``,
   ``_seq_row``) so ordering is numeric, never a string comparison, with the Kafka partition and
   offset as the last tie-breakers.
+- The ledger's ``dt``/``hr`` come from the Kafka record timestamp, not the wall clock, so an
+  hour rebuilt from Kafka holds exactly the records it held before.
 """
 
 from __future__ import annotations
@@ -67,16 +69,28 @@ SEQUENCE_COLUMNS = (
     Column("_kafka_offset", LONG, required=True),
 )
 LEDGER_ONLY_COLUMNS = (
-    Column("_row_json", STRING, doc="row image exactly as the source wrote it (JSON text)"),
+    Column("_kafka_ts", TIMESTAMPTZ, required=True, doc="Kafka record timestamp"),
+    Column(
+        "_row_json",
+        STRING,
+        doc="row image as the source wrote it (JSON text): after, or before for deletes",
+    ),
+    Column("_before_json", STRING, doc="before image as the source wrote it (JSON text)"),
+    Column(
+        "_unavailable",
+        STRING,
+        doc="comma-separated columns whose value the source did not send (TOAST placeholder)",
+    ),
     Column("_processed_at", TIMESTAMPTZ, required=True, doc="when the ingest wrote the row"),
-    Column("dt", STRING, required=True, doc="processing date, yyyy-MM-dd (UTC)"),
-    Column("hr", INT, required=True, doc="processing hour, 0-23 (UTC)"),
+    Column("dt", STRING, required=True, doc="date of the Kafka timestamp, yyyy-MM-dd (UTC)"),
+    Column("hr", INT, required=True, doc="hour of the Kafka timestamp, 0-23 (UTC)"),
 )
 DEAD_LETTER_COLUMNS = (
     Column("topic", STRING, required=True),
     Column("partition", INT, required=True),
     Column("offset", LONG, required=True),
     Column("key_b64", STRING, doc="Kafka record key, base64"),
+    Column("kafka_ts", TIMESTAMPTZ, doc="Kafka record timestamp"),
     Column("payload_b64", STRING, doc="Kafka record value as received, base64"),
     Column("stage", STRING, required=True, doc="where it failed: decode, envelope, convert, ..."),
     Column("reason", STRING, required=True),

@@ -111,6 +111,7 @@ _STRINGS = {
 }
 _BINARIES = {"BINARY", "VARBINARY", "BLOB", "TINYBLOB", "MEDIUMBLOB", "LONGBLOB"}
 _LENGTHED = {"CHAR", "NCHAR", "VARCHAR", "NVARCHAR", "BINARY", "VARBINARY"}
+_TEMPORAL_WITH_FRACTION = {"TIME", "TIMETZ", "DATETIME", "TIMESTAMP", "TIMESTAMPTZ", "TIMESTAMPLTZ"}
 SUPPORTED_SOURCE_KINDS = sorted(
     _INT32
     | _INT64
@@ -154,6 +155,11 @@ def parse_source_type(text: str, connector: str) -> SourceType:
         return SourceType(text, kind, precision=precision, scale=_int_arg(dtype, 1) or 0)
     if kind in _LENGTHED or kind == "BIT":
         return SourceType(text, kind, length=_int_arg(dtype, 0))
+    if kind in _TEMPORAL_WITH_FRACTION:
+        # Fractional-second digits decide Debezium's wire encoding (ms vs us); the defaults differ.
+        default = 0 if dialect == "mysql" else 6
+        fsp = _int_arg(dtype, 0)
+        return SourceType(text, kind, precision=default if fsp is None else fsp)
     return SourceType(text, kind)
 
 

@@ -85,12 +85,32 @@ class ColumnSpec(_Strict):
         return default_sink_type(self.source_type(connector))
 
 
+TimePrecisionMode = Literal["adaptive", "adaptive_time_microseconds", "connect", "isostring"]
+
+
+class DebeziumSpec(_Strict):
+    """The connector settings that decide how values are encoded on the wire (Debezium defaults)."""
+
+    time_precision_mode: TimePrecisionMode | None = None  # None: the connector's own default
+    decimal_handling_mode: Literal["precise", "double", "string"] = "precise"
+    binary_handling_mode: Literal["bytes", "base64", "base64-url-safe", "hex"] = "bytes"
+    bigint_unsigned_handling_mode: Literal["long", "precise"] = "long"
+
+
 class SourceSpec(_Strict):
     connector: Connector
     database: SourceName
     schema_: SourceName | None = Field(default=None, alias="schema")
     table: SourceName
     topic: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._-]{1,249}$")]
+    debezium: DebeziumSpec = DebeziumSpec()
+
+    @property
+    def time_precision_mode(self) -> TimePrecisionMode:
+        if self.debezium.time_precision_mode is not None:
+            return self.debezium.time_precision_mode
+        # MySQL-family connectors default to microsecond TIME; PostgreSQL to adaptive.
+        return "adaptive" if self.connector == "postgresql" else "adaptive_time_microseconds"
 
 
 class PipelineSpec(_Strict):
