@@ -1,0 +1,351 @@
+"""Kafka -> CDC ledger: read a topic with Spark's Kafka source, classify and decode every record,
+write dead letters, then append ledger rows and the consumed offsets in one Iceberg commit.
+
+Order matters for exactly-once: dead letters are merged first (idempotent on topic, partition,
+offset), the ledger commit that carries the end offsets comes last. A crash anywhere before that
+commit leaves the offsets where they were, so the rerun reads the same records again; a crash
+after it resumes from the new offsets.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from cdc_assets.errors import CdcAssetsError
+from cdc_assets.pipeline.offsets import (
+    COUNTS_PROPERTY,
+    KIND_PROPERTY,
+    OFFSETS_PROPERTY,
+    START_OFFSETS_PROPERTY,
+    committed_offsets,
+    encode_offsets,
+)
+from cdc_assets.resources.kafka import KafkaResource, PartitionOffsets
+from cdc_assets.schema.layers import dead_letter_layout, ledger_layout
+from cdc_assets.schema.wire import plan_fields
+from cdc_assets.spec.models import TableSpec
+from cdc_assets.sql.ddl import quote
+from cdc_assets.sql.decode import (
+    DEAD,
+    ENVELOPE_COLUMNS,
+    LEDGER,
+    SKIP,
+    VALUE_SCHEMA,
+    classify,
+    decode_stages,
+    envelope_field,
+    json_options,
+    ledger_value,
+    row_schema,
+    sequence_columns,
+    unavailable_list,
+)
+
+# Test hook: a failpoint name makes the ingest kill its own process at that point.
+FAILPOINT_ENV = "CDC_ASSETS_FAILPOINT"
+
+
+class OffsetsExpiredError(CdcAssetsError):
+    """Kafka no longer holds offsets the ledger has not consumed yet (retention passed)."""
+
+
+@dataclass
+class IngestResult:
+    """What one ingest run did; every record read is counted once as ledger, dead or skip."""
+
+    table: str
+    mode: str
+    start_offsets: dict[int, int]
+    end_offsets: dict[int, int]
+    read: int = 0
+    ledger: int = 0
+    dead: int = 0
+    skipped: int = 0
+    skip_reasons: dict[str, int] = field(default_factory=dict)
+    dead_reasons: dict[str, int] = field(default_factory=dict)
+    unknown_fields: list[str] = field(default_factory=list)
+    hours: list[str] = field(default_factory=list)
+    snapshot_id: int | None = None
+    seconds: float = 0.0
+
+    @property
+    def balanced(self) -> bool:
+        return self.read == self.ledger + self.dead + self.skipped
+
+    @property
+    def lag_consumed(self) -> int:
+        return sum(self.end_offsets[p] - self.start_offsets.get(p, 0) for p in self.end_offsets)
+
+
+def _failpoint(name: str) -> None:
+    if os.environ.get(FAILPOINT_ENV) == name:
+        os.kill(os.getpid(), 9)
+
+
+def ledger_identifier(catalog: str, spec: TableSpec) -> str:
+    layout = ledger_layout(spec)
+    return ".".join(quote(p) for p in (catalog, layout.namespace, layout.name))
+
+
+def dead_letter_identifier(catalog: str, spec: TableSpec) -> str:
+    layout = dead_letter_layout(spec)
+    return ".".join(quote(p) for p in (catalog, layout.namespace, layout.name))
+
+
+def read_kafka(
+    spark: Any,
+    kafka: KafkaResource,
+    topic: str,
+    start: dict[int, int],
+    end: dict[int, int],
+) -> Any:
+    """Spark's own Kafka batch source over exact offset ranges (end exclusive)."""
+    reader = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", kafka.resolved_bootstrap())
+        .option("subscribe", topic)
+        .option("startingOffsets", json.dumps({topic: {str(p): o for p, o in start.items()}}))
+        .option("endingOffsets", json.dumps({topic: {str(p): o for p, o in end.items()}}))
+        .option("failOnDataLoss", "true")
+    )
+    for key, value in kafka.client_config.items():
+        reader = reader.option(f"kafka.{key}", value)
+    return reader.load()
+
+
+def classify_records(records: Any, spec: TableSpec) -> Any:
+    """Every Kafka record with ``_status``/``_stage``/``_reason`` and its decoded ledger columns.
+
+    ``records`` has Kafka source columns (key, value, partition, offset, timestamp).
+    """
+    from pyspark.sql import functions as F
+
+    plans = plan_fields(spec)
+    df = records.select(
+        F.col("key").alias("key_bin"),
+        F.col("value").alias("value_bin"),
+        F.col("partition").alias("_kafka_partition"),
+        F.col("offset").alias("_kafka_offset"),
+        F.col("timestamp").alias("_kafka_ts"),
+    )
+    df = df.select(
+        "*",
+        F.expr("value_bin IS NULL OR is_valid_utf8(value_bin)").alias("value_utf8_ok"),
+        F.expr("CAST(value_bin AS STRING)").alias("value"),
+    )
+    parsed = F.expr(
+        f"CASE WHEN value_utf8_ok THEN from_json(value, '{VALUE_SCHEMA}', "
+        f"map({', '.join(repr(k) + ', ' + repr(v) for k, v in json_options().items())})) END"
+    )
+    df = df.select("*", parsed.alias("j"))
+    df = df.select("*", *[F.expr(envelope_field(c)).alias(c) for c in ENVELOPE_COLUMNS])
+    df = df.select("*", F.expr("CASE WHEN op = 'd' THEN before ELSE after END").alias("image"))
+    df = df.select("*", F.from_json("image", row_schema(plans)).alias("img"))
+    for stage in decode_stages(plans):
+        df = df.select("*", *[F.expr(expr).alias(name) for name, expr in stage])
+    rules = classify(spec, plans)
+    known = ", ".join(repr(p.name) for p in plans)
+    return df.select(
+        "*",
+        F.expr(rules.status).alias("_status"),
+        F.expr(rules.stage).alias("_stage"),
+        F.expr(rules.reason).alias("_reason"),
+        F.expr(
+            f"CASE WHEN image IS NOT NULL THEN "
+            f"array_except(json_object_keys(image), array({known})) END"
+        ).alias("_unknown"),
+    )
+
+
+def ledger_rows(classified: Any, spec: TableSpec) -> Any:
+    """The ledger columns of the records whose status is ``ledger``, in layout order."""
+    from pyspark.sql import functions as F
+
+    plans = {p.sink_name: p for p in plan_fields(spec)}
+    exprs = {name: ledger_value(plan) for name, plan in plans.items()}
+    exprs.update(
+        {
+            "_op": "op",
+            "_source_ts": "timestamp_millis(coalesce(source.ts_ms, ts_ms))",
+            **sequence_columns(spec),
+            "_kafka_partition": "_kafka_partition",
+            "_kafka_offset": "_kafka_offset",
+            "_kafka_ts": "_kafka_ts",
+            "_row_json": "image",
+            "_before_json": "before",
+            "_unavailable": unavailable_list(list(plans.values())),
+            "_processed_at": "current_timestamp()",
+            "dt": "date_format(_kafka_ts, 'yyyy-MM-dd')",
+            "hr": "hour(_kafka_ts)",
+        }
+    )
+    layout = ledger_layout(spec)
+    rows = classified.filter(F.col("_status") == LEDGER)
+    return rows.select(*[F.expr(exprs[c.name]).alias(c.name) for c in layout.columns])
+
+
+def dead_letter_rows(classified: Any, spec: TableSpec) -> Any:
+    from pyspark.sql import functions as F
+
+    return classified.filter(F.col("_status") == DEAD).select(
+        F.lit(spec.source.topic).alias("topic"),
+        F.col("_kafka_partition").alias("partition"),
+        F.col("_kafka_offset").alias("offset"),
+        F.expr("base64(key_bin)").alias("key_b64"),
+        F.col("_kafka_ts").alias("kafka_ts"),
+        F.expr("base64(value_bin)").alias("payload_b64"),
+        F.col("_stage").alias("stage"),
+        F.col("_reason").alias("reason"),
+        F.current_timestamp().alias("failed_at"),
+    )
+
+
+def merge_dead_letters(spark: Any, catalog: str, spec: TableSpec, rows: Any) -> None:
+    """Insert dead letters not already present (same topic, partition, offset): idempotent."""
+    view = f"cdc_dead_letters_{spec.name}"
+    rows.createOrReplaceTempView(view)
+    spark.sql(
+        f"MERGE INTO {dead_letter_identifier(catalog, spec)} t USING {view} s "
+        "ON t.topic = s.topic AND t.`partition` = s.`partition` AND t.`offset` = s.`offset` "
+        "WHEN NOT MATCHED THEN INSERT *"
+    )
+    spark.catalog.dropTempView(view)
+
+
+def _hour_key(dt: str, hr: int) -> str:
+    return f"{dt}-{hr:02d}:00"
+
+
+def _summarise(classified: Any, result: IngestResult) -> None:
+    from pyspark.sql import functions as F
+
+    groups = classified.groupBy("_status", "_reason", "dt_hour").count().collect()
+    statuses: Counter[str] = Counter()
+    hours: set[str] = set()
+    for row in groups:
+        statuses[row["_status"]] += row["count"]
+        if row["_status"] == SKIP:
+            result.skip_reasons[row["_reason"]] = (
+                result.skip_reasons.get(row["_reason"], 0) + row["count"]
+            )
+        elif row["_status"] == DEAD:
+            result.dead_reasons[row["_reason"]] = (
+                result.dead_reasons.get(row["_reason"], 0) + row["count"]
+            )
+        elif row["dt_hour"] is not None:
+            hours.add(row["dt_hour"])
+    result.read = sum(statuses.values())
+    result.ledger, result.dead, result.skipped = statuses[LEDGER], statuses[DEAD], statuses[SKIP]
+    result.hours = sorted(hours)
+    unknown = (
+        classified.filter(F.col("_status") == LEDGER)
+        .select(F.explode("_unknown").alias("f"))
+        .distinct()
+        .limit(200)
+        .collect()
+    )
+    result.unknown_fields = sorted(r["f"] for r in unknown)
+
+
+def _with_hour(classified: Any) -> Any:
+    from pyspark.sql import functions as F
+
+    return classified.withColumn("dt_hour", F.date_format("_kafka_ts", "yyyy-MM-dd-HH:00"))
+
+
+def _counts_json(result: IngestResult) -> str:
+    return json.dumps(
+        {"read": result.read, "ledger": result.ledger, "dead": result.dead, "skip": result.skipped},
+        separators=(",", ":"),
+    )
+
+
+def plan_offsets(
+    partitions: list[PartitionOffsets], committed: dict[int, int], topic: str
+) -> tuple[dict[int, int], dict[int, int]]:
+    """Start (committed, else earliest) and end (latest) offsets per partition."""
+    start, end = {}, {}
+    for p in partitions:
+        begin = committed.get(p.partition, p.earliest)
+        if begin < p.earliest:
+            raise OffsetsExpiredError(
+                f"{topic}[{p.partition}]: offsets {begin}..{p.earliest - 1} expired from Kafka "
+                "before the ledger consumed them; those changes are lost to this pipeline. "
+                "Re-bootstrap the table from a source snapshot."
+            )
+        start[p.partition], end[p.partition] = begin, p.latest
+    return start, end
+
+
+def ingest_incremental(
+    spark: Any, catalog: str, iceberg_catalog: Any, kafka: KafkaResource, spec: TableSpec
+) -> IngestResult:
+    """Consume everything new on the spec's topic into its ledger and dead-letter tables."""
+    from pyspark import StorageLevel
+
+    started = time.monotonic()
+    layout = ledger_layout(spec)
+    table = iceberg_catalog.load_table(f"{layout.namespace}.{layout.name}")
+    committed = committed_offsets(table)
+    start, end = plan_offsets(kafka.topic_offsets(spec.source.topic), committed, spec.source.topic)
+    result = IngestResult(spec.name, "incremental", start, end)
+    if all(start[p] >= end[p] for p in end):
+        result.seconds = time.monotonic() - started
+        return result
+
+    records = read_kafka(spark, kafka, spec.source.topic, start, end)
+    classified = _with_hour(classify_records(records, spec)).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        _summarise(classified, result)
+        if result.dead:
+            merge_dead_letters(spark, catalog, spec, dead_letter_rows(classified, spec))
+        _failpoint("after_dead_letters")
+        rows = ledger_rows(classified, spec)
+        if os.environ.get(FAILPOINT_ENV) == "during_ledger_write":
+            rows = _kill_during_write(rows)
+        (
+            rows.writeTo(ledger_identifier(catalog, spec))
+            .option(f"snapshot-property.{OFFSETS_PROPERTY}", encode_offsets(end))
+            .option(f"snapshot-property.{START_OFFSETS_PROPERTY}", encode_offsets(start))
+            .option(f"snapshot-property.{COUNTS_PROPERTY}", _counts_json(result))
+            .option(f"snapshot-property.{KIND_PROPERTY}", "incremental")
+            .append()
+        )
+        _failpoint("after_ledger_commit")
+    finally:
+        classified.unpersist()
+    table = iceberg_catalog.load_table(f"{layout.namespace}.{layout.name}")
+    snapshot = table.current_snapshot()
+    result.snapshot_id = snapshot.snapshot_id if snapshot else None
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _kill_during_write(rows: Any) -> Any:
+    """Failpoint: kill the driver from inside the write job, after some data files exist."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import LongType
+
+    driver = os.getpid()
+
+    def maybe_die(offset: int) -> int:
+        if offset >= 0:
+            import signal
+
+            os.kill(driver, signal.SIGKILL)
+        return offset
+
+    die = F.udf(maybe_die, LongType())
+    return rows.withColumn("_kafka_offset", die(F.col("_kafka_offset")))
+
+
+def hour_bounds(partition_key: str) -> tuple[datetime, datetime]:
+    """UTC start and end of a Dagster hourly partition key like 2026-01-02-03:00."""
+    start = datetime.strptime(partition_key, "%Y-%m-%d-%H:%M").replace(tzinfo=UTC)
+    return start, start + timedelta(hours=1)

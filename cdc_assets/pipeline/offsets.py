@@ -1,0 +1,47 @@
+"""Consumed Kafka offsets, kept in the ledger's Iceberg snapshot summaries (no side files).
+
+An incremental ingest commits its data together with the end offsets it consumed
+(``cdc.offsets``); the next run starts from the newest such snapshot in the table's current
+lineage. Hour rebuilds and redrives commit without the property, so they never move the offsets.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+OFFSETS_PROPERTY = "cdc.offsets"
+START_OFFSETS_PROPERTY = "cdc.start-offsets"
+COUNTS_PROPERTY = "cdc.counts"
+KIND_PROPERTY = "cdc.kind"
+
+
+def encode_offsets(offsets: Mapping[int, int]) -> str:
+    return json.dumps({str(p): o for p, o in sorted(offsets.items())}, separators=(",", ":"))
+
+
+def decode_offsets(text: str) -> dict[int, int]:
+    return {int(p): int(o) for p, o in json.loads(text).items()}
+
+
+def committed_snapshot(table: Any) -> Any | None:
+    """The newest snapshot of the current lineage that recorded consumed offsets (pyiceberg)."""
+    from pyiceberg.table.snapshots import ancestors_of
+
+    current = table.current_snapshot()
+    if current is None:
+        return None
+    for snapshot in ancestors_of(current, table.metadata):
+        summary = snapshot.summary
+        if summary is not None and summary.additional_properties.get(OFFSETS_PROPERTY):
+            return snapshot
+    return None
+
+
+def committed_offsets(table: Any) -> dict[int, int]:
+    """Next offset to read per Kafka partition, as committed with the ledger data ({} if none)."""
+    snapshot = committed_snapshot(table)
+    if snapshot is None:
+        return {}
+    return decode_offsets(snapshot.summary.additional_properties[OFFSETS_PROPERTY])

@@ -1,0 +1,397 @@
+"""Spark SQL that turns a Debezium JSON record into a ledger row, a dead letter or a skip (pure).
+
+The ingest parses the record value once into an envelope whose ``before``/``after`` images are
+kept as raw JSON text, then parses the image into one raw text field per column. Everything
+below renders expressions over those raw texts; `cdc_assets.pipeline.ingest` applies them. Each
+record gets a ``_status`` (``ledger``/``dead``/``skip``), a ``_stage`` and a ``_reason``.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+
+from cdc_assets.schema.wire import TOAST_PLACEHOLDER, FieldPlan, Wire
+from cdc_assets.spec.models import TableSpec
+from cdc_assets.sql.ddl import literal, quote, spark_type
+
+SOURCE_STRUCT = (
+    "struct<ts_ms:bigint,snapshot:string,db:string,schema:string,table:string,file:string,"
+    "pos:bigint,row:bigint,gtid:string,lsn:bigint,txId:bigint>"
+)
+_ENVELOPE_FIELDS = (
+    f"before:string,after:string,op:string,ts_ms:bigint,source:{SOURCE_STRUCT},"
+    "ddl:string,tableChanges:string,status:string,id:string,databaseName:string"
+)
+CORRUPT = "_corrupt"
+# Top level of a record value: the envelope itself (no embedded schema) or under "payload". The
+# embedded "schema" object is not listed, so Spark skips it instead of materializing it.
+VALUE_SCHEMA = f"struct<payload:struct<{_ENVELOPE_FIELDS}>,{_ENVELOPE_FIELDS},{CORRUPT}:string>"
+ENVELOPE_COLUMNS = (
+    "before",
+    "after",
+    "op",
+    "ts_ms",
+    "source",
+    "ddl",
+    "tableChanges",
+    "status",
+    "id",
+    "databaseName",
+)
+TWO_POW_64 = 18446744073709551616
+
+SKIP, DEAD, LEDGER = "skip", "dead", "ledger"
+
+
+def json_options() -> dict[str, str]:
+    return {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
+
+
+def row_schema(plans: list[FieldPlan]) -> str:
+    """Every image field as raw JSON text: decoding happens per wire encoding afterwards."""
+    return "struct<" + ",".join(f"{quote(p.name)}:string" for p in plans) + ">"
+
+
+def envelope_field(name: str) -> str:
+    """An envelope field, from ``payload`` when the record embeds a schema."""
+    return f"CASE WHEN j.payload IS NOT NULL THEN j.payload.{name} ELSE j.{name} END"
+
+
+def raw(plan: FieldPlan) -> str:
+    """The raw text of a column in the image being applied (after; before for deletes)."""
+    return f"img.{quote(plan.name)}"
+
+
+def ref(plan: FieldPlan, part: str) -> str:
+    """An intermediate column of one field: ``h`` hex bytes, ``u`` unscaled decimal, ``s`` scale,
+    ``n`` natural value, ``v`` sink value. Computing them in stages keeps each expression small
+    enough for Spark's code generation."""
+    return f"__{part}_{plan.sink_name}"
+
+
+_DECIMAL_WIRES = (Wire.DECIMAL_BYTES, Wire.DECIMAL_VARIABLE)
+
+
+def decode_stages(plans: list[FieldPlan]) -> list[list[tuple[str, str]]]:
+    """Ordered projections (name, expression) computing every field's natural and sink value."""
+    hexes, unscaled, naturals, sinks = [], [], [], []
+    for p in plans:
+        if p.wire is Wire.DECIMAL_BYTES:
+            hexes.append((ref(p, "h"), f"hex(try_to_binary({raw(p)}, 'base64'))"))
+        if p.wire is Wire.DECIMAL_VARIABLE:
+            value = f"get_json_object({raw(p)}, '$.value')"
+            hexes.append((ref(p, "h"), f"hex(try_to_binary({value}, 'base64'))"))
+            hexes.append((ref(p, "s"), f"try_cast(get_json_object({raw(p)}, '$.scale') AS INT)"))
+        if p.wire in _DECIMAL_WIRES:
+            unscaled.append((ref(p, "u"), unscaled_from_hex(ref(p, "h"))))
+        naturals.append((ref(p, "n"), decode_natural(p)))
+        sinks.append((ref(p, "v"), to_sink(p)))
+    return [stage for stage in (hexes, unscaled, naturals, sinks) if stage]
+
+
+def _placeholders(plan: FieldPlan) -> list[str]:
+    data = TOAST_PLACEHOLDER.encode()
+    if plan.wire is Wire.BYTES_BASE64:
+        return [base64.b64encode(data).decode()]
+    if plan.wire is Wire.BYTES_BASE64_URL:
+        return [base64.urlsafe_b64encode(data).decode()]
+    if plan.wire is Wire.BYTES_HEX:
+        return [data.hex()]
+    return [TOAST_PLACEHOLDER]
+
+
+def is_unavailable(plan: FieldPlan) -> str:
+    """True when the source did not send the value (PostgreSQL unchanged TOAST column)."""
+    values = ", ".join(literal(v) for v in _placeholders(plan))
+    return f"({raw(plan)} IN ({values}))"
+
+
+def _int(r: str) -> str:
+    return f"try_cast({r} AS INT)"
+
+
+def _long(r: str) -> str:
+    return f"try_cast({r} AS BIGINT)"
+
+
+def unscaled_from_hex(h: str) -> str:
+    """The unscaled integer of a Kafka Connect decimal (big-endian two's complement bytes, given
+    as hex) as DECIMAL(38,0); NULL when absent, empty or beyond 38 digits.
+
+    The bytes are sign-extended to 16, split into 16+56+56-bit chunks that fit a BIGINT, and
+    negative values are turned into their magnitude chunk by chunk (NOT, then +1), so no
+    intermediate result leaves DECIMAL(38,0).
+    """
+    neg = f"(conv(substr({h}, 1, 1), 16, 10) >= 8)"
+    padded = f"lpad({h}, 32, CASE WHEN {neg} THEN 'F' ELSE '0' END)"
+
+    def chunk(start: int, digits: int) -> str:
+        value = f"CAST(conv(substr({padded}, {start}, {digits}), 16, 10) AS BIGINT)"
+        mask = (1 << (4 * digits)) - 1
+        return f"CASE WHEN {neg} THEN {mask} - {value} ELSE {value} END"
+
+    magnitude = (
+        f"try_add(try_add(try_multiply(CAST({chunk(1, 4)} AS DECIMAL(38,0)), "
+        f"CAST({1 << 112} AS DECIMAL(38,0))), "
+        f"try_multiply(CAST({chunk(5, 14)} AS DECIMAL(38,0)), CAST({1 << 56} AS DECIMAL(38,0)))), "
+        f"CAST({chunk(19, 14)} AS DECIMAL(38,0)) + CASE WHEN {neg} THEN 1 ELSE 0 END)"
+    )
+    too_long = f"(length({h}) > 32 OR {h} = '' OR {h} IS NULL)"
+    return f"CASE WHEN {too_long} THEN NULL WHEN {neg} THEN -({magnitude}) ELSE {magnitude} END"
+
+
+def _scaled_text(unscaled: str, scale: str) -> str:
+    """Render an unscaled DECIMAL(38,0) with ``scale`` fraction digits as plain text."""
+    digits = f"lpad(CAST(abs({unscaled}) AS STRING), {scale} + 1, '0')"
+    sign = f"CASE WHEN {unscaled} < 0 THEN '-' ELSE '' END"
+    int_part = f"substr({digits}, 1, length({digits}) - {scale})"
+    frac = f"substr({digits}, length({digits}) - {scale} + 1)"
+    return (
+        f"CASE WHEN {unscaled} IS NULL THEN NULL WHEN {scale} = 0 THEN concat({sign}, {digits}) "
+        f"ELSE concat({sign}, {int_part}, '.', {frac}) END"
+    )
+
+
+def _time_text(micros: str) -> str:
+    return (
+        f"format_string('%02d:%02d:%02d.%06d', {micros} div 3600000000, "
+        f"({micros} div 60000000) % 60, ({micros} div 1000000) % 60, {micros} % 1000000)"
+    )
+
+
+def _iso(plan: FieldPlan, r: str) -> str:
+    natural = plan.natural.name
+    if natural == "date":
+        return f"try_cast({r} AS DATE)"
+    if natural == "timestamp":
+        return f"try_cast({r} AS TIMESTAMP_NTZ)"
+    if natural == "timestamptz":
+        return f"try_cast({r} AS TIMESTAMP)"
+    return r
+
+
+def decode_natural(plan: FieldPlan) -> str:
+    """The column decoded from its wire encoding to its natural type (NULL if undecodable)."""
+    r = raw(plan)
+    w = plan.wire
+    natural = spark_type(plan.natural)
+    simple = {
+        Wire.INT: _int(r),
+        Wire.LONG: _long(r),
+        Wire.FLOAT: f"try_cast({r} AS FLOAT)",
+        Wire.DOUBLE: f"try_cast({r} AS DOUBLE)",
+        Wire.BOOLEAN: f"CASE {r} WHEN 'true' THEN true WHEN 'false' THEN false END",
+        Wire.BOOLEAN_INT: f"({_int(r)} <> 0)",
+        Wire.STRING: r,
+        Wire.DECIMAL_NUMBER: f"try_cast({r} AS DOUBLE)",
+        Wire.DATE_DAYS: f"date_from_unix_date({_int(r)})",
+        Wire.TIMESTAMP_MILLIS: f"CAST(timestamp_millis({_long(r)}) AS {natural})",
+        Wire.TIMESTAMP_MICROS: f"CAST(timestamp_micros({_long(r)}) AS {natural})",
+        Wire.TIMESTAMP_NANOS: f"CAST(timestamp_micros({_long(r)} div 1000) AS {natural})",
+        Wire.ZONED_TIMESTAMP: f"try_cast({r} AS TIMESTAMP)",
+        Wire.TIME_MILLIS: _time_text(f"({_long(r)} * 1000)"),
+        Wire.TIME_MICROS: _time_text(_long(r)),
+        Wire.TIME_NANOS: _time_text(f"({_long(r)} div 1000)"),
+        Wire.BYTES_BASE64: f"try_to_binary({r}, 'base64')",
+        Wire.BYTES_HEX: f"try_to_binary({r}, 'hex')",
+        Wire.BYTES_BASE64_URL: (
+            f"try_to_binary(concat(translate({r}, '-_', '+/'), "
+            f"repeat('=', (4 - length({r}) % 4) % 4)), 'base64')"
+        ),
+    }
+    if w in simple:
+        return simple[w]
+    if w is Wire.UNSIGNED_LONG:
+        # bigint.unsigned.handling.mode=long wraps values >= 2^63 into negative longs.
+        v = f"CAST({_long(r)} AS DECIMAL(20,0))"
+        return f"CASE WHEN {_long(r)} < 0 THEN {v} + {TWO_POW_64} ELSE {v} END"
+    if w is Wire.DECIMAL_BYTES:
+        return f"try_cast({_scaled_text(ref(plan, 'u'), str(plan.scale))} AS {natural})"
+    if w is Wire.DECIMAL_VARIABLE:
+        return _scaled_text(ref(plan, "u"), ref(plan, "s"))
+    if w is Wire.DECIMAL_STRING:
+        return r if plan.natural.name == "string" else f"try_cast({r} AS {natural})"
+    if w is Wire.ISO_STRING:
+        return _iso(plan, r)
+    raise ValueError(f"no decoder for wire encoding {w}")
+
+
+def _decodable(plan: FieldPlan) -> str:
+    """True when the raw text is readable in its wire encoding, before any range/fit check."""
+    if plan.wire in _DECIMAL_WIRES:
+        return f"({ref(plan, 'u')} IS NOT NULL)"
+    if plan.wire is Wire.DECIMAL_STRING:
+        return f"(try_cast({raw(plan)} AS DOUBLE) IS NOT NULL)"
+    return f"({ref(plan, 'n')} IS NOT NULL)"
+
+
+def _fits(plan: FieldPlan) -> str | None:
+    """A condition that the decoded value fits the declared source type, if one applies."""
+    source = plan.source
+    if source.kind in ("CHAR", "NCHAR", "VARCHAR", "NVARCHAR") and source.length:
+        return f"(char_length({raw(plan)}) <= {source.length})"
+    if plan.wire in (Wire.DECIMAL_BYTES, Wire.DECIMAL_STRING) and plan.natural.name == "decimal":
+        return f"({ref(plan, 'n')} IS NOT NULL)"
+    return None
+
+
+def to_sink(plan: FieldPlan) -> str:
+    """The column's ledger value: transform, else override cast, else the natural value."""
+    r = raw(plan)
+    if plan.transform == "epoch_seconds_to_timestamp":
+        return f"timestamp_seconds({_long(r)})"
+    if plan.transform == "epoch_millis_to_timestamp":
+        return f"timestamp_millis({_long(r)})"
+    if plan.transform == "epoch_micros_to_timestamp":
+        return f"timestamp_micros({_long(r)})"
+    if plan.transform == "epoch_days_to_date":
+        return f"date_from_unix_date({_int(r)})"
+    natural = ref(plan, "n")
+    if plan.sink == plan.natural:
+        return natural
+    return f"CAST({natural} AS {spark_type(plan.sink)})"
+
+
+def ledger_value(plan: FieldPlan) -> str:
+    return f"CASE WHEN {is_unavailable(plan)} THEN NULL ELSE {ref(plan, 'v')} END"
+
+
+@dataclass(frozen=True)
+class Classification:
+    """SQL for a record's status, stage and reason, evaluated over the parsed columns."""
+
+    status: str
+    stage: str
+    reason: str
+
+
+def _value_reasons(plans: list[FieldPlan]) -> list[tuple[str, str]]:
+    """(condition, reason) pairs for the convert stage, in the order they are reported."""
+    out: list[tuple[str, str]] = []
+    image_ops = "op IN ('c', 'u', 'r', 'd')"
+    for p in plans:
+        if p.key:
+            out.append(
+                (
+                    f"{image_ops} AND {raw(p)} IS NULL",
+                    literal(f"primary key column {p.name!r} is null"),
+                )
+            )
+    for p in plans:
+        r = raw(p)
+        present = f"{r} IS NOT NULL AND NOT {is_unavailable(p)}"
+        if not p.nullable and not p.key:
+            out.append(
+                (
+                    f"op IN ('c', 'u', 'r') AND {r} IS NULL",
+                    literal(f"column {p.name!r} is null but declared not nullable"),
+                )
+            )
+        decodable = f"({ref(p, 'v')} IS NOT NULL)" if p.transform else _decodable(p)
+        out.append(
+            (
+                f"{image_ops} AND {present} AND NOT {decodable}",
+                literal(f"column {p.name!r}: cannot decode as {p.wire.value}"),
+            )
+        )
+        fits = _fits(p)
+        if fits is not None:
+            out.append(
+                (
+                    f"{image_ops} AND {present} AND NOT coalesce({fits}, false)",
+                    literal(f"column {p.name!r}: value does not fit {p.source.text}"),
+                )
+            )
+    return out
+
+
+def classify(spec: TableSpec, plans: list[FieldPlan]) -> Classification:
+    """CASE expressions over the columns ``value_utf8_ok``, ``value`` (string), ``j`` (parsed
+    value), the envelope columns and ``img`` (parsed image)."""
+    table = spec.source.table
+    rules: list[tuple[str, str, str, str]] = [
+        ("value IS NULL", SKIP, "", literal("tombstone")),
+        ("NOT value_utf8_ok", DEAD, "decode", literal("value is not valid UTF-8")),
+        (
+            f"j IS NULL OR j.{CORRUPT} IS NOT NULL",
+            DEAD,
+            "decode",
+            literal("value is not a JSON object"),
+        ),
+        ("ddl IS NOT NULL OR tableChanges IS NOT NULL", SKIP, "", literal("schema change event")),
+        ("status IN ('BEGIN', 'END')", SKIP, "", literal("transaction metadata")),
+        (
+            "op IS NULL AND ts_ms IS NOT NULL AND before IS NULL AND after IS NULL "
+            "AND source IS NULL",
+            SKIP,
+            "",
+            literal("heartbeat"),
+        ),
+        (
+            "op IS NULL",
+            DEAD,
+            "envelope",
+            literal("not a Debezium change event: no op field"),
+        ),
+        ("op = 'm'", SKIP, "", literal("logical decoding message")),
+        (
+            "op NOT IN ('c', 'u', 'd', 'r', 't')",
+            DEAD,
+            "envelope",
+            "concat('unknown op code ', '''', op, '''')",
+        ),
+        (
+            f"source.table IS NOT NULL AND source.table <> {literal(table)}",
+            DEAD,
+            "envelope",
+            f"concat('event for table ''', source.table, ''', expected ''', "
+            f"{literal(table.replace(chr(39), chr(39) * 2))}, '''')",
+        ),
+        (
+            "op IN ('c', 'u', 'r') AND after IS NULL",
+            DEAD,
+            "envelope",
+            "concat('op ''', op, ''' event has no after image')",
+        ),
+        (
+            "op = 'd' AND before IS NULL",
+            DEAD,
+            "envelope",
+            literal("op 'd' event has no before image"),
+        ),
+    ]
+    rules += [(cond, DEAD, "convert", reason) for cond, reason in _value_reasons(plans)]
+    return Classification(
+        status=_case([(r[0], literal(r[1])) for r in rules], literal(LEDGER)),
+        stage=_case([(r[0], literal(r[2]) if r[2] else "NULL") for r in rules], "NULL"),
+        reason=_case([(r[0], r[3]) for r in rules], "NULL"),
+    )
+
+
+def _case(pairs: list[tuple[str, str]], default: str) -> str:
+    return "CASE " + " ".join(f"WHEN {c} THEN {v}" for c, v in pairs) + f" ELSE {default} END"
+
+
+def sequence_columns(spec: TableSpec) -> dict[str, str]:
+    """The numeric source position: binlog (file number, position, row) or (LSN, 0, 0)."""
+    if spec.source.connector == "postgresql":
+        return {
+            "_seq_major": "source.lsn",
+            "_seq_minor": "CASE WHEN source.lsn IS NOT NULL THEN CAST(0 AS BIGINT) END",
+            "_seq_row": "CASE WHEN source.lsn IS NOT NULL THEN CAST(0 AS BIGINT) END",
+        }
+    file_number = r"try_cast(regexp_extract(source.file, '\\.([0-9]+)$', 1) AS BIGINT)"
+    return {
+        "_seq_major": f"CASE WHEN source.file IS NOT NULL THEN {file_number} END",
+        "_seq_minor": "CASE WHEN source.file IS NOT NULL THEN source.pos END",
+        "_seq_row": "CASE WHEN source.file IS NOT NULL THEN source.row END",
+    }
+
+
+def unavailable_list(plans: list[FieldPlan]) -> str:
+    """Comma-separated sink names of columns the source did not send, or NULL."""
+    parts = ", ".join(
+        f"CASE WHEN {is_unavailable(p)} THEN {literal(p.sink_name)} END" for p in plans
+    )
+    return f"nullif(concat_ws(',', {parts}), '')"
