@@ -8,8 +8,11 @@ from typing import Any
 import dagster as dg
 
 from cdc_assets.assets.factory import build_table_assets
+from cdc_assets.checks.accounting import build_accounting_check
+from cdc_assets.jobs.ingest import build_ingest_job, hourly_partitions
 from cdc_assets.jobs.onboard import build_onboard_job
 from cdc_assets.resources import build_resources
+from cdc_assets.sensors.new_offsets import build_new_offsets_sensor
 from cdc_assets.settings import Settings, load_settings
 from cdc_assets.spec import TableSpec, load_specs
 
@@ -22,10 +25,14 @@ def build_defs(
     """Definitions for ``specs`` (default: the spec directory of ``settings``)."""
     settings = settings or load_settings()
     specs = load_specs(settings.specs_dir) if specs is None else specs
-    assets = [a for spec in specs for a in build_table_assets(spec, settings.catalog_name)]
+    hourly = hourly_partitions(settings.partitions_start)
+    assets = [a for spec in specs for a in build_table_assets(spec, settings.catalog_name, hourly)]
+    ingest_job = build_ingest_job(hourly)
     return dg.Definitions(
         assets=assets,
-        jobs=[build_onboard_job(specs)],
+        asset_checks=[build_accounting_check(spec) for spec in specs],
+        jobs=[build_onboard_job(specs), ingest_job],
+        sensors=[build_new_offsets_sensor(specs, ingest_job)],
         resources={**build_resources(settings), **(resource_overrides or {})},
     )
 

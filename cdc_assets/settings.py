@@ -18,6 +18,7 @@ ENV_CATALOG_URI = "CDC_ASSETS_CATALOG_URI"
 ENV_WAREHOUSE = "CDC_ASSETS_WAREHOUSE"
 ENV_KAFKA_BOOTSTRAP = "CDC_ASSETS_KAFKA_BOOTSTRAP"
 ENV_KAFKA_PORT = "CDC_ASSETS_KAFKA_PORT"
+ENV_PARTITIONS_START = "CDC_ASSETS_PARTITIONS_START"
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,7 @@ class Settings:
     warehouse: str | None
     kafka_bootstrap: str | None
     kafka_port: int
+    partitions_start: str = "2026-01-01-00:00"
 
     @property
     def jars_dir(self) -> Path:
@@ -66,4 +68,5 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         warehouse=env.get(ENV_WAREHOUSE) or None,
         kafka_bootstrap=env.get(ENV_KAFKA_BOOTSTRAP) or None,
         kafka_port=int(env.get(ENV_KAFKA_PORT, "0")),
+        partitions_start=env.get(ENV_PARTITIONS_START, "2026-01-01-00:00"),
     )

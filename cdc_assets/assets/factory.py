@@ -9,8 +9,9 @@ from typing import Any
 
 import dagster as dg
 
+from cdc_assets.assets.ledger import build_ledger_asset
+from cdc_assets.assets.raw import build_raw_asset
 from cdc_assets.errors import NotImplementedYetError
-from cdc_assets.resources.kafka import KafkaResource
 from cdc_assets.schema.layers import TableLayout, all_layouts
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.sql.ddl import spark_type
@@ -95,8 +96,10 @@ def _not_yet(layer: str, what: str) -> Callable[..., Any]:
     return body
 
 
-def build_table_assets(spec: TableSpec, catalog: str) -> list[dg.AssetsDefinition]:
-    """The four assets of one table spec."""
+def build_table_assets(
+    spec: TableSpec, catalog: str, hourly: dg.PartitionsDefinition
+) -> list[dg.AssetsDefinition]:
+    """The four assets of one table spec; ``hourly`` is shared by every ledger."""
     layouts = all_layouts(spec)
     descriptions = _descriptions(spec, layouts)
     tags = {**spec.tags, "cdc/connector": spec.source.connector}
@@ -126,21 +129,11 @@ def build_table_assets(spec: TableSpec, catalog: str) -> list[dg.AssetsDefinitio
             **common,
         }
 
-    topic = spec.source.topic
-
-    @dg.asset(**spec_args("raw", None))  # type: ignore[untyped-decorator]
-    def raw(kafka: KafkaResource) -> dg.MaterializeResult:  # type: ignore[type-arg]
-        offsets = kafka.topic_offsets(topic)
-        return dg.MaterializeResult(
-            metadata={
-                "partitions": len(offsets),
-                "retained_messages": sum(p.retained for p in offsets),
-                "latest_offsets": {str(p.partition): p.latest for p in offsets},
-                "earliest_offsets": {str(p.partition): p.earliest for p in offsets},
-            }
-        )
-
-    cdc = dg.asset(**spec_args("cdc", "raw"))(_not_yet("cdc", "Kafka -> ledger ingest"))
+    raw = build_raw_asset(spec, spec_args("raw", None))
+    cdc = build_ledger_asset(
+        spec,
+        {**spec_args("cdc", "raw"), "partitions_def": hourly, "pool": f"cdc_ingest/{spec.name}"},
+    )
     bucketed = dg.asset(**spec_args("bucketed", "cdc"))(
         _not_yet("bucketed", "ledger -> bucketed dedupe")
     )

@@ -349,3 +349,95 @@ def hour_bounds(partition_key: str) -> tuple[datetime, datetime]:
     """UTC start and end of a Dagster hourly partition key like 2026-01-02-03:00."""
     start = datetime.strptime(partition_key, "%Y-%m-%d-%H:%M").replace(tzinfo=UTC)
     return start, start + timedelta(hours=1)
+
+
+def _ranges_in_hour(
+    spark: Any, catalog: str, spec: TableSpec, h0: datetime
+) -> dict[int, tuple[int, int]]:
+    """Per Kafka partition, the lowest and highest offset the ledger and dead letters hold for
+    the hour: rebuilding from Kafka must at least cover what the hour already contains."""
+    dt, hr = h0.strftime("%Y-%m-%d"), h0.hour
+    h1 = h0 + timedelta(hours=1)
+    ledger = spark.sql(
+        f"SELECT _kafka_partition AS p, min(_kafka_offset) AS lo, max(_kafka_offset) AS hi "
+        f"FROM {ledger_identifier(catalog, spec)} WHERE dt = '{dt}' AND hr = {hr} GROUP BY 1"
+    ).collect()
+    dead = spark.sql(
+        f"SELECT `partition` AS p, min(`offset`) AS lo, max(`offset`) AS hi "
+        f"FROM {dead_letter_identifier(catalog, spec)} "
+        f"WHERE kafka_ts >= TIMESTAMP'{h0:%Y-%m-%d %H:%M:%S}+00:00' "
+        f"AND kafka_ts < TIMESTAMP'{h1:%Y-%m-%d %H:%M:%S}+00:00' GROUP BY 1"
+    ).collect()
+    out: dict[int, tuple[int, int]] = {}
+    for row in [*ledger, *dead]:
+        lo, hi = out.get(row["p"], (row["lo"], row["hi"]))
+        out[row["p"]] = (min(lo, row["lo"]), max(hi, row["hi"]))
+    return out
+
+
+def rebuild_hour(
+    spark: Any,
+    catalog: str,
+    iceberg_catalog: Any,
+    kafka: KafkaResource,
+    spec: TableSpec,
+    partition_key: str,
+) -> IngestResult:
+    """Re-ingest one ledger hour from Kafka and replace it atomically (idempotent backfill).
+
+    Only records the incremental ingest has already consumed are read, so a rebuild never races
+    ahead of the committed offsets. If Kafka no longer holds every record of the hour, nothing is
+    replaced: the ledger is then the only copy.
+    """
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    started = time.monotonic()
+    h0, h1 = hour_bounds(partition_key)
+    layout = ledger_layout(spec)
+    committed = committed_offsets(iceberg_catalog.load_table(f"{layout.namespace}.{layout.name}"))
+    topic = spec.source.topic
+    partitions = {p.partition: p for p in kafka.topic_offsets(topic)}
+    held = _ranges_in_hour(spark, catalog, spec, h0)
+    first = kafka.offsets_for_time(topic, list(partitions), int(h0.timestamp() * 1000))
+    last = kafka.offsets_for_time(topic, list(partitions), int(h1.timestamp() * 1000))
+    start, end = {}, {}
+    for p, info in partitions.items():
+        lo, hi = held.get(p, (first[p], last[p] - 1))
+        start[p] = min(lo, first[p])
+        end[p] = min(max(hi + 1, last[p]), committed.get(p, info.earliest))
+        if p in held and held[p][0] < info.earliest:
+            raise OffsetsExpiredError(
+                f"{topic}[{p}]: hour {partition_key} holds offsets from {held[p][0]} but Kafka "
+                f"starts at {info.earliest}; refusing to rebuild it from Kafka"
+            )
+        start[p] = max(start[p], info.earliest)
+        end[p] = max(end[p], start[p])
+    result = IngestResult(spec.name, "rebuild", start, end, hours=[partition_key])
+    records = read_kafka(spark, kafka, topic, start, end)
+    in_hour = (F.col("_kafka_ts") >= F.lit(h0)) & (F.col("_kafka_ts") < F.lit(h1))
+    classified = (
+        _with_hour(classify_records(records, spec))
+        .filter(in_hour)
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    )
+    try:
+        _summarise(classified, result)
+        result.hours = [partition_key]
+        if result.dead:
+            merge_dead_letters(spark, catalog, spec, dead_letter_rows(classified, spec))
+        condition = F.expr(f"dt = '{h0:%Y-%m-%d}' AND hr = {h0.hour}")
+        (
+            ledger_rows(classified, spec)
+            .writeTo(ledger_identifier(catalog, spec))
+            .option(f"snapshot-property.{KIND_PROPERTY}", "rebuild")
+            .option(f"snapshot-property.{COUNTS_PROPERTY}", _counts_json(result))
+            .option("snapshot-property.cdc.hour", partition_key)
+            .overwrite(condition)
+        )
+    finally:
+        classified.unpersist()
+    snapshot = iceberg_catalog.load_table(f"{layout.namespace}.{layout.name}").current_snapshot()
+    result.snapshot_id = snapshot.snapshot_id if snapshot else None
+    result.seconds = time.monotonic() - started
+    return result

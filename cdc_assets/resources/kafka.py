@@ -53,6 +53,74 @@ class KafkaResource(ConfigurableResource):  # type: ignore[type-arg]
 
         return AdminClient(self.client_conf())
 
+    def latest_offsets(self, topics: list[str]) -> dict[str, dict[int, int]]:
+        """End offsets of many topics in one batched request (sensors poll thousands)."""
+        from confluent_kafka import TopicPartition
+        from confluent_kafka.admin._listoffsets import OffsetSpec
+
+        admin = self.admin()
+        meta = admin.list_topics(timeout=self.timeout_s)
+        wanted = {
+            TopicPartition(t, p): OffsetSpec.latest()  # type: ignore[no-untyped-call]
+            for t in topics
+            if t in meta.topics and meta.topics[t].error is None
+            for p in meta.topics[t].partitions
+        }
+        out: dict[str, dict[int, int]] = {t: {} for t in topics if t in meta.topics}
+        if not wanted:
+            return out
+        for tp, future in admin.list_offsets(wanted, request_timeout=self.timeout_s).items():
+            out[tp.topic][tp.partition] = future.result().offset
+        return out
+
+    def retention_ms(self, topic: str) -> int | None:
+        """The topic's retention.ms (None for infinite retention)."""
+        from confluent_kafka.admin._config import ConfigResource
+
+        resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+        future = self.admin().describe_configs([resource], request_timeout=self.timeout_s)
+        configs = future[resource].result()
+        value = int(configs["retention.ms"].value)
+        return None if value < 0 else value
+
+    def record_timestamps(self, topic: str, offsets: dict[int, int]) -> dict[int, int]:
+        """Timestamp (ms) of the record at each partition's offset, where one exists."""
+        from confluent_kafka import Consumer, TopicPartition
+
+        consumer = Consumer(
+            {**self.client_conf(), "group.id": "cdc-assets-probe", "enable.auto.commit": False}
+        )
+        out: dict[int, int] = {}
+        try:
+            for partition, offset in offsets.items():
+                consumer.assign([TopicPartition(topic, partition, offset)])
+                msg = consumer.poll(self.timeout_s)
+                if msg is not None and msg.error() is None:
+                    out[partition] = msg.timestamp()[1]
+        finally:
+            consumer.close()
+        return out
+
+    def offsets_for_time(self, topic: str, partitions: list[int], ts_ms: int) -> dict[int, int]:
+        """Per partition, the first offset whose timestamp is >= ts_ms (the end if none is)."""
+        from confluent_kafka import Consumer, TopicPartition
+
+        consumer = Consumer({**self.client_conf(), "group.id": "cdc-assets-probe"})
+        try:
+            found = consumer.offsets_for_times(
+                [TopicPartition(topic, p, ts_ms) for p in partitions], timeout=self.timeout_s
+            )
+            out = {}
+            for tp in found:
+                if tp.offset < 0:
+                    _, high = consumer.get_watermark_offsets(tp, timeout=self.timeout_s)
+                    out[tp.partition] = high
+                else:
+                    out[tp.partition] = tp.offset
+            return out
+        finally:
+            consumer.close()
+
     def topic_offsets(self, topic: str) -> list[PartitionOffsets]:
         """Earliest and latest offsets of every partition; StackError if the topic is missing."""
         from confluent_kafka import Consumer, TopicPartition

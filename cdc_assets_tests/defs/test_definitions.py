@@ -61,14 +61,29 @@ def test_groups_kinds_owners_tags_and_metadata(defs: dg.Definitions) -> None:
 
 def test_jobs_do_not_grow_with_tables(defs: dg.Definitions) -> None:
     repo = defs.get_repository_def()
-    assert sorted(j for j in repo.job_names if not j.startswith("__")) == ["onboard_tables"]
-    assert repo.sensor_defs == []
+    assert sorted(j for j in repo.job_names if not j.startswith("__")) == [
+        "ingest_ledgers",
+        "onboard_tables",
+    ]
+    assert [s.name for s in repo.sensor_defs] == ["new_kafka_offsets"]
+
+
+def test_ledgers_share_hourly_partitions_and_have_accounting_checks(defs: dg.Definitions) -> None:
+    graph = defs.resolve_asset_graph()
+    partitions = {graph.get(dg.AssetKey(["cdc", t])).partitions_def for t in TABLES}
+    assert len(partitions) == 1
+    hourly = partitions.pop()
+    assert isinstance(hourly, dg.HourlyPartitionsDefinition)
+    assert hourly.get_partition_keys()[0] == "2026-01-01-00:00"
+    assert graph.get(dg.AssetKey(["base", "users"])).partitions_def is None
+    checks = {k.to_user_string() for k in graph.asset_check_keys}
+    assert checks == {f"cdc/{t}:offsets_accounted" for t in TABLES}
 
 
 def test_unimplemented_layers_fail_clearly(defs: dg.Definitions) -> None:
     result = dg.materialize(
         [a for a in defs.assets or [] if isinstance(a, dg.AssetsDefinition)],
-        selection=[dg.AssetKey(["cdc", "users"])],
+        selection=[dg.AssetKey(["bucketed", "users"])],
         resources=defs.resources,
         raise_on_error=False,
     )
@@ -76,7 +91,7 @@ def test_unimplemented_layers_fail_clearly(defs: dg.Definitions) -> None:
     failure = result.get_step_failure_events()[0].event_specific_data.error  # type: ignore[union-attr]
     cause = failure.cause
     assert cause.cls_name == NotImplementedYetError.__name__
-    assert "cdc/users: Kafka -> ledger ingest is not implemented yet" in cause.message
+    assert "bucketed/users: ledger -> bucketed dedupe is not implemented yet" in cause.message
 
 
 def test_onboard_job_rejects_unknown_tables(defs: dg.Definitions) -> None:

@@ -1,0 +1,26 @@
+"""The shared `ingest_ledgers` job: every table's cdc asset, one hourly partition per run.
+
+Sensors and backfills select the tables of a run by asset selection, so the job count stays one
+however many tables there are.
+"""
+
+import dagster as dg
+from dagster._core.definitions.unresolved_asset_job_definition import (
+    UnresolvedAssetJobDefinition,
+)
+
+INGEST_JOB = "ingest_ledgers"
+
+
+def hourly_partitions(start: str) -> dg.HourlyPartitionsDefinition:
+    """Ledger hours in UTC; end_offset=1 makes the current, still open hour a partition too."""
+    return dg.HourlyPartitionsDefinition(start_date=start, timezone="UTC", end_offset=1)
+
+
+def build_ingest_job(hourly: dg.PartitionsDefinition) -> UnresolvedAssetJobDefinition:
+    return dg.define_asset_job(
+        INGEST_JOB,
+        selection=dg.AssetSelection.key_prefixes(["cdc"]),
+        partitions_def=hourly,
+        description="Kafka -> CDC ledger of the selected tables (incremental, or an hour rebuild).",
+    )

@@ -1,0 +1,54 @@
+"""One sensor for all tables: request an ingest run for each table whose topic has new offsets."""
+
+import json
+from datetime import UTC, datetime
+
+import dagster as dg
+from dagster._core.definitions.unresolved_asset_job_definition import (
+    UnresolvedAssetJobDefinition,
+)
+
+from cdc_assets.resources.kafka import KafkaResource
+from cdc_assets.spec.models import TableSpec
+
+
+def current_hour_key(now: datetime) -> str:
+    return now.astimezone(UTC).strftime("%Y-%m-%d-%H:00")
+
+
+def build_new_offsets_sensor(
+    specs: list[TableSpec], job: UnresolvedAssetJobDefinition
+) -> dg.SensorDefinition:
+    by_topic = {s.source.topic: s for s in specs}
+
+    @dg.sensor(
+        name="new_kafka_offsets",
+        job=job,
+        minimum_interval_seconds=30,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description="Starts an incremental ledger ingest for each table whose topic grew.",
+    )
+    def new_kafka_offsets(
+        context: dg.SensorEvaluationContext, kafka: KafkaResource
+    ) -> dg.SensorResult:
+        seen: dict[str, dict[str, int]] = json.loads(context.cursor or "{}")
+        latest = kafka.latest_offsets(list(by_topic))
+        hour = current_hour_key(datetime.now(UTC))
+        requests = []
+        for topic, offsets in latest.items():
+            current = {str(p): o for p, o in sorted(offsets.items())}
+            if current == seen.get(topic) or not any(current.values()):
+                continue
+            spec = by_topic[topic]
+            requests.append(
+                dg.RunRequest(
+                    run_key=f"{spec.name}:{json.dumps(current, sort_keys=True)}",
+                    partition_key=hour,
+                    asset_selection=[dg.AssetKey(["cdc", spec.name])],
+                    tags={"cdc/table": spec.name, "cdc/trigger": "new_offsets"},
+                )
+            )
+            seen[topic] = current
+        return dg.SensorResult(run_requests=requests, cursor=json.dumps(seen, sort_keys=True))
+
+    return new_kafka_offsets
