@@ -141,6 +141,28 @@ def _cmd_run(settings: Settings, _: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_redrive(settings: Settings, args: argparse.Namespace) -> int:
+    from cdc_assets.pipeline.redrive import redrive
+    from cdc_assets.resources import build_resources
+    from cdc_assets.spec import load_specs
+
+    specs = {s.name: s for s in load_specs(settings.specs_dir)}
+    if args.table not in specs:
+        console.print(f"[red]error:[/red] no table spec {args.table!r}; known: {sorted(specs)}")
+        return 2
+    spark = build_resources(settings)["spark"]
+    result = redrive(
+        spark.get_session(), spark.catalog.name, specs[args.table], reason_contains=args.reason
+    )
+    console.print(
+        f"{result.table}: replayed {result.replayed} dead letter(s): {result.to_ledger} to the "
+        f"ledger, {result.skipped} skipped, {result.still_dead} still failing"
+    )
+    for reason, count in sorted(result.reasons.items(), key=lambda kv: -kv[1]):
+        console.print(f"  {count:>6}  {reason}")
+    return 0 if result.still_dead == 0 else 1
+
+
 def _cmd_report(settings: Settings, _: argparse.Namespace) -> int:
     console.print(report_tables(settings))
     return 0
@@ -170,6 +192,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("report", help="tables of every spec as the catalog sees them").set_defaults(
         fn=_cmd_report
     )
+    redrive = sub.add_parser("redrive", help="replay a table's dead letters after a fix")
+    redrive.add_argument("table", help="spec name")
+    redrive.add_argument("--reason", help="only dead letters whose reason contains this text")
+    redrive.set_defaults(fn=_cmd_redrive)
     return parser
 
 

@@ -27,3 +27,7 @@ class StackError(CdcAssetsError):
 
 class NotImplementedYetError(CdcAssetsError, NotImplementedError):
     """An asset whose behaviour a later issue delivers; raised instead of pretending to work."""
+
+
+class ProduceError(CdcAssetsError):
+    """Records could not be written to Kafka (delivery failed or timed out)."""

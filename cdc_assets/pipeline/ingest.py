@@ -122,7 +122,9 @@ def read_kafka(
 def classify_records(records: Any, spec: TableSpec) -> Any:
     """Every Kafka record with ``_status``/``_stage``/``_reason`` and its decoded ledger columns.
 
-    ``records`` has Kafka source columns (key, value, partition, offset, timestamp).
+    ``records`` has Kafka source columns (key, value, partition, offset, timestamp). Persist the
+    result before filtering it: it is read several times, and a filter pushed down through the
+    decode stages would make the optimizer inline every stage into every condition.
     """
     from pyspark.sql import functions as F
 
@@ -253,7 +255,7 @@ def _summarise(classified: Any, result: IngestResult) -> None:
     result.unknown_fields = sorted(r["f"] for r in unknown)
 
 
-def _with_hour(classified: Any) -> Any:
+def with_hour(classified: Any) -> Any:
     from pyspark.sql import functions as F
 
     return classified.withColumn("dt_hour", F.date_format("_kafka_ts", "yyyy-MM-dd-HH:00"))
@@ -300,7 +302,7 @@ def ingest_incremental(
         return result
 
     records = read_kafka(spark, kafka, spec.source.topic, start, end)
-    classified = _with_hour(classify_records(records, spec)).persist(StorageLevel.MEMORY_AND_DISK)
+    classified = with_hour(classify_records(records, spec)).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         _summarise(classified, result)
         if result.dead:
@@ -417,7 +419,7 @@ def rebuild_hour(
     records = read_kafka(spark, kafka, topic, start, end)
     in_hour = (F.col("_kafka_ts") >= F.lit(h0)) & (F.col("_kafka_ts") < F.lit(h1))
     classified = (
-        _with_hour(classify_records(records, spec))
+        with_hour(classify_records(records, spec))
         .filter(in_hour)
         .persist(StorageLevel.MEMORY_AND_DISK)
     )

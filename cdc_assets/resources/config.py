@@ -91,9 +91,16 @@ def spark_conf(
         "spark.sql.shuffle.partitions": str(shuffle_partitions),
         "spark.driver.memory": driver_memory,
         "spark.ui.enabled": str(ui_enabled).lower(),
+        # The ingest reads many fields of one parsed JSON struct; Spark's JSON expression rewrite
+        # would turn each field access into its own from_json call.
+        "spark.sql.optimizer.enableJsonExpressionOptimization": "false",
         **SPJ_CONF,
         **spark_catalog_conf(catalog),
     }
+    if master.startswith("local"):
+        # A local driver serves only this machine: keep its ports on loopback.
+        conf["spark.driver.host"] = "127.0.0.1"
+        conf["spark.driver.bindAddress"] = "127.0.0.1"
     if jars:
         conf["spark.jars"] = ",".join(jars)
     conf.update(extra)

@@ -131,19 +131,26 @@ def unscaled_from_hex(h: str) -> str:
         mask = (1 << (4 * digits)) - 1
         return f"CASE WHEN {neg} THEN {mask} - {value} ELSE {value} END"
 
-    magnitude = (
-        f"try_add(try_add(try_multiply(CAST({chunk(1, 4)} AS DECIMAL(38,0)), "
-        f"CAST({1 << 112} AS DECIMAL(38,0))), "
-        f"try_multiply(CAST({chunk(5, 14)} AS DECIMAL(38,0)), CAST({1 << 56} AS DECIMAL(38,0)))), "
-        f"CAST({chunk(19, 14)} AS DECIMAL(38,0)) + CASE WHEN {neg} THEN 1 ELSE 0 END)"
-    )
+    # Only try_* arithmetic: a value beyond DECIMAL(38,0) becomes NULL (a dead letter), never
+    # an ANSI overflow error that would fail the whole batch.
+    high = f"try_multiply(CAST({chunk(1, 4)} AS DECIMAL(38,0)), CAST({1 << 112} AS DECIMAL(38,0)))"
+    mid = f"try_multiply(CAST({chunk(5, 14)} AS DECIMAL(38,0)), CAST({1 << 56} AS DECIMAL(38,0)))"
+    low = f"try_add(CAST({chunk(19, 14)} AS DECIMAL(38,0)), CASE WHEN {neg} THEN 1 ELSE 0 END)"
+    magnitude = f"try_add(try_add({high}, {mid}), {low})"
     too_long = f"(length({h}) > 32 OR {h} = '' OR {h} IS NULL)"
-    return f"CASE WHEN {too_long} THEN NULL WHEN {neg} THEN -({magnitude}) ELSE {magnitude} END"
+    return (
+        f"CASE WHEN {too_long} THEN NULL WHEN {neg} THEN try_subtract(0, {magnitude}) "
+        f"ELSE {magnitude} END"
+    )
 
 
 def _scaled_text(unscaled: str, scale: str) -> str:
     """Render an unscaled DECIMAL(38,0) with ``scale`` fraction digits as plain text."""
-    digits = f"lpad(CAST(abs({unscaled}) AS STRING), {scale} + 1, '0')"
+    # Strip the sign as text: Spark's Decimal.abs rounds 35+ digit values through Scala's
+    # 34-digit default context and then fails on them.
+    text = f"regexp_replace(CAST({unscaled} AS STRING), '^-', '')"
+    # lpad also truncates longer strings, so only ever pad up.
+    digits = f"lpad({text}, greatest(length({text}), {scale} + 1), '0')"
     sign = f"CASE WHEN {unscaled} < 0 THEN '-' ELSE '' END"
     int_part = f"substr({digits}, 1, length({digits}) - {scale})"
     frac = f"substr({digits}, length({digits}) - {scale} + 1)"

@@ -1,0 +1,105 @@
+"""Replay dead letters through the current spec and decoding after a fix.
+
+Records that now decode are inserted into the ledger (skipped if their Kafka coordinates are
+already there) and then removed from the dead-letter table; both steps are idempotent, so a
+crash between them is repaired by running redrive again. Records that still fail stay as they
+are; the result counts them by today's reason.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from cdc_assets.pipeline.ingest import (
+    classify_records,
+    dead_letter_identifier,
+    ledger_identifier,
+    ledger_rows,
+    with_hour,
+)
+from cdc_assets.spec.models import TableSpec
+from cdc_assets.sql.ddl import literal
+from cdc_assets.sql.decode import DEAD, LEDGER, SKIP
+
+
+@dataclass
+class RedriveResult:
+    table: str
+    replayed: int = 0
+    to_ledger: int = 0
+    still_dead: int = 0
+    skipped: int = 0
+    reasons: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def redrive(
+    spark: Any, catalog: str, spec: TableSpec, *, reason_contains: str | None = None
+) -> RedriveResult:
+    """Replay the table's dead letters (optionally only those whose reason contains a text)."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    started = time.monotonic()
+    dlt = dead_letter_identifier(catalog, spec)
+    where = f" WHERE reason LIKE {literal('%' + reason_contains + '%')}" if reason_contains else ""
+    letters = spark.sql(f"SELECT * FROM {dlt}{where}")
+    records = letters.select(
+        F.expr("unbase64(key_b64)").alias("key"),
+        F.expr("unbase64(payload_b64)").alias("value"),
+        F.col("partition"),
+        F.col("offset"),
+        F.col("kafka_ts").alias("timestamp"),
+    )
+    classified = with_hour(classify_records(records, spec)).persist(StorageLevel.MEMORY_AND_DISK)
+    result = RedriveResult(spec.name)
+    try:
+        for row in classified.groupBy("_status", "_reason").count().collect():
+            result.replayed += row["count"]
+            if row["_status"] == LEDGER:
+                result.to_ledger += row["count"]
+            elif row["_status"] == SKIP:
+                result.skipped += row["count"]
+            else:
+                result.still_dead += row["count"]
+                result.reasons[row["_reason"]] = row["count"]
+        fixed = classified.filter(F.col("_status") != DEAD)
+        if result.to_ledger:
+            _insert_missing(spark, catalog, spec, ledger_rows(classified, spec))
+        if result.to_ledger or result.skipped:
+            view = f"cdc_redriven_{spec.name}"
+            fixed.select(
+                F.lit(spec.source.topic).alias("topic"),
+                F.col("_kafka_partition").alias("partition"),
+                F.col("_kafka_offset").alias("offset"),
+            ).createOrReplaceTempView(view)
+            spark.sql(
+                f"MERGE INTO {dlt} t USING {view} s ON t.topic = s.topic "
+                "AND t.`partition` = s.`partition` AND t.`offset` = s.`offset` "
+                "WHEN MATCHED THEN DELETE"
+            )
+            spark.catalog.dropTempView(view)
+    finally:
+        classified.unpersist()
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _insert_missing(spark: Any, catalog: str, spec: TableSpec, rows: Any) -> None:
+    """Insert ledger rows whose Kafka coordinates are not in the ledger yet."""
+    view = f"cdc_redrive_rows_{spec.name}"
+    rows = rows.persist()
+    hours = [r["dt"] for r in rows.select("dt").distinct().collect()]
+    rows.createOrReplaceTempView(view)
+    # Restricting the target to the affected days keeps the MERGE from scanning the ledger.
+    days = ", ".join(literal(d) for d in hours)
+    spark.sql(
+        f"MERGE INTO {ledger_identifier(catalog, spec)} t USING {view} s "
+        f"ON t.dt IN ({days}) AND t._kafka_partition = s._kafka_partition "
+        "AND t._kafka_offset = s._kafka_offset "
+        "WHEN NOT MATCHED THEN INSERT * "
+    )
+    spark.catalog.dropTempView(view)
+    rows.unpersist()

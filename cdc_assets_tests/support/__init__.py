@@ -1,0 +1,1 @@
+"""Test support: an independent Debezium record decoder (the oracle) and a corpus of bad records."""
