@@ -4,8 +4,8 @@ as a DataFrame with the Kafka source's columns and run through the real classifi
 from __future__ import annotations
 
 import base64
-import decimal
 import datetime as dt
+import decimal
 import json
 from decimal import Decimal
 from typing import Any
