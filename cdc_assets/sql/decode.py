@@ -189,7 +189,12 @@ def decode_natural(plan: FieldPlan) -> str:
         Wire.FLOAT: f"try_cast({r} AS FLOAT)",
         Wire.DOUBLE: f"try_cast({r} AS DOUBLE)",
         Wire.BOOLEAN: f"CASE {r} WHEN 'true' THEN true WHEN 'false' THEN false END",
-        Wire.BOOLEAN_INT: f"({_int(r)} <> 0)",
+        # MySQL sends TINYINT(1) as a number, but a real boolean for tables created while
+        # streaming: accept both.
+        Wire.BOOLEAN_INT: (
+            f"CASE WHEN {r} IN ('true', 'false') THEN {r} = 'true' "
+            f"WHEN {_int(r)} BETWEEN -128 AND 255 THEN {_int(r)} <> 0 END"
+        ),
         Wire.STRING: r,
         Wire.DECIMAL_NUMBER: f"try_cast({r} AS DOUBLE)",
         Wire.DATE_DAYS: f"date_from_unix_date({_int(r)})",

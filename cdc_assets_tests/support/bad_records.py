@@ -203,20 +203,23 @@ def cases() -> list[Case]:
             "column 'email' is null but declared not nullable",
         ),
         _convert(
-            "id_as_string",
-            with_create(_set_after("id", "1")),
+            "id_as_word",
+            with_create(_set_after("id", "one")),
             "column 'id': cannot decode as long",
         ),
+        # Values are read from their JSON text: a number sent as a JSON string is still that number.
+        _ledger("id_as_numeric_string", with_create(_set_after("id", "1"))),
         _convert(
             "id_beyond_int64",
             with_create(_set_after("id", 2**63)),
             "column 'id': cannot decode as long",
         ),
         _convert(
-            "login_count_as_string",
-            with_create(_set_after("login_count", "3")),
+            "login_count_as_word",
+            with_create(_set_after("login_count", "three")),
             "column 'login_count': cannot decode as int",
         ),
+        _ledger("login_count_as_numeric_string", with_create(_set_after("login_count", "3"))),
         _convert(
             "login_count_as_float",
             with_create(_set_after("login_count", 1.5)),
@@ -233,8 +236,8 @@ def cases() -> list[Case]:
             "column 'login_count': cannot decode as int",
         ),
         _convert(
-            "is_active_as_string",
-            with_create(_set_after("is_active", "true")),
+            "is_active_as_word",
+            with_create(_set_after("is_active", "yes")),
             "column 'is_active': cannot decode as boolean_int",
         ),
         _convert(

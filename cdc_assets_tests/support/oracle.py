@@ -72,7 +72,14 @@ class DoesNotFitError(Exception):
 # --- value decoding --------------------------------------------------------------------------
 
 
+_INT_TEXT = re.compile(r"^[+-]?\d+$")
+_NUMBER_TEXT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+
+
 def _json_int(raw: object, bounds: tuple[int, int]) -> int:
+    # Values are read from their JSON text, so "17" (a JSON string) is the integer 17.
+    if isinstance(raw, str) and _INT_TEXT.match(raw.strip()):
+        raw = int(raw)
     if isinstance(raw, bool) or not isinstance(raw, int):
         raise UndecodableError
     if not bounds[0] <= raw <= bounds[1]:
@@ -81,6 +88,8 @@ def _json_int(raw: object, bounds: tuple[int, int]) -> int:
 
 
 def _json_number(raw: object) -> float:
+    if isinstance(raw, str) and _NUMBER_TEXT.match(raw.strip()):
+        raw = float(raw)
     if isinstance(raw, bool) or not isinstance(raw, int | float):
         raise UndecodableError
     try:
@@ -199,6 +208,8 @@ def decode_natural(plan: FieldPlan, raw: object) -> object:
         return number
     if wire in (Wire.DOUBLE, Wire.DECIMAL_NUMBER):
         return _json_number(raw)
+    if raw in ("true", "false"):  # read from the JSON text: the string "true" is true
+        raw = raw == "true"
     if wire is Wire.BOOLEAN:
         if not isinstance(raw, bool):
             raise UndecodableError
