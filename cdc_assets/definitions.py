@@ -27,7 +27,7 @@ def build_defs(
     specs = load_specs(settings.specs_dir) if specs is None else specs
     hourly = hourly_partitions(settings.partitions_start)
     assets = [a for spec in specs for a in build_table_assets(spec, settings.catalog_name, hourly)]
-    ingest_job = build_ingest_job(hourly)
+    ingest_job = build_ingest_job()
     return dg.Definitions(
         assets=assets,
         asset_checks=[build_accounting_check(spec) for spec in specs],

@@ -17,10 +17,9 @@ def hourly_partitions(start: str) -> dg.HourlyPartitionsDefinition:
     return dg.HourlyPartitionsDefinition(start_date=start, timezone="UTC", end_offset=1)
 
 
-def build_ingest_job(hourly: dg.PartitionsDefinition) -> UnresolvedAssetJobDefinition:
+def build_ingest_job() -> UnresolvedAssetJobDefinition:
     return dg.define_asset_job(
         INGEST_JOB,
         selection=dg.AssetSelection.key_prefixes(["cdc"]),
-        partitions_def=hourly,
         description="Kafka -> CDC ledger of the selected tables (incremental, or an hour rebuild).",
     )

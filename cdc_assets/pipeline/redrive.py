@@ -70,11 +70,13 @@ def redrive(
             _insert_missing(spark, catalog, spec, ledger_rows(classified, spec))
         if result.to_ledger or result.skipped:
             view = f"cdc_redriven_{spec.name}"
+            # Checkpointed: the keys come from the dead-letter table itself, and Spark cannot
+            # plan a MERGE whose source still reads its target.
             fixed.select(
                 F.lit(spec.source.topic).alias("topic"),
                 F.col("_kafka_partition").alias("partition"),
                 F.col("_kafka_offset").alias("offset"),
-            ).createOrReplaceTempView(view)
+            ).localCheckpoint().createOrReplaceTempView(view)
             spark.sql(
                 f"MERGE INTO {dlt} t USING {view} s ON t.topic = s.topic "
                 "AND t.`partition` = s.`partition` AND t.`offset` = s.`offset` "

@@ -52,6 +52,9 @@ def spark_catalog_conf(catalog: CatalogConfig) -> dict[str, str]:
         f"{prefix}.uri": catalog.uri,
         f"{prefix}.warehouse": catalog.warehouse,
     }
+    # Other processes (pyiceberg, other runs) commit to the same tables: a cached table would
+    # let an insert-only MERGE read a stale snapshot and write duplicates.
+    conf[f"{prefix}.cache-enabled"] = "false"
     if catalog.type == "jdbc":
         # V1 adds view support; pyiceberg's SQL catalog reads and writes the same tables.
         conf[f"{prefix}.jdbc.schema-version"] = "V1"

@@ -21,6 +21,7 @@ def test_sqlite_catalog_for_both_engines() -> None:
         "spark.sql.catalog.lake.type": "jdbc",
         "spark.sql.catalog.lake.uri": "jdbc:sqlite:/data/catalog.db",
         "spark.sql.catalog.lake.warehouse": "file:///data/wh",
+        "spark.sql.catalog.lake.cache-enabled": "false",
         "spark.sql.catalog.lake.jdbc.schema-version": "V1",
     }
     assert pyiceberg_catalog_props(SQLITE) == {
