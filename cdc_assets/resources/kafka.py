@@ -56,6 +56,9 @@ class KafkaResource(ConfigurableResource):  # type: ignore[type-arg]
     def latest_offsets(self, topics: list[str]) -> dict[str, dict[int, int]]:
         """End offsets of many topics in one batched request (sensors poll thousands)."""
         from confluent_kafka import TopicPartition
+
+        # Imported from where it is defined: the package re-exports it from
+        # confluent_kafka.admin, but its type stubs do not declare the re-export.
         from confluent_kafka.admin._listoffsets import OffsetSpec
 
         admin = self.admin()
@@ -75,10 +78,11 @@ class KafkaResource(ConfigurableResource):  # type: ignore[type-arg]
 
     def retention_ms(self, topic: str) -> int | None:
         """The topic's retention.ms (None for infinite retention)."""
-        from confluent_kafka.admin._config import ConfigResource
+        from confluent_kafka.admin._config import ConfigResource  # see OffsetSpec above
 
         resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
-        future = self.admin().describe_configs([resource], request_timeout=self.timeout_s)
+        admin = self.admin()  # keep the client alive until the future resolves
+        future = admin.describe_configs([resource], request_timeout=self.timeout_s)
         configs = future[resource].result()
         value = int(configs["retention.ms"].value)
         return None if value < 0 else value

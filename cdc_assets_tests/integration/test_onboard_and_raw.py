@@ -71,6 +71,9 @@ def test_raw_asset_reports_topic_offsets(
     assert meta["partitions"].value == 1
     assert meta["retained_messages"].value == 25
     assert meta["latest_offsets"].value == {"0": 25}
+    assert meta["ledger_lag"].value == 25  # nothing ingested from this topic yet
+    assert meta["retention_ms"].value == 7 * 24 * 3600 * 1000  # the broker default
+    assert meta["retention_headroom_s"].value > 6 * 24 * 3600
 
 
 def test_raw_asset_fails_clearly_for_a_missing_topic(
