@@ -97,7 +97,7 @@ def test_crash_at_any_step_then_rerun_neither_loses_nor_duplicates(
     table_name = f"{spec.sink.namespace}.{ledger_layout(spec).name}"
 
     for failpoint in ("during_ledger_write", "after_dead_letters", "after_ledger_commit"):
-        batch = workload(spec, rng, keys=20, events=120) + [bad, factory.heartbeat()]
+        batch = [*workload(spec, rng, keys=20, events=120), bad, factory.heartbeat()]
         produce(batch, spec.source.topic, bootstrap)
         before = committed_offsets(iceberg.load_catalog().load_table(table_name))
         code = ingest_in_child(it_settings, spec, failpoint, tmp_path)
