@@ -45,8 +45,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 dev: setup
-	mkdir -p .cdc-assets/dagster
-	DAGSTER_HOME=$(CURDIR)/.cdc-assets/dagster $(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1
+	DAGSTER_HOME=$$($(BIN)/cdc-assets dagster-home) $(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1
 
 bench: setup
 	$(BIN)/python benchmarks/definitions_load.py

@@ -73,14 +73,35 @@ def _cmd_specs(settings: Settings, args: argparse.Namespace) -> int:
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
 
+# Every table's ingest runs in a pool of its own (cdc_ingest/<table>); a limit of one per pool
+# serializes the runs of one table without holding back the others.
+DAGSTER_YAML = """concurrency:
+  pools:
+    default_limit: 1
+"""
+
+
+def ensure_dagster_home(settings: Settings) -> Path:
+    """The Dagster home under the CDC home, with the pool limit configured (created once)."""
+    home = settings.home / "dagster"
+    home.mkdir(parents=True, exist_ok=True)
+    config = home / "dagster.yaml"
+    if not config.exists():
+        config.write_text(DAGSTER_YAML, encoding="utf-8")
+    return home
+
+
+def _cmd_dagster_home(settings: Settings, _: argparse.Namespace) -> int:
+    print(ensure_dagster_home(settings))
+    return 0
+
+
 def _dagster_instance(settings: Settings) -> Any:
     """A persistent instance under the home, so runs from here show up in `dagster dev`."""
     from dagster import DagsterInstance
 
     if not os.environ.get("DAGSTER_HOME"):
-        home = settings.home / "dagster"
-        home.mkdir(parents=True, exist_ok=True)
-        os.environ["DAGSTER_HOME"] = str(home)
+        os.environ["DAGSTER_HOME"] = str(ensure_dagster_home(settings))
     return DagsterInstance.get()
 
 
@@ -231,6 +252,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--events", type=int, default=2000, help="change events per demo table")
     run.set_defaults(fn=_cmd_run)
+    sub.add_parser(
+        "dagster-home", help="create the Dagster home under the CDC home and print its path"
+    ).set_defaults(fn=_cmd_dagster_home)
     sub.add_parser("report", help="tables of every spec as the catalog sees them").set_defaults(
         fn=_cmd_report
     )
