@@ -34,6 +34,7 @@ from cdc_assets.sql.ddl import quote
 from cdc_assets.sql.decode import (
     DEAD,
     ENVELOPE_COLUMNS,
+    IMAGE_SCHEMA,
     LEDGER,
     SKIP,
     VALUE_SCHEMA,
@@ -42,7 +43,6 @@ from cdc_assets.sql.decode import (
     envelope_field,
     json_options,
     ledger_value,
-    row_schema,
     sequence_columns,
     unavailable_list,
 )
@@ -148,7 +148,7 @@ def classify_records(records: Any, spec: TableSpec) -> Any:
     df = df.select("*", parsed.alias("j"))
     df = df.select("*", *[F.expr(envelope_field(c)).alias(c) for c in ENVELOPE_COLUMNS])
     df = df.select("*", F.expr("CASE WHEN op = 'd' THEN before ELSE after END").alias("image"))
-    df = df.select("*", F.from_json("image", row_schema(plans)).alias("img"))
+    df = df.select("*", F.from_json("image", IMAGE_SCHEMA).alias("img"))
     for stage in decode_stages(plans):
         df = df.select("*", *[F.expr(expr).alias(name) for name, expr in stage])
     rules = classify(spec, plans)
@@ -158,17 +158,29 @@ def classify_records(records: Any, spec: TableSpec) -> Any:
         F.expr(rules.status).alias("_status"),
         F.expr(rules.stage).alias("_stage"),
         F.expr(rules.reason).alias("_reason"),
-        F.expr(
-            f"CASE WHEN image IS NOT NULL THEN "
-            f"array_except(json_object_keys(image), array({known})) END"
-        ).alias("_unknown"),
+        F.expr(f"array_except(map_keys(img), array({known}))").alias("_unknown"),
     )
 
 
-def ledger_rows(classified: Any, spec: TableSpec) -> Any:
-    """The ledger columns of the records whose status is ``ledger``, in layout order."""
+def prepare(classified: Any, spec: TableSpec) -> Any:
+    """Only what the writes and counts need: ledger columns, status, and the raw record for dead
+    letters alone. This is what gets cached, so keep it narrow."""
     from pyspark.sql import functions as F
 
+    ledger = [F.expr(expr).alias(name) for name, expr in _ledger_exprs(spec).items()]
+    return classified.select(
+        *ledger,
+        "_status",
+        "_stage",
+        "_reason",
+        "_unknown",
+        F.date_format("_kafka_ts", "yyyy-MM-dd-HH:00").alias("dt_hour"),
+        F.expr("CASE WHEN _status = 'dead' THEN base64(key_bin) END").alias("_key_b64"),
+        F.expr("CASE WHEN _status = 'dead' THEN base64(value_bin) END").alias("_payload_b64"),
+    )
+
+
+def _ledger_exprs(spec: TableSpec) -> dict[str, str]:
     plans = {p.sink_name: p for p in plan_fields(spec)}
     exprs = {name: ledger_value(plan) for name, plan in plans.items()}
     exprs.update(
@@ -187,21 +199,27 @@ def ledger_rows(classified: Any, spec: TableSpec) -> Any:
             "hr": "hour(_kafka_ts)",
         }
     )
-    layout = ledger_layout(spec)
-    rows = classified.filter(F.col("_status") == LEDGER)
-    return rows.select(*[F.expr(exprs[c.name]).alias(c.name) for c in layout.columns])
+    return {c.name: exprs[c.name] for c in ledger_layout(spec).columns}
 
 
-def dead_letter_rows(classified: Any, spec: TableSpec) -> Any:
+def ledger_rows(prepared: Any, spec: TableSpec) -> Any:
+    """The ledger columns of the records whose status is ``ledger``, in layout order."""
     from pyspark.sql import functions as F
 
-    return classified.filter(F.col("_status") == DEAD).select(
+    columns = [c.name for c in ledger_layout(spec).columns]
+    return prepared.filter(F.col("_status") == LEDGER).select(*columns)
+
+
+def dead_letter_rows(prepared: Any, spec: TableSpec) -> Any:
+    from pyspark.sql import functions as F
+
+    return prepared.filter(F.col("_status") == DEAD).select(
         F.lit(spec.source.topic).alias("topic"),
         F.col("_kafka_partition").alias("partition"),
         F.col("_kafka_offset").alias("offset"),
-        F.expr("base64(key_bin)").alias("key_b64"),
+        F.col("_key_b64").alias("key_b64"),
         F.col("_kafka_ts").alias("kafka_ts"),
-        F.expr("base64(value_bin)").alias("payload_b64"),
+        F.col("_payload_b64").alias("payload_b64"),
         F.col("_stage").alias("stage"),
         F.col("_reason").alias("reason"),
         F.current_timestamp().alias("failed_at"),
@@ -255,12 +273,6 @@ def _summarise(classified: Any, result: IngestResult) -> None:
     result.unknown_fields = sorted(r["f"] for r in unknown)
 
 
-def with_hour(classified: Any) -> Any:
-    from pyspark.sql import functions as F
-
-    return classified.withColumn("dt_hour", F.date_format("_kafka_ts", "yyyy-MM-dd-HH:00"))
-
-
 def _counts_json(result: IngestResult) -> str:
     return json.dumps(
         {"read": result.read, "ledger": result.ledger, "dead": result.dead, "skip": result.skipped},
@@ -302,7 +314,9 @@ def ingest_incremental(
         return result
 
     records = read_kafka(spark, kafka, spec.source.topic, start, end)
-    classified = with_hour(classify_records(records, spec)).persist(StorageLevel.MEMORY_AND_DISK)
+    classified = prepare(classify_records(records, spec), spec).persist(
+        StorageLevel.MEMORY_AND_DISK
+    )
     try:
         _summarise(classified, result)
         if result.dead:
@@ -419,7 +433,7 @@ def rebuild_hour(
     records = read_kafka(spark, kafka, topic, start, end)
     in_hour = (F.col("_kafka_ts") >= F.lit(h0)) & (F.col("_kafka_ts") < F.lit(h1))
     classified = (
-        with_hour(classify_records(records, spec))
+        prepare(classify_records(records, spec), spec)
         .filter(in_hour)
         .persist(StorageLevel.MEMORY_AND_DISK)
     )

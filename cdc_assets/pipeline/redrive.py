@@ -17,7 +17,7 @@ from cdc_assets.pipeline.ingest import (
     dead_letter_identifier,
     ledger_identifier,
     ledger_rows,
-    with_hour,
+    prepare,
 )
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.sql.ddl import literal
@@ -53,7 +53,9 @@ def redrive(
         F.col("offset"),
         F.col("kafka_ts").alias("timestamp"),
     )
-    classified = with_hour(classify_records(records, spec)).persist(StorageLevel.MEMORY_AND_DISK)
+    classified = prepare(classify_records(records, spec), spec).persist(
+        StorageLevel.MEMORY_AND_DISK
+    )
     result = RedriveResult(spec.name)
     try:
         for row in classified.groupBy("_status", "_reason").count().collect():

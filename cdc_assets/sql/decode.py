@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from cdc_assets.schema.wire import TOAST_PLACEHOLDER, FieldPlan, Wire
 from cdc_assets.spec.models import TableSpec
-from cdc_assets.sql.ddl import literal, quote, spark_type
+from cdc_assets.sql.ddl import literal, spark_type
 
 SOURCE_STRUCT = (
     "struct<ts_ms:bigint,snapshot:string,db:string,schema:string,table:string,file:string,"
@@ -48,9 +48,9 @@ def json_options() -> dict[str, str]:
     return {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
 
 
-def row_schema(plans: list[FieldPlan]) -> str:
-    """Every image field as raw JSON text: decoding happens per wire encoding afterwards."""
-    return "struct<" + ",".join(f"{quote(p.name)}:string" for p in plans) + ">"
+# The image is parsed once into a map of raw JSON texts: every column is looked up in it, and its
+# keys reveal fields the spec does not know yet without parsing the image again.
+IMAGE_SCHEMA = "map<string,string>"
 
 
 def envelope_field(name: str) -> str:
@@ -60,7 +60,7 @@ def envelope_field(name: str) -> str:
 
 def raw(plan: FieldPlan) -> str:
     """The raw text of a column in the image being applied (after; before for deletes)."""
-    return f"img.{quote(plan.name)}"
+    return f"img[{literal(plan.name)}]"
 
 
 def ref(plan: FieldPlan, part: str) -> str:

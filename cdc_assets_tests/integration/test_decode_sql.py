@@ -13,7 +13,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cdc_assets.pipeline.ingest import classify_records, ledger_rows
+from cdc_assets.pipeline.ingest import classify_records, ledger_rows, prepare
 from cdc_assets.spec import load_spec_text
 from cdc_assets.spec.models import TableSpec
 
@@ -66,7 +66,7 @@ def run(spark: Any, spec: TableSpec, afters: list[dict[str, Any]]) -> list[dict[
     df = spark.createDataFrame(
         rows, "key binary, value binary, partition int, offset bigint, timestamp timestamp"
     )
-    classified = classify_records(df, spec).persist()
+    classified = prepare(classify_records(df, spec), spec).persist()
     statuses = [
         (r["_status"], r["_reason"]) for r in classified.select("_status", "_reason").collect()
     ]
