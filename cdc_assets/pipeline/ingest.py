@@ -151,14 +151,17 @@ def classify_records(records: Any, spec: TableSpec) -> Any:
     df = df.select("*", F.from_json("image", IMAGE_SCHEMA).alias("img"))
     for stage in decode_stages(plans):
         df = df.select("*", *[F.expr(expr).alias(name) for name, expr in stage])
-    rules = classify(spec, plans)
     known = ", ".join(repr(p.name) for p in plans)
+    df = df.select(
+        "*",
+        F.expr(classify(spec, plans)).alias("_outcome"),
+        F.expr(f"array_except(map_keys(img), array({known}))").alias("_unknown"),
+    )
     return df.select(
         "*",
-        F.expr(rules.status).alias("_status"),
-        F.expr(rules.stage).alias("_stage"),
-        F.expr(rules.reason).alias("_reason"),
-        F.expr(f"array_except(map_keys(img), array({known}))").alias("_unknown"),
+        F.col("_outcome.status").alias("_status"),
+        F.col("_outcome.stage").alias("_stage"),
+        F.col("_outcome.reason").alias("_reason"),
     )
 
 
@@ -331,6 +334,9 @@ def ingest_incremental(
             .option(f"snapshot-property.{START_OFFSETS_PROPERTY}", encode_offsets(start))
             .option(f"snapshot-property.{COUNTS_PROPERTY}", _counts_json(result))
             .option(f"snapshot-property.{KIND_PROPERTY}", "incremental")
+            # Each task writes its own files: a batch mostly falls into one or two hours, and
+            # hash distribution by dt/hr would funnel it through one task.
+            .option("distribution-mode", "none")
             .append()
         )
         _failpoint("after_ledger_commit")
@@ -449,6 +455,7 @@ def rebuild_hour(
             .option(f"snapshot-property.{KIND_PROPERTY}", "rebuild")
             .option(f"snapshot-property.{COUNTS_PROPERTY}", _counts_json(result))
             .option("snapshot-property.cdc.hour", partition_key)
+            .option("distribution-mode", "none")
             .overwrite(condition)
         )
     finally:

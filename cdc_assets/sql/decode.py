@@ -9,7 +9,6 @@ record gets a ``_status`` (``ledger``/``dead``/``skip``), a ``_stage`` and a ``_
 from __future__ import annotations
 
 import base64
-from dataclasses import dataclass
 
 from cdc_assets.schema.wire import TOAST_PLACEHOLDER, FieldPlan, Wire
 from cdc_assets.spec.models import TableSpec
@@ -59,8 +58,14 @@ def envelope_field(name: str) -> str:
 
 
 def raw(plan: FieldPlan) -> str:
-    """The raw text of a column in the image being applied (after; before for deletes)."""
-    return f"img[{literal(plan.name)}]"
+    """The raw text of a column in the image being applied (after; before for deletes), looked
+    up once per record into a column of its own (see `raw_stage`)."""
+    return ref(plan, "r")
+
+
+def raw_stage(plans: list[FieldPlan]) -> list[tuple[str, str]]:
+    """One map lookup per column; every later expression reads the resulting column."""
+    return [(ref(plan, "r"), f"img[{literal(plan.name)}]") for plan in plans]
 
 
 def ref(plan: FieldPlan, part: str) -> str:
@@ -87,7 +92,7 @@ def decode_stages(plans: list[FieldPlan]) -> list[list[tuple[str, str]]]:
             unscaled.append((ref(p, "u"), unscaled_from_hex(ref(p, "h"))))
         naturals.append((ref(p, "n"), decode_natural(p)))
         sinks.append((ref(p, "v"), to_sink(p)))
-    return [stage for stage in (hexes, unscaled, naturals, sinks) if stage]
+    return [stage for stage in (raw_stage(plans), hexes, unscaled, naturals, sinks) if stage]
 
 
 def _placeholders(plan: FieldPlan) -> list[str]:
@@ -269,15 +274,6 @@ def ledger_value(plan: FieldPlan) -> str:
     return f"CASE WHEN {is_unavailable(plan)} THEN NULL ELSE {ref(plan, 'v')} END"
 
 
-@dataclass(frozen=True)
-class Classification:
-    """SQL for a record's status, stage and reason, evaluated over the parsed columns."""
-
-    status: str
-    stage: str
-    reason: str
-
-
 def _value_reasons(plans: list[FieldPlan]) -> list[tuple[str, str]]:
     """(condition, reason) pairs for the convert stage, in the order they are reported."""
     out: list[tuple[str, str]] = []
@@ -318,9 +314,10 @@ def _value_reasons(plans: list[FieldPlan]) -> list[tuple[str, str]]:
     return out
 
 
-def classify(spec: TableSpec, plans: list[FieldPlan]) -> Classification:
-    """CASE expressions over the columns ``value_utf8_ok``, ``value`` (string), ``j`` (parsed
-    value), the envelope columns and ``img`` (parsed image)."""
+def classify(spec: TableSpec, plans: list[FieldPlan]) -> str:
+    """One CASE over the columns ``value_utf8_ok``, ``value`` (string), ``j`` (parsed value), the
+    envelope columns and the decoded fields, giving ``struct<status, stage, reason>``: the first
+    rule that matches decides, and the chain is evaluated once per record."""
     table = spec.source.table
     rules: list[tuple[str, str, str, str]] = [
         ("value IS NULL", SKIP, "", literal("tombstone")),
@@ -374,11 +371,15 @@ def classify(spec: TableSpec, plans: list[FieldPlan]) -> Classification:
         ),
     ]
     rules += [(cond, DEAD, "convert", reason) for cond, reason in _value_reasons(plans)]
-    return Classification(
-        status=_case([(r[0], literal(r[1])) for r in rules], literal(LEDGER)),
-        stage=_case([(r[0], literal(r[2]) if r[2] else "NULL") for r in rules], "NULL"),
-        reason=_case([(r[0], r[3]) for r in rules], "NULL"),
-    )
+
+    def outcome(status: str, stage: str, reason: str) -> str:
+        return (
+            f"named_struct('status', {status}, 'stage', CAST({stage} AS STRING), "
+            f"'reason', CAST({reason} AS STRING))"
+        )
+
+    pairs = [(r[0], outcome(literal(r[1]), literal(r[2]) if r[2] else "NULL", r[3])) for r in rules]
+    return _case(pairs, outcome(literal(LEDGER), "NULL", "NULL"))
 
 
 def _case(pairs: list[tuple[str, str]], default: str) -> str:
