@@ -163,7 +163,7 @@ def _cmd_run(settings: Settings, args: argparse.Namespace) -> int:
     console.print(f"[bold][3/{steps}][/bold] onboard_tables job (Spark + Iceberg)")
     defs = build_defs(settings=settings)
     instance = _dagster_instance(settings)
-    result = defs.get_job_def("onboard_tables").execute_in_process(
+    result = defs.resolve_job_def("onboard_tables").execute_in_process(
         instance=instance, run_config=QUIET
     )
     created = result.output_for_node("create_spec_tables")
@@ -174,7 +174,7 @@ def _cmd_run(settings: Settings, args: argparse.Namespace) -> int:
     console.print("      " + ", ".join(f"{t}: {n} records" for t, n in produced.items()))
     console.print(f"[bold][5/{steps}][/bold] ingest_ledgers job: Kafka -> CDC ledger")
     hour = current_hour_key(datetime.now(UTC))
-    ingest = defs.get_job_def("ingest_ledgers").execute_in_process(
+    ingest = defs.resolve_job_def("ingest_ledgers").execute_in_process(
         instance=instance,
         run_config=QUIET,
         partition_key=hour,

@@ -23,6 +23,7 @@ from cdc_assets.pipeline.offsets import (
     KIND_PROPERTY,
     OFFSETS_PROPERTY,
     START_OFFSETS_PROPERTY,
+    TOPIC_PROPERTY,
     committed_offsets,
     encode_offsets,
 )
@@ -309,7 +310,7 @@ def ingest_incremental(
     started = time.monotonic()
     layout = ledger_layout(spec)
     table = iceberg_catalog.load_table(f"{layout.namespace}.{layout.name}")
-    committed = committed_offsets(table)
+    committed = committed_offsets(table, spec.source.topic)
     start, end = plan_offsets(kafka.topic_offsets(spec.source.topic), committed, spec.source.topic)
     result = IngestResult(spec.name, "incremental", start, end)
     if all(start[p] >= end[p] for p in end):
@@ -334,6 +335,7 @@ def ingest_incremental(
             .option(f"snapshot-property.{START_OFFSETS_PROPERTY}", encode_offsets(start))
             .option(f"snapshot-property.{COUNTS_PROPERTY}", _counts_json(result))
             .option(f"snapshot-property.{KIND_PROPERTY}", "incremental")
+            .option(f"snapshot-property.{TOPIC_PROPERTY}", spec.source.topic)
             # Each task writes its own files: a batch mostly falls into one or two hours, and
             # hash distribution by dt/hr would funnel it through one task.
             .option("distribution-mode", "none")
@@ -417,7 +419,9 @@ def rebuild_hour(
     started = time.monotonic()
     h0, h1 = hour_bounds(partition_key)
     layout = ledger_layout(spec)
-    committed = committed_offsets(iceberg_catalog.load_table(f"{layout.namespace}.{layout.name}"))
+    committed = committed_offsets(
+        iceberg_catalog.load_table(f"{layout.namespace}.{layout.name}"), spec.source.topic
+    )
     topic = spec.source.topic
     partitions = {p.partition: p for p in kafka.topic_offsets(topic)}
     held = _ranges_in_hour(spark, catalog, spec, h0)

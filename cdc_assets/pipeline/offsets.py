@@ -15,6 +15,7 @@ OFFSETS_PROPERTY = "cdc.offsets"
 START_OFFSETS_PROPERTY = "cdc.start-offsets"
 COUNTS_PROPERTY = "cdc.counts"
 KIND_PROPERTY = "cdc.kind"
+TOPIC_PROPERTY = "cdc.topic"
 
 
 def encode_offsets(offsets: Mapping[int, int]) -> str:
@@ -39,9 +40,15 @@ def committed_snapshot(table: Any) -> Any | None:
     return None
 
 
-def committed_offsets(table: Any) -> dict[int, int]:
-    """Next offset to read per Kafka partition, as committed with the ledger data ({} if none)."""
+def committed_offsets(table: Any, topic: str | None = None) -> dict[int, int]:
+    """Next offset to read per Kafka partition, as committed with the ledger data ({} if none).
+
+    With ``topic``, offsets committed for another topic (the spec's topic changed) do not count.
+    """
     snapshot = committed_snapshot(table)
     if snapshot is None:
         return {}
-    return decode_offsets(snapshot.summary.additional_properties[OFFSETS_PROPERTY])
+    props = snapshot.summary.additional_properties
+    if topic is not None and props.get(TOPIC_PROPERTY, topic) != topic:
+        return {}
+    return decode_offsets(props[OFFSETS_PROPERTY])

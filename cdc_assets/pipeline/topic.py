@@ -43,7 +43,7 @@ def observe_topic(kafka: KafkaResource, iceberg_catalog: Any, spec: TableSpec) -
     layout = ledger_layout(spec)
     ident = f"{layout.namespace}.{layout.name}"
     committed = (
-        committed_offsets(iceberg_catalog.load_table(ident))
+        committed_offsets(iceberg_catalog.load_table(ident), topic)
         if iceberg_catalog.table_exists(ident)
         else {}
     )

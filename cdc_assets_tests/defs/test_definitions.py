@@ -95,7 +95,7 @@ def test_unimplemented_layers_fail_clearly(defs: dg.Definitions) -> None:
 
 
 def test_onboard_job_rejects_unknown_tables(defs: dg.Definitions) -> None:
-    result = defs.get_job_def("onboard_tables").execute_in_process(
+    result = defs.resolve_job_def("onboard_tables").execute_in_process(
         run_config={"ops": {"create_spec_tables": {"config": {"tables": ["nope"]}}}},
         raise_on_error=False,
     )

@@ -1,4 +1,5 @@
-"""The main command (`cdc-assets run`, behind `make run`) on the test session's stack."""
+"""The main command (`cdc-assets run`, behind `make run`) on the test session's stack: tables,
+demo stream, ingest, report."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from cdc_assets.cli import main
+from cdc_assets.resources import IcebergCatalogResource
 from cdc_assets.resources.local_stack import StackState
 from cdc_assets.settings import Settings
 
@@ -15,6 +17,7 @@ def test_run_onboards_and_reports_every_table(
     it_settings: Settings,
     stack: StackState,
     spark: object,
+    iceberg: IcebergCatalogResource,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
@@ -22,9 +25,14 @@ def test_run_onboards_and_reports_every_table(
     monkeypatch.setenv("CDC_ASSETS_HOME", str(it_settings.home))
     monkeypatch.setenv("CDC_ASSETS_SPECS", str(it_settings.specs_dir))
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
-    assert main(["run"]) == 0
+    assert main(["run", "--events", "300"]) == 0
     out = capsys.readouterr().out
-    assert "[4/4]" in out
+    assert "[6/6]" in out
+    # the demo stream's four bad records per table are dead letters with their reasons
+    dead = iceberg.load_catalog().load_table("app.users_dlt").scan().to_arrow().to_pylist()
+    reasons = {r["reason"] for r in dead}
+    assert {"value is not a JSON object", "unknown op code 'x'"} <= reasons
+    assert "primary key column 'id' is null" in reasons
     for ident in ("lake.app.users_cdc", "lake.app.users", "lake.shop.orders_dlt"):
         assert ident in out
     assert "missing" not in out

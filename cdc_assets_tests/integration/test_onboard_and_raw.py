@@ -3,6 +3,7 @@ real topic offsets from the broker."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import dagster as dg
@@ -13,6 +14,7 @@ from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.layers import all_layouts
 from cdc_assets.settings import Settings
 from cdc_assets.spec import load_specs
+from cdc_assets.spec.models import TableSpec
 
 
 def test_onboard_job_creates_tables_idempotently(
@@ -24,7 +26,7 @@ def test_onboard_job_creates_tables_idempotently(
         for s in load_specs(it_settings.specs_dir)
     ]
     defs = build_defs(specs=specs, settings=it_settings, resource_overrides=resources)
-    job = defs.get_job_def("onboard_tables")
+    job = defs.resolve_job_def("onboard_tables")
     first = job.execute_in_process()
     assert first.success
     created = first.output_for_node("create_spec_tables")
@@ -51,16 +53,21 @@ def test_onboard_job_creates_tables_idempotently(
     assert second.output_for_node("create_spec_tables") == []  # nothing new, nothing replaced
 
 
+def on_topic(spec: TableSpec, topic: str) -> TableSpec:
+    return spec.model_copy(update={"source": spec.source.model_copy(update={"topic": topic})})
+
+
 def test_raw_asset_reports_topic_offsets(
     it_settings: Settings, resources: dict[str, Any], kafka: KafkaResource
 ) -> None:
-    spec = next(s for s in load_specs(it_settings.specs_dir) if s.name == "users")
+    users = next(s for s in load_specs(it_settings.specs_dir) if s.name == "users")
+    spec = on_topic(users, f"raw-it-{uuid.uuid4().hex[:8]}")
     producer = Producer(kafka.client_conf())
     for i in range(25):
         producer.produce(spec.source.topic, key=str(i).encode(), value=b"{}")
     assert producer.flush(30) == 0
 
-    defs = build_defs(settings=it_settings, resource_overrides=resources)
+    defs = build_defs(specs=[spec], settings=it_settings, resource_overrides=resources)
     result = dg.materialize(
         [a for a in defs.assets or [] if isinstance(a, dg.AssetsDefinition)],
         selection=[dg.AssetKey(["raw", "users"])],
@@ -79,9 +86,12 @@ def test_raw_asset_reports_topic_offsets(
 def test_raw_asset_fails_clearly_for_a_missing_topic(
     it_settings: Settings, resources: dict[str, Any]
 ) -> None:
-    spec = next(s for s in load_specs(it_settings.specs_dir) if s.name == "orders")
+    orders = next(s for s in load_specs(it_settings.specs_dir) if s.name == "orders")
+    spec = on_topic(orders, f"never-created-{uuid.uuid4().hex[:8]}")
     kafka = resources["kafka"].model_copy(update={"timeout_s": 5.0})
-    defs = build_defs(settings=it_settings, resource_overrides={**resources, "kafka": kafka})
+    defs = build_defs(
+        specs=[spec], settings=it_settings, resource_overrides={**resources, "kafka": kafka}
+    )
     result = dg.materialize(
         [a for a in defs.assets or [] if isinstance(a, dg.AssetsDefinition)],
         selection=[dg.AssetKey(["raw", "orders"])],
