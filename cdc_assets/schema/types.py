@@ -88,7 +88,8 @@ class SourceType:
 
 _INT32 = {"TINYINT", "UTINYINT", "SMALLINT", "USMALLINT", "MEDIUMINT", "UMEDIUMINT", "INT", "YEAR"}
 _INT32 |= {"SERIAL", "SMALLSERIAL"}
-_INT64 = {"UINT", "BIGINT", "BIGSERIAL"}
+# PostgreSQL INTERVAL arrives as microseconds (io.debezium.time.MicroDuration) by default.
+_INT64 = {"UINT", "BIGINT", "BIGSERIAL", "INTERVAL"}
 _STRINGS = {
     "CHAR",
     "NCHAR",
@@ -107,7 +108,6 @@ _STRINGS = {
     "TIMETZ",
     "INET",
     "XML",
-    "INTERVAL",
 }
 _BINARIES = {"BINARY", "VARBINARY", "BLOB", "TINYBLOB", "MEDIUMBLOB", "LONGBLOB"}
 _LENGTHED = {"CHAR", "NCHAR", "VARCHAR", "NVARCHAR", "BINARY", "VARBINARY"}
@@ -155,6 +155,9 @@ def parse_source_type(text: str, connector: str) -> SourceType:
         return SourceType(text, kind, precision=precision, scale=_int_arg(dtype, 1) or 0)
     if kind in _LENGTHED or kind == "BIT":
         return SourceType(text, kind, length=_int_arg(dtype, 0))
+    if kind == "FLOAT":
+        # MySQL FLOAT(p) with p > 23 is a DOUBLE.
+        return SourceType(text, kind, precision=_int_arg(dtype, 0))
     if kind in _TEMPORAL_WITH_FRACTION:
         # Fractional-second digits decide Debezium's wire encoding (ms vs us); the defaults differ.
         default = 0 if dialect == "mysql" else 6
@@ -176,7 +179,7 @@ def default_sink_type(source: SourceType) -> SinkType:
     if kind == "BOOLEAN" or (kind == "BIT" and (source.length or 1) == 1):
         return SinkType("boolean")
     if kind == "FLOAT":
-        return SinkType("float")
+        return SinkType("double" if (source.precision or 0) > 23 else "float")
     if kind == "DOUBLE":
         return SinkType("double")
     if kind == "DECIMAL":

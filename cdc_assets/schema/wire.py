@@ -101,14 +101,14 @@ def _wire_for(spec: TableSpec, source: SourceType) -> tuple[Wire, int | None]:
         return temporal, None
     if kind in _INT_KINDS:
         return Wire.INT, None
-    if kind in ("UINT", "BIGINT", "BIGSERIAL"):
+    if kind in ("UINT", "BIGINT", "BIGSERIAL", "INTERVAL"):
         return Wire.LONG, None
     if kind == "UBIGINT":
         if dbz.bigint_unsigned_handling_mode == "precise":
             return Wire.DECIMAL_BYTES, 0
         return Wire.UNSIGNED_LONG, None
     if kind == "FLOAT":
-        return Wire.FLOAT, None
+        return (Wire.DOUBLE if (source.precision or 0) > 23 else Wire.FLOAT), None
     if kind == "DOUBLE":
         return Wire.DOUBLE, None
     if kind == "BOOLEAN" and spec.source.connector != "postgresql":

@@ -32,6 +32,8 @@ D = SinkType("decimal", 12, 2)
         ("mysql", "decimal", "decimal(10,0)"),
         ("mysql", "decimal(65,2)", "string"),
         ("mysql", "float", "float"),
+        ("mysql", "float(30)", "double"),
+        ("postgresql", "interval", "long"),
         ("mysql", "double", "double"),
         ("mysql", "varchar(255)", "string"),
         ("mysql", "enum('a','b')", "string"),

@@ -133,11 +133,6 @@ DISAGREEMENTS = [
         {},
         W.LONG,
         None,
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="Debezium sends INTERVAL as io.debezium.time.MicroDuration (INT64) unless "
-            "interval.handling.mode=string; wire.py plans a string",
-        ),
         id="postgresql-interval-microduration",
     ),
     pytest.param(
@@ -146,10 +141,6 @@ DISAGREEMENTS = [
         {},
         W.DOUBLE,
         None,
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="MySQL FLOAT(p) with p 24..53 is FLOAT64 in Debezium; wire.py plans float32",
-        ),
         id="mysql-float-p-over-23",
     ),
 ]
