@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,9 @@ class SparkResource(ConfigurableResource):  # type: ignore[type-arg]
             from cdc_assets.resources.jars import ensure_jars
 
             ensure_jars("spark", self.settings())
+            if self.master.startswith("local"):
+                # Spark picks its local address from the hostname otherwise; stay on loopback.
+                os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
             session = spark_session_from_config(self.conf())  # type: ignore[no-untyped-call]
             session.sparkContext.setLogLevel(self.log_level)
             self._session = session
