@@ -79,10 +79,6 @@ class IngestResult:
     def balanced(self) -> bool:
         return self.read == self.ledger + self.dead + self.skipped
 
-    @property
-    def lag_consumed(self) -> int:
-        return sum(self.end_offsets[p] - self.start_offsets.get(p, 0) for p in self.end_offsets)
-
 
 def _failpoint(name: str) -> None:
     if os.environ.get(FAILPOINT_ENV) == name:
