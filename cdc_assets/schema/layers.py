@@ -68,6 +68,20 @@ SEQUENCE_COLUMNS = (
     Column("_kafka_partition", INT, required=True),
     Column("_kafka_offset", LONG, required=True),
 )
+UNAVAILABLE_COLUMN = Column(
+    "_unavailable",
+    STRING,
+    doc="comma-separated columns whose value the source did not send (TOAST placeholder)",
+)
+TOMBSTONE_COLUMNS = (
+    Column("_seq_major", LONG),
+    Column("_seq_minor", LONG),
+    Column("_seq_row", LONG),
+    Column("_kafka_partition", INT, required=True),
+    Column("_kafka_offset", LONG, required=True),
+    Column("_deleted_at", TIMESTAMPTZ, doc="time of the delete in the source"),
+    Column("_recorded_at", TIMESTAMPTZ, required=True, doc="when the upsert saw the delete"),
+)
 LEDGER_ONLY_COLUMNS = (
     Column("_kafka_ts", TIMESTAMPTZ, required=True, doc="Kafka record timestamp"),
     Column(
@@ -76,11 +90,7 @@ LEDGER_ONLY_COLUMNS = (
         doc="row image as the source wrote it (JSON text): after, or before for deletes",
     ),
     Column("_before_json", STRING, doc="before image as the source wrote it (JSON text)"),
-    Column(
-        "_unavailable",
-        STRING,
-        doc="comma-separated columns whose value the source did not send (TOAST placeholder)",
-    ),
+    UNAVAILABLE_COLUMN,
     Column("_processed_at", TIMESTAMPTZ, required=True, doc="when the ingest wrote the row"),
     Column("dt", STRING, required=True, doc="date of the Kafka timestamp, yyyy-MM-dd (UTC)"),
     Column("hr", INT, required=True, doc="hour of the Kafka timestamp, 0-23 (UTC)"),
@@ -153,10 +163,28 @@ def bucketed_layout(spec: TableSpec) -> TableLayout:
     return TableLayout(
         namespace=spec.sink.namespace,
         name=f"{_sink_table(spec)}_bucketed",
-        columns=data_columns(spec, keys_required=False) + SEQUENCE_COLUMNS,
+        columns=data_columns(spec, keys_required=False) + SEQUENCE_COLUMNS + (UNAVAILABLE_COLUMN,),
         partition_by=(_bucket_partition(spec),),
         properties=dict(LEDGER_PROPERTIES),
         comment=f"changes of one upsert run for {_sink_table(spec)}, bucketed like base",
+    )
+
+
+def tombstones_layout(spec: TableSpec) -> TableLayout:
+    """Deleted keys with the position of their delete, bucketed like base.
+
+    Base drops a deleted row; this table remembers the delete for a retention period so that an
+    older change delivered late is recognised as older and not applied.
+    """
+    keys = tuple(c for c in data_columns(spec, keys_required=True) if c.required)
+    return TableLayout(
+        namespace=spec.sink.namespace,
+        name=f"{_sink_table(spec)}_tombstones",
+        columns=keys + TOMBSTONE_COLUMNS,
+        partition_by=(_bucket_partition(spec),),
+        properties={**BASE_PROPERTIES},
+        identifier_fields=tuple(c.name for c in keys),
+        comment=f"recent deletes of {_sink_table(spec)}",
     )
 
 
@@ -178,4 +206,5 @@ def all_layouts(spec: TableSpec) -> dict[str, TableLayout]:
         "bucketed": bucketed_layout(spec),
         "base": base_layout(spec),
         "dead_letter": dead_letter_layout(spec),
+        "tombstones": tombstones_layout(spec),
     }

@@ -123,10 +123,25 @@ class SinkSpec(_Strict):
     dead_letter_suffix: Identifier = "_dlt"
 
 
+class MaintenanceSpec(_Strict):
+    """Daily upkeep of base: compaction, snapshot expiry, orphan-file removal."""
+
+    cron: str = "0 3 * * *"
+    snapshot_retention_hours: int = Field(default=168, ge=1)
+    retain_last_snapshots: int = Field(default=10, ge=1)
+    orphan_file_age_hours: int = Field(default=72, ge=1)
+
+
 class BaseTableSpec(_Strict):
     buckets: int = Field(default=16, ge=1, le=4096)
     bucket_column: SourceName | None = None
     properties: dict[str, str] = {}
+    # Ledger partitions (dt) read by an upsert reach this far behind the base watermark, so
+    # records whose Kafka timestamp is a little out of order are still found.
+    lookback_hours: int = Field(default=24, ge=1)
+    # How long a delete is remembered so that a late, older update cannot resurrect the row.
+    tombstone_retention_hours: int = Field(default=168, ge=1)
+    maintenance: MaintenanceSpec = MaintenanceSpec()
 
 
 class ScheduleSpec(_Strict):
@@ -159,6 +174,7 @@ class TableSpec(_Strict):
         # Each rule raises ValueError; the loader turns it into a SpecError naming the file.
         _check_owners_and_tags(self)
         _check_cron(self.schedule.cron)
+        _check_cron(self.base.maintenance.cron, "base.maintenance.cron")
         _check_columns(self)
         _check_primary_key(self)
         return self
@@ -192,12 +208,10 @@ def _check_owners_and_tags(spec: TableSpec) -> None:
             )
 
 
-def _check_cron(cron: str) -> None:
+def _check_cron(cron: str, where: str = "schedule.cron") -> None:
     fields = cron.split()
     if len(fields) != 5 or not all(_CRON_FIELD_RE.match(f) for f in fields):
-        raise _fail(
-            "schedule.cron", f"{cron!r} is not a 5-field cron expression like '*/15 * * * *'"
-        )
+        raise _fail(where, f"{cron!r} is not a 5-field cron expression like '*/15 * * * *'")
 
 
 def _check_columns(spec: TableSpec) -> None:

@@ -24,10 +24,13 @@ def test_layer_names_and_partitioning() -> None:
         "bucketed": ("app", "users_bucketed"),
         "base": ("app", "users"),
         "dead_letter": ("app", "users_dlt"),
+        "tombstones": ("app", "users_tombstones"),
     }
     assert layouts["cdc"].partition_by == ("dt", "hr")
     assert layouts["base"].partition_by == ("bucket(16, id)",)
     assert layouts["bucketed"].partition_by == layouts["base"].partition_by
+    assert layouts["tombstones"].partition_by == layouts["base"].partition_by
+    assert layouts["tombstones"].identifier_fields == ("id",)
 
 
 def test_only_base_keys_are_required() -> None:

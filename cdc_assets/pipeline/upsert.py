@@ -1,0 +1,314 @@
+"""Ledger -> bucketed temp -> base: the two steps of an upsert run.
+
+``build_bucketed`` reads the ledger rows base has not applied yet (a pinned ledger snapshot,
+Kafka offset ranges from base's watermark, a lookback on dt), keeps the newest change per key and
+replaces the bucketed table with them. Its snapshot summary records the state base starts from
+and the state base reaches when they are merged.
+
+``merge_base`` remembers the deletes (tombstones), then MERGEs the bucketed rows into base with
+a storage-partitioned join, committing the new state in the same Iceberg commit as the data.
+
+Crash safety: nothing moves base's state but the base commit. A crash before it leaves base
+where it was; the rerun rebuilds the same bucketed rows (or merges the existing ones) and every
+change is applied only when newer than the stored row, so a second application is a no-op.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from cdc_assets.errors import CdcAssetsError
+from cdc_assets.pipeline.offsets import (
+    KIND_PROPERTY,
+    OFFSETS_PROPERTY,
+    committed_snapshot,
+    decode_offsets,
+)
+from cdc_assets.pipeline.watermark import (
+    FROM_STATE,
+    TRUNCATE,
+    UPSERT_KIND,
+    WATERMARK,
+    UpsertState,
+    base_state,
+    commit_properties_only,
+    current_properties,
+    snapshot_properties,
+)
+from cdc_assets.schema.layers import (
+    TableLayout,
+    base_layout,
+    bucketed_layout,
+    ledger_layout,
+    tombstones_layout,
+)
+from cdc_assets.spec.models import TableSpec
+from cdc_assets.sql.ddl import quote
+from cdc_assets.sql.plan import shuffles_between_scan_and_join
+from cdc_assets.sql.upsert import (
+    ChangeWindow,
+    Position,
+    render_base_merge,
+    render_insert_overwrite,
+    render_newest_changes,
+    render_tombstone_merge,
+    render_window_probe,
+)
+
+FAILPOINT_ENV = "CDC_ASSETS_FAILPOINT"
+REDRIVE_KIND = "redrive"
+COMMIT_RETRIES = 5
+# Connectors whose events can carry an "unavailable value" placeholder (PostgreSQL TOAST).
+PLACEHOLDER_CONNECTORS = ("postgresql",)
+
+
+class StaleChangesError(CdcAssetsError):
+    """The bucketed table was built from another base state; rebuild it before merging."""
+
+
+def _failpoint(name: str) -> None:
+    if os.environ.get(FAILPOINT_ENV) == name:
+        os.kill(os.getpid(), 9)
+
+
+def spark_identifier(catalog: str, layout: TableLayout) -> str:
+    return ".".join(quote(p) for p in (catalog, layout.namespace, layout.name))
+
+
+def plain_identifier(catalog: str, layout: TableLayout) -> str:
+    return f"{catalog}.{layout.namespace}.{layout.name}"
+
+
+def _load(iceberg_catalog: Any, layout: TableLayout) -> Any:
+    return iceberg_catalog.load_table(f"{layout.namespace}.{layout.name}")
+
+
+@dataclass
+class BucketedResult:
+    """What one bucketed build read and wrote."""
+
+    table: str
+    from_state: UpsertState
+    to_state: UpsertState
+    rows: int = 0
+    deletes: int = 0
+    truncate: Position | None = None
+    redriven_files: int = 0
+    up_to_date: bool = False
+    seconds: float = 0.0
+
+
+@dataclass
+class MergeResult:
+    """What one MERGE into base did."""
+
+    table: str
+    from_state: UpsertState
+    to_state: UpsertState
+    applied: bool = False
+    up_to_date: bool = False
+    storage_partitioned: bool | None = None
+    snapshot_id: int | None = None
+    summary: dict[str, str] = field(default_factory=dict)
+    attempts: int = 0
+    seconds: float = 0.0
+
+
+def _redriven_files(ledger: Any, after_sequence: int) -> list[str]:
+    """Data files appended by redrives committed after the ledger sequence number base read."""
+    from pyiceberg.manifest import ManifestEntryStatus
+    from pyiceberg.table.snapshots import ancestors_of
+
+    current = ledger.current_snapshot()
+    files: list[str] = []
+    if current is None:
+        return files
+    for snapshot in ancestors_of(current, ledger.metadata):
+        if (snapshot.sequence_number or 0) <= after_sequence:
+            break
+        props = snapshot.summary.additional_properties if snapshot.summary else {}
+        if props.get(KIND_PROPERTY) != REDRIVE_KIND:
+            continue
+        for manifest in snapshot.manifests(ledger.io):
+            if manifest.added_snapshot_id != snapshot.snapshot_id:
+                continue
+            for entry in manifest.fetch_manifest_entry(ledger.io, discard_deleted=True):
+                if entry.status == ManifestEntryStatus.ADDED:
+                    files.append(entry.data_file.file_path)
+    return files
+
+
+def _ledger_end(ledger: Any, start: dict[int, int]) -> dict[int, int]:
+    snapshot = committed_snapshot(ledger)
+    if snapshot is None:
+        return dict(start)
+    end = decode_offsets(snapshot.summary.additional_properties[OFFSETS_PROPERTY])
+    return {**start, **end}
+
+
+def build_bucketed(
+    spark: Any, catalog: str, iceberg_catalog: Any, spec: TableSpec
+) -> BucketedResult:
+    """Replace the bucketed table with the newest change per key that base has not applied."""
+    started = time.monotonic()
+    ledger_l, bucketed_l = ledger_layout(spec), bucketed_layout(spec)
+    tomb_l = tombstones_layout(spec)
+    state = base_state(_load(iceberg_catalog, base_layout(spec)))
+    ledger = _load(iceberg_catalog, ledger_l)
+    current = ledger.current_snapshot()
+    result = BucketedResult(spec.name, state, state)
+    if current is None:
+        result.up_to_date = True
+        result.seconds = time.monotonic() - started
+        return result
+    end = _ledger_end(ledger, dict(state.watermark))
+    extra = _redriven_files(ledger, state.ledger_sequence)
+    min_dt = None
+    if state.watermark_ts is not None:
+        lookback = state.watermark_ts - timedelta(hours=spec.base.lookback_hours)
+        min_dt = lookback.strftime("%Y-%m-%d")
+    window = ChangeWindow(
+        ledger=spark_identifier(catalog, ledger_l),
+        snapshot_id=current.snapshot_id,
+        start=dict(state.watermark),
+        end=end,
+        min_dt=min_dt,
+        floor=state.floor,
+        extra_files=tuple(extra),
+    )
+    if end == dict(state.watermark) and not extra:
+        result.up_to_date = True
+        result.seconds = time.monotonic() - started
+        return result
+    probe = spark.sql(render_window_probe(window)).collect()[0]
+    floor = state.floor
+    truncate = None
+    if probe["truncate"] is not None:
+        t = probe["truncate"]
+        truncate = Position(t["p0"], t["p1"], t["p2"])
+        floor = max(floor, truncate) if floor is not None else truncate
+    micros = probe["max_kafka_micros"]
+    newest_ts = None if micros is None else datetime.fromtimestamp(micros / 1e6, UTC)
+    if state.watermark_ts is not None and (newest_ts is None or newest_ts < state.watermark_ts):
+        newest_ts = state.watermark_ts
+    to_state = UpsertState(
+        watermark=end,
+        watermark_ts=newest_ts,
+        ledger_sequence=current.sequence_number or 0,
+        ledger_snapshot=current.snapshot_id,
+        floor=floor,
+    )
+    window = ChangeWindow(**{**window.__dict__, "floor": floor})
+    select = render_newest_changes(
+        spec,
+        window,
+        spark_identifier(catalog, tomb_l),
+        carry_unavailable=spec.source.connector in PLACEHOLDER_CONNECTORS,
+    )
+    props = {**to_state.properties(), FROM_STATE: state.token(), UPSERT_KIND: "bucketed"}
+    if truncate is not None:
+        props[TRUNCATE] = truncate.text()
+    target = spark_identifier(catalog, bucketed_l)
+    with snapshot_properties(spark, props):
+        spark.sql(render_insert_overwrite(target, select))
+    written = current_properties(_load(iceberg_catalog, bucketed_l))
+    if (
+        written.get(FROM_STATE) != state.token()
+        or UpsertState.from_properties(written).token() != to_state.token()
+    ):
+        # Nothing to write: Spark made no commit. Empty the table and record the states.
+        spark.sql(f"DELETE FROM {target}")
+        commit_properties_only(_load(iceberg_catalog, bucketed_l), props)
+    for row in spark.sql(f"SELECT _op, count(*) AS n FROM {target} GROUP BY _op").collect():
+        result.rows += row["n"]
+        if row["_op"] == "d":
+            result.deletes += row["n"]
+    result.to_state = to_state
+    result.truncate = truncate
+    result.redriven_files = len(extra)
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def merge_plan(spark: Any, merge_sql: str) -> str:
+    rows = spark.sql(f"EXPLAIN {merge_sql}").collect()
+    return str(rows[0][0])
+
+
+def _is_conflict(exc: BaseException) -> bool:
+    text = f"{type(exc).__name__}: {exc}"
+    return any(
+        marker in text
+        for marker in ("CommitFailedException", "ValidationException", "Found conflicting files")
+    )
+
+
+def _run_with_retry(spark: Any, sql: str, props: dict[str, str], result: MergeResult) -> None:
+    for attempt in range(1, COMMIT_RETRIES + 1):
+        result.attempts = attempt
+        try:
+            with snapshot_properties(spark, props):
+                spark.sql(sql)
+            return
+        except Exception as exc:  # py4j/pyspark wrap Iceberg's commit exceptions
+            if attempt == COMMIT_RETRIES or not _is_conflict(exc):
+                raise
+            time.sleep(0.5 * attempt)
+
+
+def merge_base(spark: Any, catalog: str, iceberg_catalog: Any, spec: TableSpec) -> MergeResult:
+    """MERGE the bucketed changes into base and commit base's new state with them."""
+    started = time.monotonic()
+    base_l, bucketed_l, tomb_l = base_layout(spec), bucketed_layout(spec), tombstones_layout(spec)
+    state = base_state(_load(iceberg_catalog, base_l))
+    props = current_properties(_load(iceberg_catalog, bucketed_l))
+    result = MergeResult(spec.name, state, state)
+    if WATERMARK not in props:
+        result.up_to_date = True
+        result.seconds = time.monotonic() - started
+        return result
+    to_state = UpsertState.from_properties(props)
+    result.to_state = to_state
+    if to_state.token() == state.token():
+        result.up_to_date = True
+        result.seconds = time.monotonic() - started
+        return result
+    if props.get(FROM_STATE) != state.token():
+        raise StaleChangesError(
+            f"{spec.name}: the bucketed table was built from another base state "
+            f"({props.get(FROM_STATE)}) than base has ({state.token()}); "
+            "materialize the bucketed asset again, then base"
+        )
+    base = spark_identifier(catalog, base_l)
+    bucketed = spark_identifier(catalog, bucketed_l)
+    truncate = Position.parse(props[TRUNCATE]) if props.get(TRUNCATE) else None
+    _run_with_retry(
+        spark,
+        render_tombstone_merge(spec, spark_identifier(catalog, tomb_l), bucketed),
+        {UPSERT_KIND: "tombstones"},
+        result,
+    )
+    _failpoint("after_tombstones")
+    merge_sql = render_base_merge(spec, base, bucketed, truncate_floor=truncate)
+    shuffles = shuffles_between_scan_and_join(
+        merge_plan(spark, merge_sql), plain_identifier(catalog, base_l)
+    )
+    result.storage_partitioned = None if shuffles is None else not any(shuffles)
+    commit_props = {**to_state.properties(), UPSERT_KIND: "upsert"}
+    _run_with_retry(spark, merge_sql, commit_props, result)
+    _failpoint("after_base_merge")
+    table = _load(iceberg_catalog, base_l)
+    if base_state(table).token() != to_state.token():
+        # No row changed, so Spark made no commit: record the new state on its own.
+        commit_properties_only(table, commit_props)
+        table = _load(iceberg_catalog, base_l)
+    current = table.current_snapshot()
+    result.applied = True
+    result.snapshot_id = current.snapshot_id if current else None
+    result.summary = current_properties(table)
+    result.seconds = time.monotonic() - started
+    return result

@@ -1,0 +1,255 @@
+"""Spark SQL for the upsert: ledger -> newest change per key -> bucketed temp -> MERGE into base.
+
+Ordering rule (DESIGN.md): a change is newer when its source position (major, minor, row) is
+greater, with the Kafka partition and offset as the last tie-breakers; a missing position part
+counts as -1. A change is applied only when it is newer than what base holds, so duplicates,
+replays and late, out-of-order events cannot move a row backwards.
+
+The "floor" is a source position at or before which every change is ignored: the position of a
+bootstrap dump, or of the newest truncate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from cdc_assets.schema.layers import base_layout, tombstones_layout
+from cdc_assets.spec.models import TableSpec
+from cdc_assets.sql.ddl import literal, quote
+
+APPLIED_OPS = ("c", "u", "d", "r")
+SEQ_PARTS = ("_seq_major", "_seq_minor", "_seq_row")
+ORDER_PARTS = (*SEQ_PARTS, "_kafka_partition", "_kafka_offset")
+# Columns base keeps about the change that wrote a row (SEQUENCE_COLUMNS of the layout).
+CHANGE_COLUMNS = ("_op", "_source_ts", *ORDER_PARTS)
+
+
+@dataclass(frozen=True, order=True)
+class Position:
+    """A numeric source position: binlog (file number, position, row) or (LSN, 0, 0)."""
+
+    major: int
+    minor: int = 0
+    row: int = 0
+
+    def text(self) -> str:
+        return f"{self.major}:{self.minor}:{self.row}"
+
+    @classmethod
+    def parse(cls, text: str) -> Position:
+        """``major[:minor[:row]]`` as written by ``text()``."""
+        parts = text.strip().split(":")
+        if not 1 <= len(parts) <= 3 or not all(p.strip().lstrip("-").isdigit() for p in parts):
+            raise ValueError(f"{text!r} is not a source position 'major[:minor[:row]]'")
+        numbers = [int(p) for p in parts] + [0] * (3 - len(parts))
+        return cls(numbers[0], numbers[1], numbers[2])
+
+
+@dataclass(frozen=True)
+class ChangeWindow:
+    """The ledger rows one upsert run reads: a pinned ledger snapshot and Kafka offset ranges."""
+
+    ledger: str  # quoted identifier
+    snapshot_id: int
+    start: Mapping[int, int]  # first offset not yet applied, per Kafka partition
+    end: Mapping[int, int]  # first offset not in the ledger snapshot, per Kafka partition
+    min_dt: str | None = None  # lookback: oldest ledger dt partition to read
+    floor: Position | None = None
+    # Data files appended outside the offset order (redriven dead letters), read whatever their
+    # offsets and dt.
+    extra_files: tuple[str, ...] = ()
+
+
+def data_names(spec: TableSpec) -> list[str]:
+    return [c.sink_name for c in spec.columns]
+
+
+def key_names(spec: TableSpec) -> list[str]:
+    return [c.sink_name for c in spec.key_columns]
+
+
+def order_struct(alias: str) -> str:
+    """The total order of changes as a struct that compares field by field."""
+    fields = []
+    for i, part in enumerate(ORDER_PARTS):
+        value = f"{alias}.{part}"
+        if part in SEQ_PARTS:
+            value = f"coalesce({value}, CAST(-1 AS BIGINT))"
+        fields.append(f"'o{i}', CAST({value} AS BIGINT)")
+    return f"named_struct({', '.join(fields)})"
+
+
+def position_struct(alias: str) -> str:
+    fields = [f"'p{i}', coalesce({alias}.{p}, CAST(-1 AS BIGINT))" for i, p in enumerate(SEQ_PARTS)]
+    return f"named_struct({', '.join(fields)})"
+
+
+def position_literal(pos: Position) -> str:
+    values = (pos.major, pos.minor, pos.row)
+    fields = [f"'p{i}', CAST({v} AS BIGINT)" for i, v in enumerate(values)]
+    return f"named_struct({', '.join(fields)})"
+
+
+def _offset_ranges(window: ChangeWindow, alias: str = "l") -> str:
+    ranges = []
+    for partition, end in sorted(window.end.items()):
+        start = window.start.get(partition, 0)
+        if end > start:
+            ranges.append(
+                f"({alias}._kafka_partition = {partition} AND {alias}._kafka_offset >= {start} "
+                f"AND {alias}._kafka_offset < {end})"
+            )
+    return " OR ".join(ranges) if ranges else "false"
+
+
+def _window_filter(window: ChangeWindow, alias: str = "l") -> str:
+    condition = f"({_offset_ranges(window, alias)})"
+    if window.min_dt is not None:
+        condition += f" AND {alias}.dt >= {literal(window.min_dt)}"
+    if window.extra_files:
+        files = ", ".join(literal(f) for f in window.extra_files)
+        condition = f"({condition}) OR {alias}._file IN ({files})"
+    return f"({condition})"
+
+
+def _ledger_from(window: ChangeWindow, alias: str = "l") -> str:
+    return f"{window.ledger} VERSION AS OF {window.snapshot_id} AS {alias}"
+
+
+def render_window_probe(window: ChangeWindow) -> str:
+    """One row: the newest truncate's position in the window (``truncate``, a struct p0..p2 or
+    NULL) and the newest Kafka timestamp in microseconds (``max_kafka_micros``)."""
+    return (
+        f"SELECT max(CASE WHEN l._op = 't' THEN {position_struct('l')} END) AS truncate, "
+        f"unix_micros(max(l._kafka_ts)) AS max_kafka_micros "
+        f"FROM {_ledger_from(window)} WHERE {_window_filter(window)}"
+    )
+
+
+def _unavailable(alias: str, column: str) -> str:
+    return f"array_contains(split(coalesce({alias}._unavailable, ''), ','), {literal(column)})"
+
+
+def render_newest_changes(
+    spec: TableSpec, window: ChangeWindow, tombstones: str, *, carry_unavailable: bool
+) -> str:
+    """SELECT of the newest applicable change per key in the window, in the bucketed layout.
+
+    Changes at or before the floor are dropped; a key whose newest change is older than its
+    remembered delete (tombstone) is dropped. With ``carry_unavailable`` (sources that send TOAST
+    placeholders) a column the newest change lacks takes the newest value another change of
+    the same run sent; it stays listed in ``_unavailable`` only when no change sent it.
+    """
+    data = data_names(spec)
+    keys = key_names(spec)
+    carried = [c for c in data if c not in keys] if carry_unavailable else []
+    columns = [*data, *CHANGE_COLUMNS, "_unavailable"]
+    where = [_window_filter(window), f"l._op IN ({', '.join(literal(o) for o in APPLIED_OPS)})"]
+    if window.floor is not None:
+        where.append(f"{position_struct('l')} > {position_literal(window.floor)}")
+    select_changes = ", ".join(f"l.{quote(c)}" for c in columns)
+    newest_struct = ", ".join(f"{literal(c)}, c.{quote(c)}" for c in columns)
+    aggregates = [f"max_by(named_struct({newest_struct}), {order_struct('c')}) AS r"]
+    for i, col in enumerate(carried):
+        aggregates.append(
+            f"max_by(named_struct('v', c.{quote(col)}), CASE WHEN NOT "
+            f"{_unavailable('c', col)} THEN {order_struct('c')} END) AS a{i}"
+        )
+    outputs = []
+    carried_index = {c: i for i, c in enumerate(carried)}
+    for col in data:
+        if col in carried_index:
+            i = carried_index[col]
+            outputs.append(
+                f"CASE WHEN n.r._op = 'd' THEN n.r.{quote(col)} ELSE n.a{i}.v END AS {quote(col)}"
+            )
+        else:
+            outputs.append(f"n.r.{quote(col)} AS {quote(col)}")
+    outputs += [f"n.r.{c} AS {c}" for c in CHANGE_COLUMNS]
+    if carried:
+        missing = ", ".join(
+            f"CASE WHEN n.a{i} IS NULL THEN {literal(c)} END" for c, i in carried_index.items()
+        )
+        outputs.append(
+            f"CASE WHEN n.r._op = 'd' THEN NULL ELSE nullif(concat_ws(',', {missing}), '') END "
+            "AS _unavailable"
+        )
+    else:
+        outputs.append("n.r._unavailable AS _unavailable")
+    key_match = " AND ".join(f"t.{quote(k)} = n.r.{quote(k)}" for k in keys)
+    group = ", ".join(f"c.{quote(k)}" for k in keys)
+    return (
+        f"WITH changes AS (SELECT {select_changes} FROM {_ledger_from(window)} "
+        f"WHERE {' AND '.join(where)}), "
+        f"newest AS (SELECT {', '.join(aggregates)} FROM changes c GROUP BY {group}) "
+        f"SELECT {', '.join(outputs)} FROM newest n "
+        f"WHERE NOT EXISTS (SELECT 1 FROM {tombstones} t WHERE {key_match} "
+        f"AND {order_struct('t')} > {order_struct('n.r')})"
+    )
+
+
+def render_insert_overwrite(target: str, select: str) -> str:
+    """Replace the whole table (static overwrite: no PARTITION clause, every partition goes)."""
+    return f"INSERT OVERWRITE {target} {select}"
+
+
+def _on(spec: TableSpec) -> str:
+    return " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in key_names(spec))
+
+
+def render_tombstone_merge(spec: TableSpec, tombstones: str, bucketed: str) -> str:
+    """Remember this run's deletes (idempotent: a rerun finds them and changes nothing)."""
+    layout = tombstones_layout(spec)
+    keys = key_names(spec)
+    newer = f"{order_struct('s')} > {order_struct('t')}"
+    sets = [f"t.{p} = s.{p}" for p in ORDER_PARTS]
+    sets += ["t._deleted_at = s._source_ts", "t._recorded_at = current_timestamp()"]
+    values = {k: f"s.{quote(k)}" for k in keys}
+    values.update({p: f"s.{p}" for p in ORDER_PARTS})
+    values.update({"_deleted_at": "s._source_ts", "_recorded_at": "current_timestamp()"})
+    names = [c.name for c in layout.columns]
+    return (
+        f"MERGE INTO {tombstones} t "
+        f"USING (SELECT * FROM {bucketed} WHERE _op = 'd') s ON {_on(spec)} "
+        f"WHEN MATCHED AND {newer} THEN UPDATE SET {', '.join(sets)} "
+        f"WHEN NOT MATCHED THEN INSERT ({', '.join(quote(n) for n in names)}) "
+        f"VALUES ({', '.join(values[n] for n in names)})"
+    )
+
+
+def render_base_merge(
+    spec: TableSpec, base: str, bucketed: str, truncate_floor: Position | None = None
+) -> str:
+    """MERGE the bucketed changes into base, each only when newer than the stored row.
+
+    A column the change did not carry (TOAST placeholder) keeps the stored value. With
+    ``truncate_floor`` the rows no change of this run touched and whose position is at or
+    before the truncate are deleted too.
+    """
+    layout = base_layout(spec)
+    keys = set(key_names(spec))
+    newer = f"{order_struct('s')} > {order_struct('t')}"
+    sets = []
+    for name in layout.column_names:
+        if name in keys:
+            continue
+        if name in CHANGE_COLUMNS:
+            sets.append(f"t.{name} = s.{name}")
+        else:
+            q = quote(name)
+            sets.append(f"t.{q} = CASE WHEN {_unavailable('s', name)} THEN t.{q} ELSE s.{q} END")
+    names = layout.column_names
+    sql = (
+        f"MERGE INTO {base} t USING {bucketed} s ON {_on(spec)} "
+        f"WHEN MATCHED AND s._op = 'd' AND {newer} THEN DELETE "
+        f"WHEN MATCHED AND s._op <> 'd' AND {newer} THEN UPDATE SET {', '.join(sets)} "
+        f"WHEN NOT MATCHED AND s._op <> 'd' THEN INSERT ({', '.join(quote(n) for n in names)}) "
+        f"VALUES ({', '.join('s.' + quote(n) for n in names)})"
+    )
+    if truncate_floor is not None:
+        sql += (
+            f" WHEN NOT MATCHED BY SOURCE AND {position_struct('t')} <= "
+            f"{position_literal(truncate_floor)} THEN DELETE"
+        )
+    return sql

@@ -1,0 +1,162 @@
+"""Ledger -> bucketed -> base on the real stack, compared with a plain-Python replay.
+
+The expected base comes from the records read back from Kafka with a plain client, decided by
+the independent oracle and replayed one by one in source order (support/base_oracle.py); base is
+read with pyiceberg.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cdc_assets.demo.events import KafkaRecord, produce, workload
+from cdc_assets.pipeline.ingest import ingest_incremental
+from cdc_assets.pipeline.tables import ensure_tables
+from cdc_assets.pipeline.upsert import build_bucketed, merge_base
+from cdc_assets.resources import IcebergCatalogResource, KafkaResource
+from cdc_assets.schema.layers import base_layout
+from cdc_assets.settings import Settings
+from cdc_assets.spec import load_specs
+from cdc_assets.spec.models import TableSpec
+from cdc_assets_tests.integration.test_ingest import consume_all, isolated, read_table, same
+from cdc_assets_tests.support.base_oracle import Key, replay_base
+from cdc_assets_tests.support.oracle import expected_outcome
+
+# A few examples per CI run; CDC_ASSETS_HYPOTHESIS=long for a soak run.
+LONG = os.environ.get("CDC_ASSETS_HYPOTHESIS") == "long"
+EXAMPLES = 25 if LONG else 3
+
+
+def example_spec(settings_: Settings, name: str) -> TableSpec:
+    return next(s for s in load_specs(settings_.specs_dir) if s.name == name)
+
+
+def upsert(spark: Any, iceberg: IcebergCatalogResource, spec: TableSpec) -> tuple[Any, Any]:
+    catalog = iceberg.load_catalog()
+    bucketed = build_bucketed(spark, "lake", catalog, spec)
+    merged = merge_base(spark, "lake", iceberg.load_catalog(), spec)
+    return bucketed, merged
+
+
+def ingest(
+    spark: Any, iceberg: IcebergCatalogResource, kafka: KafkaResource, spec: TableSpec
+) -> Any:
+    return ingest_incremental(spark, "lake", iceberg.load_catalog(), kafka, spec)
+
+
+def expected_base(
+    spec: TableSpec, kafka: KafkaResource, floor: tuple[int, int, int] | None = None
+) -> dict[Key, dict[str, Any]]:
+    records = consume_all(kafka, spec.source.topic)
+    rows = []
+    for p, o, ts, k, v in records:
+        outcome = expected_outcome(spec, p, o, ts, k, v)
+        if outcome.status == "ledger":
+            assert outcome.row is not None
+            rows.append(outcome.row)
+    return replay_base(spec, rows, floor=floor)
+
+
+def assert_base_matches(
+    spec: TableSpec, iceberg: IcebergCatalogResource, expected: dict[Key, dict[str, Any]]
+) -> None:
+    layout = base_layout(spec)
+    keys = [c.sink_name for c in spec.key_columns]
+    rows = read_table(iceberg, layout.namespace, layout.name)
+    actual = {tuple(r[k] for k in keys): r for r in rows}
+    assert len(actual) == len(rows), "base holds a key twice"
+    missing = sorted(set(expected) - set(actual), key=repr)[:10]
+    extra = sorted(set(actual) - set(expected), key=repr)[:10]
+    assert not missing, f"keys missing from base: {missing}"
+    assert not extra, f"keys base should not hold: {extra}"
+    diffs = [
+        f"{key} {c}: oracle {want[c]!r} base {actual[key][c]!r}"
+        for key, want in expected.items()
+        for c in layout.column_names
+        if not same(want[c], actual[key][c], c)
+    ]
+    assert not diffs, "\n".join(diffs[:30])
+
+
+@pytest.mark.parametrize(("table", "partitions"), [("users", 2), ("orders", 1), ("order_items", 3)])
+def test_upsert_matches_replay_over_several_runs(
+    it_settings: Settings,
+    spark: Any,
+    iceberg: IcebergCatalogResource,
+    kafka: KafkaResource,
+    table: str,
+    partitions: int,
+) -> None:
+    spec = isolated(example_spec(it_settings, table), partitions=partitions, kafka=kafka)
+    ensure_tables(spark, "lake", spec)
+    records = workload(spec, random.Random(3), keys=40, events=300)
+    bootstrap = kafka.resolved_bootstrap()
+    for run, chunk in enumerate((records[:120], records[120:], records[100:160])):
+        produce(chunk, spec.source.topic, bootstrap)  # the last chunk is a replay
+        ingest(spark, iceberg, kafka, spec)
+        _, merged = upsert(spark, iceberg, spec)
+        assert merged.applied
+        # An empty base has no partitions to line up with; from then on no shuffle of base.
+        assert merged.storage_partitioned is (run > 0)
+        assert_base_matches(spec, iceberg, expected_base(spec, kafka))
+    again_bucketed, again = upsert(spark, iceberg, spec)
+    assert again_bucketed.up_to_date
+    assert again.up_to_date
+
+
+def _shuffle_chunks(
+    records: list[KafkaRecord], cuts: list[int], replays: list[tuple[int, int]]
+) -> list[list[KafkaRecord]]:
+    bounds = sorted({0, len(records), *(c % (len(records) + 1) for c in cuts)})
+    chunks = [records[a:b] for a, b in itertools.pairwise(bounds)]
+    for i, (start, length) in enumerate(replays):
+        start %= len(records)
+        # a connector restart delivers an older range again, into a later run
+        chunks[min(i + 1, len(chunks) - 1)].extend(records[start : start + length])
+    return chunks
+
+
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    derandomize=not LONG,
+)
+@given(
+    table=st.sampled_from(["users", "orders", "order_items"]),
+    seed=st.integers(0, 10_000),
+    keys=st.integers(3, 25),
+    events=st.integers(20, 160),
+    cuts=st.lists(st.integers(0, 400), max_size=3),
+    replays=st.lists(st.tuples(st.integers(0, 400), st.integers(1, 40)), max_size=3),
+    partitions=st.integers(1, 3),
+)
+def test_random_streams_converge_to_the_replay(
+    it_settings: Settings,
+    spark: Any,
+    iceberg: IcebergCatalogResource,
+    kafka: KafkaResource,
+    table: str,
+    seed: int,
+    keys: int,
+    events: int,
+    cuts: list[int],
+    replays: list[tuple[int, int]],
+    partitions: int,
+) -> None:
+    spec = isolated(example_spec(it_settings, table), partitions=partitions, kafka=kafka)
+    ensure_tables(spark, "lake", spec)
+    records = workload(spec, random.Random(seed), keys=keys, events=events)
+    bootstrap = kafka.resolved_bootstrap()
+    for chunk in _shuffle_chunks(records, cuts, replays):
+        produce(chunk, spec.source.topic, bootstrap)
+        ingest(spark, iceberg, kafka, spec)
+        upsert(spark, iceberg, spec)
+    assert_base_matches(spec, iceberg, expected_base(spec, kafka))
