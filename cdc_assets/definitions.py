@@ -11,7 +11,9 @@ from cdc_assets.assets.factory import build_table_assets
 from cdc_assets.checks.accounting import build_accounting_check
 from cdc_assets.jobs.ingest import build_ingest_job, hourly_partitions
 from cdc_assets.jobs.onboard import build_onboard_job
+from cdc_assets.jobs.upsert import build_upsert_job
 from cdc_assets.resources import build_resources
+from cdc_assets.sensors.ledger_updated import build_ledger_updated_sensor
 from cdc_assets.sensors.new_offsets import build_new_offsets_sensor
 from cdc_assets.settings import Settings, load_settings
 from cdc_assets.spec import TableSpec, load_specs
@@ -28,11 +30,15 @@ def build_defs(
     hourly = hourly_partitions(settings.partitions_start)
     assets = [a for spec in specs for a in build_table_assets(spec, settings.catalog_name, hourly)]
     ingest_job = build_ingest_job()
+    upsert_job = build_upsert_job()
     return dg.Definitions(
         assets=assets,
         asset_checks=[build_accounting_check(spec) for spec in specs],
-        jobs=[build_onboard_job(specs), ingest_job],
-        sensors=[build_new_offsets_sensor(specs, ingest_job)],
+        jobs=[build_onboard_job(specs), ingest_job, upsert_job],
+        sensors=[
+            build_new_offsets_sensor(specs, ingest_job),
+            build_ledger_updated_sensor(ingest_job, upsert_job),
+        ],
         resources={**build_resources(settings), **(resource_overrides or {})},
     )
 

@@ -25,9 +25,5 @@ class StackError(CdcAssetsError):
     """The local stack cannot start, is unhealthy, or is not running when needed."""
 
 
-class NotImplementedYetError(CdcAssetsError, NotImplementedError):
-    """An asset whose behaviour a later issue delivers; raised instead of pretending to work."""
-
-
 class ProduceError(CdcAssetsError):
     """Records could not be written to Kafka (delivery failed or timed out)."""

@@ -1,17 +1,15 @@
 """The asset factory: one table spec becomes four assets, raw -> cdc -> bucketed -> base.
 
-Asset keys are ``[layer, table]``, grouped per table. The bodies delegate to pipeline modules;
-layers whose pipeline is not built yet raise NotImplementedYetError instead of pretending.
+Asset keys are ``[layer, table]``, grouped per table. The bodies delegate to pipeline modules.
 """
 
-from collections.abc import Callable
 from typing import Any
 
 import dagster as dg
 
 from cdc_assets.assets.ledger import build_ledger_asset
 from cdc_assets.assets.raw import build_raw_asset
-from cdc_assets.errors import NotImplementedYetError
+from cdc_assets.assets.upsert import build_upsert_assets
 from cdc_assets.schema.layers import TableLayout, all_layouts
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.sql.ddl import spark_type
@@ -85,17 +83,6 @@ def _descriptions(spec: TableSpec, layouts: dict[str, TableLayout]) -> dict[str,
     }
 
 
-def _not_yet(layer: str, what: str) -> Callable[..., Any]:
-    def body(context: dg.AssetExecutionContext) -> None:
-        raise NotImplementedYetError(
-            f"{context.asset_key.to_user_string()}: {what} is not implemented yet. "
-            "Its Iceberg table is created by the `onboard_tables` job."
-        )
-
-    body.__name__ = f"{layer}_not_implemented"
-    return body
-
-
 def build_table_assets(
     spec: TableSpec, catalog: str, hourly: dg.PartitionsDefinition
 ) -> list[dg.AssetsDefinition]:
@@ -134,8 +121,7 @@ def build_table_assets(
         spec,
         {**spec_args("cdc", "raw"), "partitions_def": hourly, "pool": f"cdc_ingest/{spec.name}"},
     )
-    bucketed = dg.asset(**spec_args("bucketed", "cdc"))(
-        _not_yet("bucketed", "ledger -> bucketed dedupe")
+    bucketed, base = build_upsert_assets(
+        spec, spec_args("bucketed", "cdc"), spec_args("base", "bucketed")
     )
-    base = dg.asset(**spec_args("base", "bucketed"))(_not_yet("base", "MERGE into base"))
     return [raw, cdc, bucketed, base]

@@ -11,7 +11,6 @@ import dagster as dg
 import pytest
 
 from cdc_assets.definitions import build_defs
-from cdc_assets.errors import NotImplementedYetError
 from cdc_assets.settings import load_settings
 from cdc_assets.spec import load_specs
 from cdc_assets_tests.conftest import PROJECT_ROOT
@@ -64,8 +63,9 @@ def test_jobs_do_not_grow_with_tables(defs: dg.Definitions) -> None:
     assert sorted(j for j in repo.job_names if not j.startswith("__")) == [
         "ingest_ledgers",
         "onboard_tables",
+        "upsert_bases",
     ]
-    assert [s.name for s in repo.sensor_defs] == ["new_kafka_offsets"]
+    assert sorted(s.name for s in repo.sensor_defs) == ["ledger_updated", "new_kafka_offsets"]
 
 
 def test_ledgers_share_hourly_partitions_and_have_accounting_checks(defs: dg.Definitions) -> None:
@@ -78,20 +78,6 @@ def test_ledgers_share_hourly_partitions_and_have_accounting_checks(defs: dg.Def
     assert graph.get(dg.AssetKey(["base", "users"])).partitions_def is None
     checks = {k.to_user_string() for k in graph.asset_check_keys}
     assert checks == {f"cdc/{t}:offsets_accounted" for t in TABLES}
-
-
-def test_unimplemented_layers_fail_clearly(defs: dg.Definitions) -> None:
-    result = dg.materialize(
-        [a for a in defs.assets or [] if isinstance(a, dg.AssetsDefinition)],
-        selection=[dg.AssetKey(["bucketed", "users"])],
-        resources=defs.resources,
-        raise_on_error=False,
-    )
-    assert not result.success
-    failure = result.get_step_failure_events()[0].event_specific_data.error  # type: ignore[union-attr]
-    cause = failure.cause
-    assert cause.cls_name == NotImplementedYetError.__name__
-    assert "bucketed/users: ledger -> bucketed dedupe is not implemented yet" in cause.message
 
 
 def test_onboard_job_rejects_unknown_tables(defs: dg.Definitions) -> None:
@@ -157,3 +143,14 @@ def test_dagster_definitions_validate(tmp_path: Path) -> None:
 
 def test_example_specs_fixture_matches_tables() -> None:
     assert [s.name for s in load_specs(PROJECT_ROOT / "table_specs")] == TABLES
+
+
+def test_ledger_updated_sensor_targets_the_ingested_tables() -> None:
+    from cdc_assets.sensors.ledger_updated import upsert_selection
+
+    keys = [dg.AssetKey(["cdc", "users"]), dg.AssetKey(["raw", "orders"])]
+    assert upsert_selection(keys) == [
+        dg.AssetKey(["bucketed", "users"]),
+        dg.AssetKey(["base", "users"]),
+    ]
+    assert upsert_selection([]) == []

@@ -1,0 +1,20 @@
+"""The shared `upsert_bases` job: bucketed then base for the selected tables.
+
+One job for every table; a run targets tables by asset selection (the sensor, the UI, a CLI),
+so the job count stays constant however many tables there are.
+"""
+
+import dagster as dg
+from dagster._core.definitions.unresolved_asset_job_definition import (
+    UnresolvedAssetJobDefinition,
+)
+
+UPSERT_JOB = "upsert_bases"
+
+
+def build_upsert_job() -> UnresolvedAssetJobDefinition:
+    return dg.define_asset_job(
+        UPSERT_JOB,
+        selection=dg.AssetSelection.key_prefixes(["bucketed"], ["base"]),
+        description="Ledger -> bucketed temp -> MERGE into base, for the selected tables.",
+    )

@@ -1,0 +1,38 @@
+"""One sensor for all tables: after a successful ingest run, upsert the tables it ingested."""
+
+import dagster as dg
+from dagster._core.definitions.unresolved_asset_job_definition import (
+    UnresolvedAssetJobDefinition,
+)
+
+
+def upsert_selection(asset_keys: list[dg.AssetKey]) -> list[dg.AssetKey]:
+    """bucketed/<t> and base/<t> for every cdc/<t> among ``asset_keys``."""
+    tables = sorted({k.path[1] for k in asset_keys if len(k.path) == 2 and k.path[0] == "cdc"})
+    return [dg.AssetKey([layer, t]) for t in tables for layer in ("bucketed", "base")]
+
+
+def build_ledger_updated_sensor(
+    ingest_job: UnresolvedAssetJobDefinition, upsert_job: UnresolvedAssetJobDefinition
+) -> dg.RunStatusSensorDefinition:
+    @dg.run_status_sensor(
+        name="ledger_updated",
+        run_status=dg.DagsterRunStatus.SUCCESS,
+        monitored_jobs=[ingest_job],
+        request_job=upsert_job,
+        minimum_interval_seconds=30,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description="Starts an upsert of the tables a successful ingest run wrote to.",
+    )
+    def ledger_updated(context: dg.RunStatusSensorContext) -> dg.RunRequest | dg.SkipReason:
+        run = context.dagster_run
+        selection = upsert_selection(list(run.asset_selection or []))
+        if not selection:
+            return dg.SkipReason(f"run {run.run_id} selected no ledger")
+        return dg.RunRequest(
+            run_key=run.run_id,
+            asset_selection=selection,
+            tags={"cdc/trigger": "ledger_updated", "cdc/ingest_run": run.run_id},
+        )
+
+    return ledger_updated
