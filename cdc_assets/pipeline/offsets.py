@@ -16,6 +16,8 @@ START_OFFSETS_PROPERTY = "cdc.start-offsets"
 COUNTS_PROPERTY = "cdc.counts"
 KIND_PROPERTY = "cdc.kind"
 TOPIC_PROPERTY = "cdc.topic"
+# cdc.kind of a redrive commit: rows behind the consumed offsets that an upsert must still read.
+REDRIVE_KIND = "redrive"
 
 
 def encode_offsets(offsets: Mapping[int, int]) -> str:

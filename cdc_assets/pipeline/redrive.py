@@ -19,6 +19,8 @@ from cdc_assets.pipeline.ingest import (
     ledger_rows,
     prepare,
 )
+from cdc_assets.pipeline.offsets import KIND_PROPERTY, REDRIVE_KIND
+from cdc_assets.pipeline.watermark import snapshot_properties
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.sql.ddl import literal
 from cdc_assets.sql.decode import DEAD, LEDGER, SKIP
@@ -99,11 +101,13 @@ def _insert_missing(spark: Any, catalog: str, spec: TableSpec, rows: Any) -> Non
     rows.createOrReplaceTempView(view)
     # Restricting the target to the affected days keeps the MERGE from scanning the ledger.
     days = ", ".join(literal(d) for d in hours)
-    spark.sql(
-        f"MERGE INTO {ledger_identifier(catalog, spec)} t USING {view} s "
-        f"ON t.dt IN ({days}) AND t._kafka_partition = s._kafka_partition "
-        "AND t._kafka_offset = s._kafka_offset "
-        "WHEN NOT MATCHED THEN INSERT * "
-    )
+    # Marked so the upsert finds these rows: their offsets are behind base's watermark.
+    with snapshot_properties(spark, {KIND_PROPERTY: REDRIVE_KIND}):
+        spark.sql(
+            f"MERGE INTO {ledger_identifier(catalog, spec)} t USING {view} s "
+            f"ON t.dt IN ({days}) AND t._kafka_partition = s._kafka_partition "
+            "AND t._kafka_offset = s._kafka_offset "
+            "WHEN NOT MATCHED THEN INSERT * "
+        )
     spark.catalog.dropTempView(view)
     rows.unpersist()

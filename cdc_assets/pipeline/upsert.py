@@ -25,6 +25,7 @@ from cdc_assets.errors import CdcAssetsError
 from cdc_assets.pipeline.offsets import (
     KIND_PROPERTY,
     OFFSETS_PROPERTY,
+    REDRIVE_KIND,
     committed_snapshot,
     decode_offsets,
 )
@@ -60,7 +61,6 @@ from cdc_assets.sql.upsert import (
 )
 
 FAILPOINT_ENV = "CDC_ASSETS_FAILPOINT"
-REDRIVE_KIND = "redrive"
 COMMIT_RETRIES = 5
 # Connectors whose events can carry an "unavailable value" placeholder (PostgreSQL TOAST).
 PLACEHOLDER_CONNECTORS = ("postgresql",)
