@@ -83,7 +83,7 @@ def plain_identifier(catalog: str, layout: TableLayout) -> str:
     return f"{catalog}.{layout.namespace}.{layout.name}"
 
 
-def _load(iceberg_catalog: Any, layout: TableLayout) -> Any:
+def load_table(iceberg_catalog: Any, layout: TableLayout) -> Any:
     return iceberg_catalog.load_table(f"{layout.namespace}.{layout.name}")
 
 
@@ -157,8 +157,8 @@ def build_bucketed(
     started = time.monotonic()
     ledger_l, bucketed_l = ledger_layout(spec), bucketed_layout(spec)
     tomb_l = tombstones_layout(spec)
-    state = base_state(_load(iceberg_catalog, base_layout(spec)))
-    ledger = _load(iceberg_catalog, ledger_l)
+    state = base_state(load_table(iceberg_catalog, base_layout(spec)))
+    ledger = load_table(iceberg_catalog, ledger_l)
     current = ledger.current_snapshot()
     result = BucketedResult(spec.name, state, state)
     if current is None:
@@ -215,14 +215,14 @@ def build_bucketed(
     target = spark_identifier(catalog, bucketed_l)
     with snapshot_properties(spark, props):
         spark.sql(render_insert_overwrite(target, select))
-    written = current_properties(_load(iceberg_catalog, bucketed_l))
+    written = current_properties(load_table(iceberg_catalog, bucketed_l))
     if (
         written.get(FROM_STATE) != state.token()
         or UpsertState.from_properties(written).token() != to_state.token()
     ):
         # Nothing to write: Spark made no commit. Empty the table and record the states.
         spark.sql(f"DELETE FROM {target}")
-        commit_properties_only(_load(iceberg_catalog, bucketed_l), props)
+        commit_properties_only(load_table(iceberg_catalog, bucketed_l), props)
     for row in spark.sql(f"SELECT _op, count(*) AS n FROM {target} GROUP BY _op").collect():
         result.rows += row["n"]
         if row["_op"] == "d":
@@ -264,8 +264,8 @@ def merge_base(spark: Any, catalog: str, iceberg_catalog: Any, spec: TableSpec) 
     """MERGE the bucketed changes into base and commit base's new state with them."""
     started = time.monotonic()
     base_l, bucketed_l, tomb_l = base_layout(spec), bucketed_layout(spec), tombstones_layout(spec)
-    state = base_state(_load(iceberg_catalog, base_l))
-    props = current_properties(_load(iceberg_catalog, bucketed_l))
+    state = base_state(load_table(iceberg_catalog, base_l))
+    props = current_properties(load_table(iceberg_catalog, bucketed_l))
     result = MergeResult(spec.name, state, state)
     if WATERMARK not in props:
         result.up_to_date = True
@@ -301,11 +301,11 @@ def merge_base(spark: Any, catalog: str, iceberg_catalog: Any, spec: TableSpec) 
     commit_props = {**to_state.properties(), UPSERT_KIND: "upsert"}
     _run_with_retry(spark, merge_sql, commit_props, result)
     _failpoint("after_base_merge")
-    table = _load(iceberg_catalog, base_l)
+    table = load_table(iceberg_catalog, base_l)
     if base_state(table).token() != to_state.token():
         # No row changed, so Spark made no commit: record the new state on its own.
         commit_properties_only(table, commit_props)
-        table = _load(iceberg_catalog, base_l)
+        table = load_table(iceberg_catalog, base_l)
     current = table.current_snapshot()
     result.applied = True
     result.snapshot_id = current.snapshot_id if current else None

@@ -1,0 +1,188 @@
+"""Load base from a source dump and stitch it to the change stream; roll the watermark back.
+
+A bootstrap writes the dump into base stamped with the dump's source position and commits the
+upsert state "nothing of the ledger applied yet, floor = dump position". The next upsert reads
+the whole ledger and ignores every change at or before the floor, so a change the dump already
+contains is not applied twice and a change after it is not lost.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from cdc_assets.errors import CdcAssetsError
+from cdc_assets.pipeline.progress import spark_progress
+from cdc_assets.pipeline.upsert import load_table, spark_identifier
+from cdc_assets.pipeline.watermark import (
+    UPSERT_KIND,
+    UpsertState,
+    base_state,
+    commit_properties_only,
+    snapshot_properties,
+)
+from cdc_assets.schema.layers import base_layout, ledger_layout, tombstones_layout
+from cdc_assets.spec.models import TableSpec
+from cdc_assets.sql.bootstrap import (
+    render_bootstrap_checks,
+    render_bootstrap_select,
+    resolve_columns,
+)
+from cdc_assets.sql.ddl import literal
+from cdc_assets.sql.upsert import Position
+
+
+class BootstrapError(CdcAssetsError):
+    """The dump cannot be loaded as it is (missing columns, bad values, keys), or base is not
+    empty and replacing it was not asked for."""
+
+
+@dataclass
+class BootstrapResult:
+    table: str
+    rows: int
+    position: Position
+    source: str
+    seconds: float = 0.0
+
+
+def read_files(spark: Any, path: str, file_format: str) -> Any:
+    """A Parquet or CSV (with a header line) dump."""
+    if file_format == "parquet":
+        return spark.read.parquet(path)
+    if file_format == "csv":
+        return (
+            spark.read.option("header", "true")
+            .option("multiLine", "true")
+            .option("escape", '"')
+            .option("mode", "FAILFAST")
+            .csv(path)
+        )
+    raise BootstrapError(f"unknown dump format {file_format!r}; use parquet or csv")
+
+
+def read_jdbc(spark: Any, url: str, table: str, properties: dict[str, str] | None = None) -> Any:
+    """A snapshot of a live table through Spark's JDBC source."""
+    reader = spark.read.format("jdbc").option("url", url).option("dbtable", table)
+    for key, value in (properties or {}).items():
+        reader = reader.option(key, value)
+    return reader.load()
+
+
+def bootstrap_base(
+    spark: Any,
+    catalog: str,
+    iceberg_catalog: Any,
+    spec: TableSpec,
+    dump: Any,
+    position: Position,
+    *,
+    source: str = "dump",
+    replace: bool = False,
+    progress: bool = True,
+) -> BootstrapResult:
+    """Replace base with ``dump`` and set the floor to ``position`` (where the dump was taken)."""
+    started = time.monotonic()
+    base_l = base_layout(spec)
+    base = load_table(iceberg_catalog, base_l)
+    current = base.current_snapshot()
+    rows_now = int(current.summary.get("total-records", "0")) if current and current.summary else 0
+    if rows_now and not replace:
+        raise BootstrapError(
+            f"{spec.name}: base already holds {rows_now} rows; pass replace=True (--replace) "
+            "to overwrite it with the dump"
+        )
+    try:
+        columns = resolve_columns(spec, list(dump.columns))
+    except ValueError as err:
+        raise BootstrapError(f"{spec.name}: {err}") from None
+    view = f"cdc_bootstrap_{spec.name}"
+    dump.createOrReplaceTempView(view)
+    try:
+        with spark_progress(spark, f"{spec.name}: checking the dump", enabled=progress):
+            checks = spark.sql(render_bootstrap_checks(spec, view, columns)).collect()[0]
+        problems = [
+            f"{checks[name]} row(s) with {what}"
+            for name, what in (("null_keys", "a NULL key"), ("duplicate_keys", "a duplicate key"))
+            if checks[name]
+        ]
+        problems += [
+            f"column {c.name!r}: {checks['bad__' + c.name]} value(s) do not convert to "
+            f"{c.sink_type(spec.source.connector)}"
+            for c in spec.columns
+            if checks["bad__" + c.name]
+        ]
+        if problems:
+            raise BootstrapError(f"{spec.name}: the dump was not loaded: " + "; ".join(problems))
+        state = UpsertState(floor=position)
+        props = {**state.properties(), UPSERT_KIND: "bootstrap", "cdc.bootstrap-source": source}
+        target = spark_identifier(catalog, base_l)
+        with (
+            spark_progress(spark, f"{spec.name}: loading base", enabled=progress),
+            snapshot_properties(spark, props),
+        ):
+            spark.sql(
+                f"INSERT OVERWRITE {target} "
+                + render_bootstrap_select(spec, view, columns, position)
+            )
+        # Deletes remembered from before the dump are older than the floor: drop them.
+        spark.sql(f"DELETE FROM {spark_identifier(catalog, tombstones_layout(spec))}")
+        table = load_table(iceberg_catalog, base_l)
+        if base_state(table).token() != state.token():
+            commit_properties_only(table, props)  # an empty dump: Spark made no commit
+    finally:
+        spark.catalog.dropTempView(view)
+    return BootstrapResult(
+        spec.name, int(checks["rows"]), position, source, time.monotonic() - started
+    )
+
+
+@dataclass
+class RollbackResult:
+    table: str
+    before: UpsertState
+    after: UpsertState
+    moved: dict[int, tuple[int, int]] = field(default_factory=dict)
+
+
+def rollback_watermark(
+    spark: Any, catalog: str, iceberg_catalog: Any, spec: TableSpec, to: datetime
+) -> RollbackResult:
+    """Move base's watermark back to the first ledger record at or after ``to`` per partition.
+
+    The next upsert re-reads the ledger from there. Changes are still applied only when newer
+    than the row base holds, so this repairs base after it was restored to an older snapshot
+    (``CALL <catalog>.system.rollback_to_snapshot``) without disturbing newer rows.
+    """
+    if to.tzinfo is None:
+        to = to.replace(tzinfo=UTC)
+    base = load_table(iceberg_catalog, base_layout(spec))
+    before = base_state(base)
+    ledger = spark_identifier(catalog, ledger_layout(spec))
+    stamp = literal(to.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f"))
+    rows = spark.sql(
+        f"SELECT _kafka_partition AS p, min(_kafka_offset) AS o FROM {ledger} "
+        f"WHERE _kafka_ts >= CAST({stamp} AS TIMESTAMP) GROUP BY _kafka_partition"
+    ).collect()
+    watermark = dict(before.watermark)
+    moved: dict[int, tuple[int, int]] = {}
+    for row in rows:
+        partition, offset = int(row["p"]), int(row["o"])
+        current = watermark.get(partition)
+        if current is not None and offset < current:
+            moved[partition] = (current, offset)
+            watermark[partition] = offset
+    ts = before.watermark_ts
+    after = UpsertState(
+        watermark=watermark,
+        watermark_ts=min(ts, to) if ts is not None else None,
+        ledger_sequence=0,  # read redriven rows again too; applying twice changes nothing
+        ledger_snapshot=before.ledger_snapshot,
+        floor=before.floor,
+    )
+    commit_properties_only(
+        base, {**after.properties(), UPSERT_KIND: "rollback", "cdc.rollback-to": to.isoformat()}
+    )
+    return RollbackResult(spec.name, before, after, moved)
