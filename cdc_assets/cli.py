@@ -153,7 +153,7 @@ def _cmd_run(settings: Settings, args: argparse.Namespace) -> int:
     from cdc_assets.spec import load_specs
 
     started = time.monotonic()
-    steps = 6
+    steps = 7
     console.print(f"[bold][1/{steps}][/bold] JVM dependencies (Maven)")
     for kind in ("spark", "kafka"):
         ensure_jars(kind, settings)
@@ -196,9 +196,143 @@ def _cmd_run(settings: Settings, args: argparse.Namespace) -> int:
             "; ".join(f"{n} x {r}" for r, n in sorted(reasons.items())),
         )
     console.print(summary)
-    console.print(f"[bold][6/{steps}][/bold] what exists")
+    console.print(
+        f"[bold][6/{steps}][/bold] upsert_bases job: ledger -> bucketed -> MERGE into base"
+    )
+    upsert = defs.resolve_job_def("upsert_bases").execute_in_process(
+        instance=instance,
+        run_config=QUIET,
+        asset_selection=[
+            dg.AssetKey([layer, s.name]) for s in specs for layer in ("bucketed", "base")
+        ],
+    )
+    merges = Table(
+        "table", "changed keys", "inserted", "updated", "deleted", "storage-partitioned", "rows"
+    )
+    for spec in specs:
+        bmeta = _last_metadata(upsert, f"bucketed__{spec.name}")
+        meta = _last_metadata(upsert, f"base__{spec.name}")
+        merges.add_row(
+            spec.name,
+            str(bmeta.get("changed_keys", 0)),
+            str(meta.get("rows_inserted", "-")),
+            str(meta.get("rows_updated", "-")),
+            str(meta.get("rows_deleted", "-")),
+            str(meta.get("storage_partitioned_join", "-")),
+            str(meta.get("total_data_rows", "-")),
+        )
+    console.print(merges)
+    console.print(f"[bold][7/{steps}][/bold] what exists, and a sample of each base table")
     console.print(report_tables(settings))
+    for spec in specs:
+        console.print(base_sample(settings, spec))
     console.print(f"done in {time.monotonic() - started:.1f}s")
+    return 0
+
+
+def _last_metadata(result: Any, node: str) -> dict[str, Any]:
+    mats = result.asset_materializations_for_node(node)
+    return {k: v.value for k, v in mats[-1].metadata.items()} if mats else {}
+
+
+def base_sample(settings: Settings, spec: Any, rows: int = 5) -> Table:
+    """The first rows of a base table, read with pyiceberg (not Spark)."""
+    from cdc_assets.resources import build_resources
+    from cdc_assets.schema.layers import base_layout
+
+    layout = base_layout(spec)
+    catalog = build_resources(settings)["iceberg"].load_catalog()
+    tbl = catalog.load_table(f"{layout.namespace}.{layout.name}")
+    columns = [c.sink_name for c in spec.columns]
+    data = tbl.scan(selected_fields=tuple(columns), limit=rows).to_arrow().to_pylist()
+    table = Table(*columns, title=f"{settings.catalog_name}.{layout.namespace}.{layout.name}")
+    for row in data:
+        table.add_row(*[_cell(row[c]) for c in columns])
+    return table
+
+
+def _cell(value: object) -> str:
+    text = "NULL" if value is None else str(value)
+    return text if len(text) <= 28 else text[:25] + "..."
+
+
+def _find_spec(settings: Settings, name: str) -> Any:
+    from cdc_assets.spec import load_specs
+
+    specs = {s.name: s for s in load_specs(settings.specs_dir)}
+    if name not in specs:
+        raise CdcAssetsError(f"no table spec {name!r}; known: {sorted(specs)}")
+    return specs[name]
+
+
+def _cmd_bootstrap(settings: Settings, args: argparse.Namespace) -> int:
+    from cdc_assets.pipeline.bootstrap import bootstrap_base, read_files, read_jdbc
+    from cdc_assets.resources import build_resources
+    from cdc_assets.sql.upsert import Position
+
+    spec = _find_spec(settings, args.table)
+    try:
+        position = Position.parse(args.position)
+    except ValueError as err:
+        raise CdcAssetsError(str(err)) from None
+    res = build_resources(settings)
+    spark = res["spark"].get_session()
+    if args.jdbc_url:
+        props = {"user": args.jdbc_user or "", "fetchsize": "10000"}
+        if args.jdbc_password_env:
+            props["password"] = os.environ.get(args.jdbc_password_env, "")
+        if args.jdbc_driver:
+            props["driver"] = args.jdbc_driver
+        dump = read_jdbc(spark, args.jdbc_url, args.jdbc_table or spec.source.table, props)
+        source = f"jdbc {args.jdbc_table or spec.source.table}"
+    else:
+        kind = "parquet" if args.parquet else "csv"
+        dump = read_files(spark, args.parquet or args.csv, kind)
+        source = f"{kind} {args.parquet or args.csv}"
+    result = bootstrap_base(
+        spark,
+        res["spark"].catalog.name,
+        res["iceberg"].load_catalog(),
+        spec,
+        dump,
+        position,
+        source=source,
+        replace=args.replace,
+    )
+    console.print(
+        f"{result.table}: {result.rows} rows loaded into base from {result.source} at source "
+        f"position {result.position.text()} in {result.seconds:.1f}s; the next upsert applies "
+        "the ledger's changes after that position"
+    )
+    return 0
+
+
+def _cmd_rollback(settings: Settings, args: argparse.Namespace) -> int:
+    from datetime import datetime
+
+    from cdc_assets.pipeline.bootstrap import rollback_watermark
+    from cdc_assets.pipeline.offsets import encode_offsets
+    from cdc_assets.resources import build_resources
+
+    spec = _find_spec(settings, args.table)
+    try:
+        to = datetime.fromisoformat(args.to)
+    except ValueError:
+        raise CdcAssetsError(
+            f"--to {args.to!r} is not an ISO time like 2026-11-22T10:00Z"
+        ) from None
+    res = build_resources(settings)
+    result = rollback_watermark(
+        res["spark"].get_session(),
+        res["spark"].catalog.name,
+        res["iceberg"].load_catalog(),
+        spec,
+        to,
+    )
+    console.print(
+        f"{result.table}: watermark {encode_offsets(result.before.watermark)} -> "
+        f"{encode_offsets(result.after.watermark)}; the next upsert re-reads the ledger from there"
+    )
     return 0
 
 
@@ -248,7 +382,7 @@ def build_parser() -> argparse.ArgumentParser:
     specs.add_argument("directory", nargs="?")
     specs.set_defaults(fn=_cmd_specs)
     run = sub.add_parser(
-        "run", help="main job: jars, stack up, tables, demo stream, ingest, report"
+        "run", help="main job: jars, stack up, tables, demo stream, ingest, upsert, report"
     )
     run.add_argument("--events", type=int, default=2000, help="change events per demo table")
     run.set_defaults(fn=_cmd_run)
@@ -262,6 +396,32 @@ def build_parser() -> argparse.ArgumentParser:
     redrive.add_argument("table", help="spec name")
     redrive.add_argument("--reason", help="only dead letters whose reason contains this text")
     redrive.set_defaults(fn=_cmd_redrive)
+    boot = sub.add_parser(
+        "bootstrap", help="load base from a source dump and stitch it to the change stream"
+    )
+    boot.add_argument("table", help="spec name")
+    what = boot.add_mutually_exclusive_group(required=True)
+    what.add_argument("--parquet", help="Parquet file or directory of the dump")
+    what.add_argument("--csv", help="CSV file or directory of the dump (header line required)")
+    what.add_argument("--jdbc-url", help="JDBC URL of the live source database")
+    boot.add_argument("--jdbc-table", help="table to read (default: the spec's source table)")
+    boot.add_argument("--jdbc-user")
+    boot.add_argument("--jdbc-password-env", help="environment variable holding the password")
+    boot.add_argument("--jdbc-driver", help="JDBC driver class, when the URL does not imply it")
+    boot.add_argument(
+        "--position",
+        required=True,
+        help="source position of the dump as major[:minor[:row]]: binlog file number:position"
+        " (MySQL/MariaDB) or the LSN as a number (PostgreSQL)",
+    )
+    boot.add_argument("--replace", action="store_true", help="overwrite a base that has rows")
+    boot.set_defaults(fn=_cmd_bootstrap)
+    rollback = sub.add_parser(
+        "rollback-watermark", help="make the next upsert re-read the ledger from a time"
+    )
+    rollback.add_argument("table", help="spec name")
+    rollback.add_argument("--to", required=True, help="ISO time, e.g. 2026-11-22T10:00:00+00:00")
+    rollback.set_defaults(fn=_cmd_rollback)
     return parser
 
 

@@ -15,8 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from cdc_assets.schema.layers import base_layout, tombstones_layout
+from cdc_assets.schema.wire import Wire, plan_fields
 from cdc_assets.spec.models import TableSpec
-from cdc_assets.sql.ddl import literal, quote
+from cdc_assets.sql.ddl import literal, quote, spark_type
 
 APPLIED_OPS = ("c", "u", "d", "r")
 SEQ_PARTS = ("_seq_major", "_seq_minor", "_seq_row")
@@ -131,6 +132,44 @@ def _unavailable(alias: str, column: str) -> str:
     return f"array_contains(split(coalesce({alias}._unavailable, ''), ','), {literal(column)})"
 
 
+# Key encodings whose JSON text casts straight to the key's type (see old_key_deletes).
+_PLAIN_KEY_WIRES = (Wire.INT, Wire.LONG, Wire.STRING)
+
+
+def old_key_deletes(spec: TableSpec, window: ChangeWindow, columns: list[str]) -> str | None:
+    """SELECT of a delete of the old key for every update whose before image has another key.
+
+    Debezium itself sends a primary-key change as a delete plus a create; an update carrying
+    both keys (other producers) must still remove the old row. The old key is read from the
+    before image's JSON text, which works for integer and string keys; None when the spec's
+    key has another encoding.
+    """
+    plans = {p.sink_name: p for p in plan_fields(spec) if p.key}
+    if any(p.wire not in _PLAIN_KEY_WIRES or p.transform for p in plans.values()):
+        return None
+    old = {
+        name: f"CAST(get_json_object(l._before_json, {literal('$.' + p.name)}) AS "
+        f"{spark_type(p.sink)})"
+        for name, p in plans.items()
+    }
+    values = []
+    for c in columns:
+        if c in old:
+            values.append(f"{old[c]} AS {quote(c)}")
+        elif c == "_op":
+            values.append("'d' AS _op")
+        elif c in CHANGE_COLUMNS:
+            values.append(f"l.{c}")
+        else:
+            values.append(f"NULL AS {quote(c)}")
+    moved = " OR ".join(f"NOT ({old[k]} <=> l.{quote(k)})" for k in old)
+    present = " AND ".join(f"{v} IS NOT NULL" for v in old.values())
+    where = [_window_filter(window), "l._op = 'u'", "l._before_json IS NOT NULL", present, moved]
+    if window.floor is not None:
+        where.append(f"{position_struct('l')} > {position_literal(window.floor)}")
+    return f"SELECT {', '.join(values)} FROM {_ledger_from(window)} WHERE {' AND '.join(where)}"
+
+
 def render_newest_changes(
     spec: TableSpec, window: ChangeWindow, tombstones: str, *, carry_unavailable: bool
 ) -> str:
@@ -149,6 +188,10 @@ def render_newest_changes(
     if window.floor is not None:
         where.append(f"{position_struct('l')} > {position_literal(window.floor)}")
     select_changes = ", ".join(f"l.{quote(c)}" for c in columns)
+    changes = f"SELECT {select_changes} FROM {_ledger_from(window)} WHERE {' AND '.join(where)}"
+    deletes = old_key_deletes(spec, window, columns)
+    if deletes is not None:
+        changes += f" UNION ALL {deletes}"
     newest_struct = ", ".join(f"{literal(c)}, c.{quote(c)}" for c in columns)
     aggregates = [f"max_by(named_struct({newest_struct}), {order_struct('c')}) AS r"]
     for i, col in enumerate(carried):
@@ -180,8 +223,7 @@ def render_newest_changes(
     key_match = " AND ".join(f"t.{quote(k)} = n.r.{quote(k)}" for k in keys)
     group = ", ".join(f"c.{quote(k)}" for k in keys)
     return (
-        f"WITH changes AS (SELECT {select_changes} FROM {_ledger_from(window)} "
-        f"WHERE {' AND '.join(where)}), "
+        f"WITH changes AS ({changes}), "
         f"newest AS (SELECT {', '.join(aggregates)} FROM changes c GROUP BY {group}) "
         f"SELECT {', '.join(outputs)} FROM newest n "
         f"WHERE NOT EXISTS (SELECT 1 FROM {tombstones} t WHERE {key_match} "

@@ -1,5 +1,5 @@
 """The main command (`cdc-assets run`, behind `make run`) on the test session's stack: tables,
-demo stream, ingest, report."""
+demo stream, ingest, upsert into base, report."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 
 from cdc_assets.cli import main
-from cdc_assets.resources import IcebergCatalogResource
+from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.resources.local_stack import StackState
 from cdc_assets.settings import Settings
+from cdc_assets.spec import load_specs
+from cdc_assets_tests.integration.test_upsert import assert_base_matches, expected_base
 
 
 def test_run_onboards_and_reports_every_table(
@@ -18,6 +20,7 @@ def test_run_onboards_and_reports_every_table(
     stack: StackState,
     spark: object,
     iceberg: IcebergCatalogResource,
+    kafka: KafkaResource,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
@@ -27,7 +30,7 @@ def test_run_onboards_and_reports_every_table(
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
     assert main(["run", "--events", "300"]) == 0
     out = capsys.readouterr().out
-    assert "[6/6]" in out
+    assert "[7/7]" in out
     # the demo stream's four bad records per table are dead letters with their reasons
     dead = iceberg.load_catalog().load_table("app.users_dlt").scan().to_arrow().to_pylist()
     reasons = {r["reason"] for r in dead}
@@ -37,6 +40,10 @@ def test_run_onboards_and_reports_every_table(
         assert ident in out
     assert "missing" not in out
     assert "bucket[8](order_id)" in out
+    # the demo reached base, and base is what replaying the topic says
+    for spec in load_specs(it_settings.specs_dir):
+        assert f"lake.{spec.sink.namespace}.{spec.sink.table or spec.name}" in out
+        assert_base_matches(spec, iceberg, expected_base(spec, kafka))
 
     assert main(["stack", "status"]) == 0
     assert "healthy" in capsys.readouterr().out

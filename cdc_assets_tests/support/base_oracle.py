@@ -51,6 +51,12 @@ def replay_base(
             table.clear()
             continue
         key = tuple(row[k] for k in keys)
+        before = row.get("_before_json")
+        if op == "u" and isinstance(before, dict):
+            # an update that moved the row to another key removes the old one
+            old = tuple(before.get(c.name) for c in spec.key_columns)
+            if None not in old and old != key:
+                table.pop(old, None)
         if op == "d":
             table.pop(key, None)
             continue

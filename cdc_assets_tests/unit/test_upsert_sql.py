@@ -1,0 +1,167 @@
+"""The upsert's SQL rendering, plan reading and bootstrap mapping, without Spark."""
+
+from __future__ import annotations
+
+import pytest
+import sqlglot
+
+from cdc_assets.schema.wire import plan_fields
+from cdc_assets.spec import load_specs
+from cdc_assets.spec.models import TableSpec
+from cdc_assets.sql.bootstrap import dump_value, render_bootstrap_select, resolve_columns
+from cdc_assets.sql.plan import parse_tree, shuffles_between_scan_and_join
+from cdc_assets.sql.upsert import (
+    ChangeWindow,
+    Position,
+    old_key_deletes,
+    render_base_merge,
+    render_newest_changes,
+    render_tombstone_merge,
+    render_window_probe,
+)
+from cdc_assets_tests.conftest import PROJECT_ROOT
+
+SPECS = {s.name: s for s in load_specs(PROJECT_ROOT / "table_specs")}
+WINDOW = ChangeWindow(
+    ledger="`lake`.`app`.`users_cdc`",
+    snapshot_id=42,
+    start={0: 10},
+    end={0: 20, 1: 5},
+    min_dt="2026-01-01",
+)
+
+
+def test_positions_order_numerically_and_round_trip() -> None:
+    assert Position.parse("3:1200:4") == Position(3, 1200, 4)
+    assert Position.parse("24023128") == Position(24023128, 0, 0)
+    assert Position(3, 999, 9) < Position(3, 1000, 0) < Position(4, 0, 0)
+    assert Position.parse(Position(10, 2, 1).text()) == Position(10, 2, 1)
+    for bad in ("", "a:b", "1:2:3:4", "1.5"):
+        with pytest.raises(ValueError, match="is not a source position"):
+            Position.parse(bad)
+
+
+def test_window_reads_offset_ranges_of_one_ledger_snapshot() -> None:
+    sql = render_window_probe(WINDOW)
+    assert "VERSION AS OF 42" in sql
+    assert "l._kafka_partition = 0 AND l._kafka_offset >= 10 AND l._kafka_offset < 20" in sql
+    assert "l._kafka_partition = 1 AND l._kafka_offset >= 0 AND l._kafka_offset < 5" in sql
+    assert "l.dt >= '2026-01-01'" in sql
+    redriven = ChangeWindow(**{**WINDOW.__dict__, "extra_files": ("file:/w/a.parquet",)})
+    assert "OR l._file IN ('file:/w/a.parquet')" in render_window_probe(redriven)
+
+
+def test_newest_changes_apply_floor_tombstones_and_placeholders() -> None:
+    users = SPECS["users"]
+    floored = ChangeWindow(**{**WINDOW.__dict__, "floor": Position(3, 500, 0)})
+    sql = render_newest_changes(users, floored, "`t`", carry_unavailable=False)
+    assert "> named_struct('p0', CAST(3 AS BIGINT), 'p1', CAST(500 AS BIGINT)" in sql
+    assert "GROUP BY c.`id`" in sql
+    assert "NOT EXISTS (SELECT 1 FROM `t` t WHERE t.`id` = n.r.`id`" in sql
+    assert "UNION ALL" in sql  # integer key: updates that move a row delete the old key
+    assert "max_by(named_struct('v'" not in sql
+    orders = SPECS["orders"]
+    carried = render_newest_changes(orders, WINDOW, "`t`", carry_unavailable=True)
+    assert carried.count("max_by(named_struct('v'") == len(orders.columns) - 1
+
+
+def test_old_key_deletes_need_a_plain_key_encoding() -> None:
+    users = SPECS["users"]
+    sql = old_key_deletes(users, WINDOW, ["id", "email", "_op", "_kafka_offset"])
+    assert sql is not None
+    assert "CAST(get_json_object(l._before_json, '$.id') AS BIGINT) AS `id`" in sql
+    dated = users.model_copy(
+        update={
+            "columns": [
+                c.model_copy(update={"type": "date"}) if c.name == "id" else c
+                for c in users.columns
+            ]
+        }
+    )
+    assert old_key_deletes(dated, WINDOW, ["id"]) is None
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_rendered_statements_parse_as_spark_sql(name: str) -> None:
+    spec = SPECS[name]
+    statements = [
+        render_newest_changes(spec, WINDOW, "`lake`.`ns`.`t`", carry_unavailable=True),
+        render_tombstone_merge(spec, "`lake`.`ns`.`tomb`", "`lake`.`ns`.`b`"),
+        render_base_merge(spec, "`lake`.`ns`.`base`", "`lake`.`ns`.`b`"),
+    ]
+    for sql in statements:
+        sqlglot.parse_one(sql.replace(" VERSION AS OF 42", ""), read="spark")
+
+
+def test_base_merge_applies_only_newer_changes_and_keeps_placeholders() -> None:
+    sql = render_base_merge(SPECS["order_items"], "b", "s")
+    assert "ON t.`order_id` = s.`order_id` AND t.`line_no` = s.`line_no`" in sql
+    assert "WHEN MATCHED AND s._op = 'd' AND named_struct(" in sql
+    assert "WHEN NOT MATCHED AND s._op <> 'd' THEN INSERT" in sql
+    assert "array_contains(split(coalesce(s._unavailable, ''), ','), 'sku') THEN t.`sku`" in sql
+    assert "NOT MATCHED BY SOURCE" not in sql
+    truncated = render_base_merge(SPECS["order_items"], "b", "s", Position(7, 0, 0))
+    assert "WHEN NOT MATCHED BY SOURCE AND named_struct(" in truncated
+
+
+HEAD = """== Physical Plan ==
+WriteDelta org.apache.iceberg.spark.source.SparkPositionDeltaWrite@6cf6b7e5
++- AdaptiveSparkPlan isFinalPlan=false
+   +- Exchange hashpartitioning(_spec_id#2810, _partition#2811), REBALANCE_PARTITIONS_BY_COL
+      +- MergeRowsExec[__row_operation#2792, id#2793L]
+         +- SortMergeJoin [id#2719L], [id#2734L], RightOuter
+            :- Sort [id#2719L ASC NULLS FIRST], false, 0
+"""
+TAIL = """            +- Sort [id#2734L ASC NULLS FIRST], false, 0
+               +- BatchScan lake.ns.users_bucketed[id#2734L] lake.ns.users_bucketed
+"""
+SPJ_PLAN = (
+    HEAD
+    + """            :  +- Project [id#2719L, email#2720]
+            :     +- BatchScan lake.ns.users[id#2719L, email#2720] lake.ns.users (branch=null)
+"""
+    + TAIL
+)
+SHUFFLED_PLAN = (
+    HEAD
+    + """            :  +- Exchange hashpartitioning(id#2719L, 4), ENSURE_REQUIREMENTS
+            :     +- Project [id#2719L, email#2720]
+            :        +- BatchScan lake.ns.users[id#2719L, email#2720] lake.ns.users
+"""
+    + TAIL
+)
+
+
+def test_plan_reader_finds_a_shuffle_on_the_base_side() -> None:
+    spj, shuffled = SPJ_PLAN, SHUFFLED_PLAN
+    assert shuffles_between_scan_and_join(spj, "lake.ns.users") == [False]
+    assert shuffles_between_scan_and_join(shuffled, "lake.ns.users") == [True]
+    assert shuffles_between_scan_and_join(spj, "lake.ns.users_bucketed") == [False]
+    assert shuffles_between_scan_and_join(spj, "lake.ns.orders") is None
+    depths = [n.depth for n in parse_tree(spj.split("== Physical Plan ==")[1])]
+    assert depths == sorted(depths[:7]) + depths[7:]
+
+
+def test_bootstrap_maps_dump_columns_through_the_spec() -> None:
+    users: TableSpec = SPECS["users"]
+    dump = [
+        "ID",
+        "Email",
+        "display_name",
+        "country",
+        "is_active",
+        "login_count",
+        "created_ms",
+        "updated_at",
+    ]
+    columns = resolve_columns(users, dump)
+    assert columns["id"] == "ID"
+    plans = {p.name: p for p in plan_fields(users)}
+    assert dump_value(plans["created_ms"], "created_ms") == (
+        "timestamp_millis(try_cast(`created_ms` AS BIGINT))"
+    )
+    sql = render_bootstrap_select(users, "v", columns, Position(3, 100, 0))
+    assert "AS `created_at`" in sql
+    assert "CAST(3 AS BIGINT) AS _seq_major" in sql
+    with pytest.raises(ValueError, match=r"no column\(s\) \['email'\]"):
+        resolve_columns(users, [c for c in dump if c != "Email"])
