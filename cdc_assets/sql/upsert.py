@@ -162,7 +162,7 @@ def old_key_deletes(spec: TableSpec, window: ChangeWindow, columns: list[str]) -
             values.append(f"l.{c}")
         else:
             values.append(f"NULL AS {quote(c)}")
-    moved = " OR ".join(f"NOT ({old[k]} <=> l.{quote(k)})" for k in old)
+    moved = "(" + " OR ".join(f"NOT ({old[k]} <=> l.{quote(k)})" for k in old) + ")"
     present = " AND ".join(f"{v} IS NOT NULL" for v in old.values())
     where = [_window_filter(window), "l._op = 'u'", "l._before_json IS NOT NULL", present, moved]
     if window.floor is not None:

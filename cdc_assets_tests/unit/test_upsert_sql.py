@@ -79,6 +79,11 @@ def test_old_key_deletes_need_a_plain_key_encoding() -> None:
         }
     )
     assert old_key_deletes(dated, WINDOW, ["id"]) is None
+    composite = old_key_deletes(SPECS["order_items"], WINDOW, ["order_id", "line_no"])
+    assert composite is not None
+    # either key column moving counts, and the OR must not escape the other conditions
+    assert composite.endswith("<=> l.`line_no`))")
+    assert " AND (NOT (CAST(get_json_object(l._before_json, '$.order_id')" in composite
 
 
 @pytest.mark.parametrize("name", sorted(SPECS))
