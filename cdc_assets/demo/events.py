@@ -1272,6 +1272,7 @@ def workload(
     events: int,
     embed_schema: bool = False,
     markers: bool = True,
+    key_changes: bool = False,
 ) -> list[KafkaRecord]:
     """A realistic mixed CDC stream of ``events`` change events over ``keys`` entities.
 
@@ -1280,7 +1281,9 @@ def workload(
     re-inserts of deleted keys. PostgreSQL streams look like the default replica identity: update
     events carry no before image, delete events only the key, and unchanged large columns may
     arrive as the TOAST placeholder. With ``markers``, heartbeats and transaction BEGIN/END
-    records around multi-row statements are interleaved (they do not count as events).
+    records around multi-row statements are interleaved (they do not count as events). With
+    ``key_changes``, some updates change the primary key, sent as Debezium does: a delete of the
+    old key, its tombstone and a create of the new key in one transaction (one event).
     """
     factory = DebeziumEventFactory(spec, embed_schema=embed_schema)
     plans = factory.plans
@@ -1348,6 +1351,18 @@ def workload(
                 if markers:
                     out.append(factory.transaction("END", event_count=len(targets)))
             count += len(targets)
+        elif key_changes and roll < 0.54 and len(live) > 1 and unused:
+            n = rng.choice(sorted(live))
+            m = unused.pop(rng.randrange(len(unused)))
+            moved = {**live[n], **key_rows[m]}
+            with factory.statement():
+                out.append(factory.delete(key_only(n)))
+                out.append(factory.tombstone(key_rows[n]))
+                out.append(factory.create(moved))
+            live[m] = moved
+            del live[n]
+            deleted.append(n)
+            count += 1
         elif live:
             n = rng.choice(sorted(live))
             stored, image = changed(n)
