@@ -10,6 +10,7 @@ import dagster as dg
 from cdc_assets.assets.factory import build_table_assets
 from cdc_assets.checks.accounting import build_accounting_check
 from cdc_assets.jobs.ingest import build_ingest_job, hourly_partitions
+from cdc_assets.jobs.maintenance import build_maintenance_job, build_maintenance_schedule
 from cdc_assets.jobs.onboard import build_onboard_job
 from cdc_assets.jobs.upsert import build_upsert_job
 from cdc_assets.resources import build_resources
@@ -31,10 +32,12 @@ def build_defs(
     assets = [a for spec in specs for a in build_table_assets(spec, settings.catalog_name, hourly)]
     ingest_job = build_ingest_job()
     upsert_job = build_upsert_job()
+    maintenance_job = build_maintenance_job(specs)
     return dg.Definitions(
         assets=assets,
         asset_checks=[build_accounting_check(spec) for spec in specs],
-        jobs=[build_onboard_job(specs), ingest_job, upsert_job],
+        jobs=[build_onboard_job(specs), ingest_job, upsert_job, maintenance_job],
+        schedules=[build_maintenance_schedule(specs, maintenance_job)],
         sensors=[
             build_new_offsets_sensor(specs, ingest_job),
             build_ledger_updated_sensor(ingest_job, upsert_job),

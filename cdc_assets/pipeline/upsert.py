@@ -38,6 +38,7 @@ from cdc_assets.pipeline.watermark import (
     base_state,
     commit_properties_only,
     current_properties,
+    is_commit_conflict,
     snapshot_properties,
 )
 from cdc_assets.schema.layers import (
@@ -239,14 +240,6 @@ def merge_plan(spark: Any, merge_sql: str) -> str:
     return str(rows[0][0])
 
 
-def _is_conflict(exc: BaseException) -> bool:
-    text = f"{type(exc).__name__}: {exc}"
-    return any(
-        marker in text
-        for marker in ("CommitFailedException", "ValidationException", "Found conflicting files")
-    )
-
-
 def _run_with_retry(spark: Any, sql: str, props: dict[str, str], result: MergeResult) -> None:
     for attempt in range(1, COMMIT_RETRIES + 1):
         result.attempts = attempt
@@ -255,7 +248,7 @@ def _run_with_retry(spark: Any, sql: str, props: dict[str, str], result: MergeRe
                 spark.sql(sql)
             return
         except Exception as exc:  # py4j/pyspark wrap Iceberg's commit exceptions
-            if attempt == COMMIT_RETRIES or not _is_conflict(exc):
+            if attempt == COMMIT_RETRIES or not is_commit_conflict(exc):
                 raise
             time.sleep(0.5 * attempt)
 

@@ -31,6 +31,8 @@ TRUNCATE = "cdc.truncate"
 COUNTS = "cdc.counts"
 
 SESSION_PROPERTY_PREFIX = "spark.sql.iceberg.snapshot-property."
+# How a lost commit race shows in the text of a py4j/pyspark error.
+CONFLICT_MARKERS = ("CommitFailedException", "ValidationException", "Found conflicting files")
 
 
 @dataclass(frozen=True)
@@ -125,3 +127,9 @@ def commit_properties_only(table: Any, props: Mapping[str, str]) -> None:
     """A snapshot that changes no data and records ``props`` (pyiceberg empty append)."""
     empty = table.schema().as_arrow().empty_table()
     table.append(empty, snapshot_properties=dict(props))
+
+
+def is_commit_conflict(exc: BaseException) -> bool:
+    """Whether an error (as py4j/pyspark wrap it) is a lost Iceberg commit race."""
+    text = f"{type(exc).__name__}: {exc}"
+    return any(marker in text for marker in CONFLICT_MARKERS)

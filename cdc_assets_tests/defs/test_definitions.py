@@ -62,10 +62,12 @@ def test_jobs_do_not_grow_with_tables(defs: dg.Definitions) -> None:
     repo = defs.get_repository_def()
     assert sorted(j for j in repo.job_names if not j.startswith("__")) == [
         "ingest_ledgers",
+        "maintain_tables",
         "onboard_tables",
         "upsert_bases",
     ]
     assert sorted(s.name for s in repo.sensor_defs) == ["ledger_updated", "new_kafka_offsets"]
+    assert [s.name for s in repo.schedule_defs] == ["daily_maintenance"]
 
 
 def test_ledgers_share_hourly_partitions_and_have_accounting_checks(defs: dg.Definitions) -> None:
