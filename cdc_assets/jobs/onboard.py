@@ -18,7 +18,7 @@ class OnboardConfig(dg.Config):
 
 
 def build_onboard_job(specs: list[TableSpec]) -> dg.JobDefinition:
-    """A job whose single op creates the cdc, bucketed, base and dead-letter tables of specs."""
+    """A job whose single op creates every Iceberg table (all layers) of specs."""
     by_name = {s.name: s for s in specs}
 
     @dg.op(name="create_spec_tables", tags={"kind": "iceberg"})
