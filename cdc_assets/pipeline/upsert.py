@@ -286,7 +286,13 @@ def merge_base(spark: Any, catalog: str, iceberg_catalog: Any, spec: TableSpec) 
         result,
     )
     _failpoint("after_tombstones")
-    merge_sql = render_base_merge(spec, base, bucketed, truncate_floor=truncate)
+    merge_sql = render_base_merge(
+        spec,
+        base,
+        bucketed,
+        truncate_floor=truncate,
+        keep_unavailable=spec.source.connector in PLACEHOLDER_CONNECTORS,
+    )
     shuffles = shuffles_between_scan_and_join(
         merge_plan(spark, merge_sql), plain_identifier(catalog, base_l)
     )

@@ -192,6 +192,8 @@ def render_newest_changes(
     deletes = old_key_deletes(spec, window, columns)
     if deletes is not None:
         changes += f" UNION ALL {deletes}"
+    if not carried:
+        return _newest_by_rank(keys, columns, changes, tombstones)
     newest_struct = ", ".join(f"{literal(c)}, c.{quote(c)}" for c in columns)
     aggregates = [f"max_by(named_struct({newest_struct}), {order_struct('c')}) AS r"]
     for i, col in enumerate(carried):
@@ -231,6 +233,20 @@ def render_newest_changes(
     )
 
 
+def _newest_by_rank(keys: list[str], columns: list[str], changes: str, tombstones: str) -> str:
+    """Newest change per key by ROW_NUMBER: one sort per key group, no wide aggregate buffers."""
+    partition = ", ".join(f"c.{quote(k)}" for k in keys)
+    key_match = " AND ".join(f"t.{quote(k)} = n.{quote(k)}" for k in keys)
+    return (
+        f"WITH changes AS ({changes}), "
+        f"ranked AS (SELECT c.*, row_number() OVER (PARTITION BY {partition} "
+        f"ORDER BY {order_struct('c')} DESC) AS _rank FROM changes c) "
+        f"SELECT {', '.join(f'n.{quote(c)}' for c in columns)} FROM ranked n "
+        f"WHERE n._rank = 1 AND NOT EXISTS (SELECT 1 FROM {tombstones} t WHERE {key_match} "
+        f"AND {order_struct('t')} > {order_struct('n')})"
+    )
+
+
 def render_insert_overwrite(target: str, select: str) -> str:
     """Replace the whole table (static overwrite: no PARTITION clause, every partition goes)."""
     return f"INSERT OVERWRITE {target} {select}"
@@ -261,13 +277,19 @@ def render_tombstone_merge(spec: TableSpec, tombstones: str, bucketed: str) -> s
 
 
 def render_base_merge(
-    spec: TableSpec, base: str, bucketed: str, truncate_floor: Position | None = None
+    spec: TableSpec,
+    base: str,
+    bucketed: str,
+    truncate_floor: Position | None = None,
+    *,
+    keep_unavailable: bool = True,
 ) -> str:
     """MERGE the bucketed changes into base, each only when newer than the stored row.
 
-    A column the change did not carry (TOAST placeholder) keeps the stored value. With
-    ``truncate_floor`` the rows no change of this run touched and whose position is at or
-    before the truncate are deleted too.
+    With ``keep_unavailable`` a column the change did not carry (TOAST placeholder) keeps the
+    stored value; only sources that send placeholders need it, and without it the MERGE reads
+    just the key columns of base. With ``truncate_floor`` the rows no change of this run touched
+    and whose position is at or before the truncate are deleted too.
     """
     layout = base_layout(spec)
     keys = set(key_names(spec))
@@ -278,6 +300,8 @@ def render_base_merge(
             continue
         if name in CHANGE_COLUMNS:
             sets.append(f"t.{name} = s.{name}")
+        elif not keep_unavailable:
+            sets.append(f"t.{quote(name)} = s.{quote(name)}")
         else:
             q = quote(name)
             sets.append(f"t.{q} = CASE WHEN {_unavailable('s', name)} THEN t.{q} ELSE s.{q} END")

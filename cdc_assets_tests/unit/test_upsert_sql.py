@@ -56,8 +56,8 @@ def test_newest_changes_apply_floor_tombstones_and_placeholders() -> None:
     floored = ChangeWindow(**{**WINDOW.__dict__, "floor": Position(3, 500, 0)})
     sql = render_newest_changes(users, floored, "`t`", carry_unavailable=False)
     assert "> named_struct('p0', CAST(3 AS BIGINT), 'p1', CAST(500 AS BIGINT)" in sql
-    assert "GROUP BY c.`id`" in sql
-    assert "NOT EXISTS (SELECT 1 FROM `t` t WHERE t.`id` = n.r.`id`" in sql
+    assert "row_number() OVER (PARTITION BY c.`id` ORDER BY named_struct(" in sql
+    assert "NOT EXISTS (SELECT 1 FROM `t` t WHERE t.`id` = n.`id`" in sql
     assert "UNION ALL" in sql  # integer key: updates that move a row delete the old key
     assert "max_by(named_struct('v'" not in sql
     orders = SPECS["orders"]
@@ -105,6 +105,9 @@ def test_base_merge_applies_only_newer_changes_and_keeps_placeholders() -> None:
     assert "WHEN NOT MATCHED AND s._op <> 'd' THEN INSERT" in sql
     assert "array_contains(split(coalesce(s._unavailable, ''), ','), 'sku') THEN t.`sku`" in sql
     assert "NOT MATCHED BY SOURCE" not in sql
+    plain = render_base_merge(SPECS["order_items"], "b", "s", keep_unavailable=False)
+    assert "t.`sku` = s.`sku`" in plain
+    assert "_unavailable" not in plain
     truncated = render_base_merge(SPECS["order_items"], "b", "s", Position(7, 0, 0))
     assert "WHEN NOT MATCHED BY SOURCE AND named_struct(" in truncated
 
