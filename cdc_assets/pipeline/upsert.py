@@ -240,17 +240,22 @@ def merge_plan(spark: Any, merge_sql: str) -> str:
     return str(rows[0][0])
 
 
-def _run_with_retry(spark: Any, sql: str, props: dict[str, str], result: MergeResult) -> None:
+def executed_plan(frame: Any) -> str:
+    """The physical plan a statement ran with (commands run eagerly in ``spark.sql``)."""
+    return str(frame._jdf.queryExecution().executedPlan().toString())
+
+
+def _run_with_retry(spark: Any, sql: str, props: dict[str, str], result: MergeResult) -> Any:
     for attempt in range(1, COMMIT_RETRIES + 1):
         result.attempts = attempt
         try:
             with snapshot_properties(spark, props):
-                spark.sql(sql)
-            return
+                return spark.sql(sql)
         except Exception as exc:  # py4j/pyspark wrap Iceberg's commit exceptions
             if attempt == COMMIT_RETRIES or not is_commit_conflict(exc):
                 raise
             time.sleep(0.5 * attempt)
+    raise AssertionError("unreachable")
 
 
 def merge_base(spark: Any, catalog: str, iceberg_catalog: Any, spec: TableSpec) -> MergeResult:
@@ -293,12 +298,13 @@ def merge_base(spark: Any, catalog: str, iceberg_catalog: Any, spec: TableSpec) 
         truncate_floor=truncate,
         keep_unavailable=spec.source.connector in PLACEHOLDER_CONNECTORS,
     )
+    commit_props = {**to_state.properties(), UPSERT_KIND: "upsert"}
+    merged = _run_with_retry(spark, merge_sql, commit_props, result)
+    # The plan the MERGE ran with, not a second planning: did base reach the join unshuffled?
     shuffles = shuffles_between_scan_and_join(
-        merge_plan(spark, merge_sql), plain_identifier(catalog, base_l)
+        executed_plan(merged), plain_identifier(catalog, base_l)
     )
     result.storage_partitioned = None if shuffles is None else not any(shuffles)
-    commit_props = {**to_state.properties(), UPSERT_KIND: "upsert"}
-    _run_with_retry(spark, merge_sql, commit_props, result)
     _failpoint("after_base_merge")
     table = load_table(iceberg_catalog, base_l)
     if base_state(table).token() != to_state.token():
