@@ -207,7 +207,13 @@ def _cmd_run(settings: Settings, args: argparse.Namespace) -> int:
         ],
     )
     merges = Table(
-        "table", "changed keys", "inserted", "updated", "deleted", "storage-partitioned", "rows"
+        "table",
+        "changed keys",
+        "inserted",
+        "updated",
+        "deleted",
+        "storage-partitioned",
+        "base rows",
     )
     for spec in specs:
         bmeta = _last_metadata(upsert, f"bucketed__{spec.name}")
@@ -219,7 +225,7 @@ def _cmd_run(settings: Settings, args: argparse.Namespace) -> int:
             str(meta.get("rows_updated", "-")),
             str(meta.get("rows_deleted", "-")),
             str(meta.get("storage_partitioned_join", "-")),
-            str(meta.get("total_data_rows", "-")),
+            str(meta.get("base_rows", "-")),
         )
     console.print(merges)
     console.print(f"[bold][7/{steps}][/bold] what exists, and a sample of each base table")

@@ -67,7 +67,20 @@ def merge_metadata(result: MergeResult) -> dict[str, Any]:
     for source, name in SUMMARY_FIELDS.items():
         if source in result.summary:
             meta[name] = int(result.summary[source])
+    rows = base_rows(result.summary)
+    if rows is not None:
+        meta["base_rows"] = rows
     return meta
+
+
+def base_rows(summary: dict[str, str]) -> int | None:
+    """Live rows of a merge-on-read table: rows in data files minus the deletes against them."""
+    if "total-records" not in summary:
+        return None
+    deleted = sum(
+        int(summary.get(k, "0")) for k in ("total-position-deletes", "total-equality-deletes")
+    )
+    return int(summary["total-records"]) - deleted
 
 
 def build_upsert_assets(
