@@ -40,16 +40,17 @@ import platform
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from bench_common import busy_cpu_s, code_version, driver_jvm_pid, make_home, tree_cpu_s
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -273,27 +274,6 @@ def render_changes(rows: int, changed: float, seed: int, keys: int) -> str:
 # --- sampling --------------------------------------------------------------------------------
 
 
-def tree_cpu_s() -> float:
-    import psutil
-
-    total = 0.0
-    me = psutil.Process()
-    for proc in [me, *me.children(recursive=True)]:
-        try:
-            times = proc.cpu_times()
-        except psutil.Error:
-            continue
-        total += times.user + times.system
-    return total
-
-
-def busy_cpu_s() -> float:
-    import psutil
-
-    times = psutil.cpu_times()
-    return float(sum(times) - times.idle - getattr(times, "iowait", 0.0))
-
-
 class Peaks:
     """Peak RSS of the driver JVM and of this process every 0.2 s, and CPU seconds used by this
     process tree and by the rest of the (shared) machine while it runs."""
@@ -335,18 +315,6 @@ class Peaks:
         self._sample()
         own, busy = tree_cpu_s() - self._cpu0[0], busy_cpu_s() - self._cpu0[1]
         self.own_cpu_s, self.other_cpu_s = own, max(busy - own, 0.0)
-
-
-def driver_jvm_pid() -> int | None:
-    import psutil
-
-    for child in psutil.Process().children(recursive=True):
-        try:
-            if "org.apache.spark.deploy.SparkSubmit" in child.cmdline():
-                return int(child.pid)
-        except psutil.Error:
-            continue
-    return None
 
 
 # --- the benchmark ---------------------------------------------------------------------------
@@ -739,37 +707,6 @@ class Table:
 
 
 # --- report ----------------------------------------------------------------------------------
-
-
-def code_version() -> str:
-    def git(*args: str) -> str:
-        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
-        return done.stdout.strip() if done.returncode == 0 else ""
-
-    commit = git("rev-parse", "--short", "HEAD") or "unknown"
-    return commit + (
-        " + uncommitted cdc_assets changes" if git("status", "--porcelain", "cdc_assets") else ""
-    )
-
-
-def make_home(tmp: Path) -> Any:
-    """Settings for a fresh CDC home in ``tmp`` whose jar cache links to the project's."""
-    from cdc_assets.resources.jars import ensure_jars
-    from cdc_assets.settings import load_settings
-
-    project = load_settings({"CDC_ASSETS_HOME": str(ROOT / ".cdc-assets"), **os.environ})
-    for kind in ("spark", "kafka"):
-        ensure_jars(kind, project, quiet=True)
-    (tmp / "jars").symlink_to(project.jars_dir, target_is_directory=True)
-    settings = load_settings({**os.environ, "CDC_ASSETS_HOME": str(tmp)})
-    return replace(
-        settings,
-        kafka_bootstrap=None,
-        kafka_port=0,
-        catalog_type="jdbc",
-        catalog_uri=None,
-        warehouse=None,
-    )
 
 
 def summarise(runs: list[Run]) -> dict[str, Any]:

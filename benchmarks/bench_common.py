@@ -1,0 +1,83 @@
+"""What the benchmark scripts share: a fresh CDC home on the project's jar cache, the commit
+measured, and CPU accounting of this process tree, the Spark driver JVM and the machine."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def code_version() -> str:
+    """The commit measured, marked when cdc_assets has uncommitted changes (it moves fast)."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    commit = git("rev-parse", "--short", "HEAD") or "unknown"
+    return commit + (
+        " + uncommitted cdc_assets changes" if git("status", "--porcelain", "cdc_assets") else ""
+    )
+
+
+def make_home(tmp: Path) -> Any:
+    """Settings for a fresh CDC home in ``tmp`` whose jar cache links to the project's."""
+    from cdc_assets.resources.jars import ensure_jars
+    from cdc_assets.settings import load_settings
+
+    # The project's cache lives in its default home unless the caller chose another one.
+    project = load_settings({"CDC_ASSETS_HOME": str(ROOT / ".cdc-assets"), **os.environ})
+    for kind in ("spark", "kafka"):
+        ensure_jars(kind, project, quiet=True)
+    (tmp / "jars").symlink_to(project.jars_dir, target_is_directory=True)
+    settings = load_settings({**os.environ, "CDC_ASSETS_HOME": str(tmp)})
+    # Our own stack, whatever Kafka or catalog the environment points at.
+    return replace(
+        settings,
+        kafka_bootstrap=None,
+        kafka_port=0,
+        catalog_type="jdbc",
+        catalog_uri=None,
+        warehouse=None,
+    )
+
+
+def tree_cpu_s() -> float:
+    """CPU seconds used so far by this process and its children (driver JVM, Kafka broker)."""
+    import psutil
+
+    total = 0.0
+    me = psutil.Process()
+    for proc in [me, *me.children(recursive=True)]:
+        try:
+            times = proc.cpu_times()
+        except psutil.Error:
+            continue  # ended between listing and reading
+        total += times.user + times.system
+    return total
+
+
+def busy_cpu_s() -> float:
+    """CPU seconds the whole machine has spent busy (all processes, all cores)."""
+    import psutil
+
+    times = psutil.cpu_times()
+    return float(sum(times) - times.idle - getattr(times, "iowait", 0.0))
+
+
+def driver_jvm_pid() -> int | None:
+    """The Spark driver JVM: a child of this process running SparkSubmit (not the broker)."""
+    import psutil
+
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if "org.apache.spark.deploy.SparkSubmit" in child.cmdline():
+                return int(child.pid)
+        except psutil.Error:
+            continue
+    return None
