@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cdc_assets.errors import CdcAssetsError
+from cdc_assets.pipeline.failpoint import armed, failpoint
 from cdc_assets.pipeline.offsets import (
     COUNTS_PROPERTY,
     KIND_PROPERTY,
@@ -48,9 +49,6 @@ from cdc_assets.sql.decode import (
     unavailable_list,
 )
 
-# Test hook: a failpoint name makes the ingest kill its own process at that point.
-FAILPOINT_ENV = "CDC_ASSETS_FAILPOINT"
-
 
 class OffsetsExpiredError(CdcAssetsError):
     """Kafka no longer holds offsets the ledger has not consumed yet (retention passed)."""
@@ -78,11 +76,6 @@ class IngestResult:
     @property
     def balanced(self) -> bool:
         return self.read == self.ledger + self.dead + self.skipped
-
-
-def _failpoint(name: str) -> None:
-    if os.environ.get(FAILPOINT_ENV) == name:
-        os.kill(os.getpid(), 9)
 
 
 def ledger_identifier(catalog: str, spec: TableSpec) -> str:
@@ -321,9 +314,9 @@ def ingest_incremental(
         _summarise(classified, result)
         if result.dead:
             merge_dead_letters(spark, catalog, spec, dead_letter_rows(classified, spec))
-        _failpoint("after_dead_letters")
+        failpoint("after_dead_letters")
         rows = ledger_rows(classified, spec)
-        if os.environ.get(FAILPOINT_ENV) == "during_ledger_write":
+        if armed("during_ledger_write"):
             rows = _kill_during_write(rows)
         (
             rows.writeTo(ledger_identifier(catalog, spec))
@@ -337,7 +330,7 @@ def ingest_incremental(
             .option("distribution-mode", "none")
             .append()
         )
-        _failpoint("after_ledger_commit")
+        failpoint("after_ledger_commit")
     finally:
         classified.unpersist()
     table = iceberg_catalog.load_table(f"{layout.namespace}.{layout.name}")

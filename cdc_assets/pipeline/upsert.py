@@ -15,13 +15,13 @@ change is applied only when newer than the stored row, so a second application i
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cdc_assets.errors import CdcAssetsError
+from cdc_assets.pipeline.failpoint import failpoint
 from cdc_assets.pipeline.offsets import (
     KIND_PROPERTY,
     OFFSETS_PROPERTY,
@@ -61,7 +61,6 @@ from cdc_assets.sql.upsert import (
     render_window_probe,
 )
 
-FAILPOINT_ENV = "CDC_ASSETS_FAILPOINT"
 COMMIT_RETRIES = 5
 # Connectors whose events can carry an "unavailable value" placeholder (PostgreSQL TOAST).
 PLACEHOLDER_CONNECTORS = ("postgresql",)
@@ -69,11 +68,6 @@ PLACEHOLDER_CONNECTORS = ("postgresql",)
 
 class StaleChangesError(CdcAssetsError):
     """The bucketed table was built from another base state; rebuild it before merging."""
-
-
-def _failpoint(name: str) -> None:
-    if os.environ.get(FAILPOINT_ENV) == name:
-        os.kill(os.getpid(), 9)
 
 
 def spark_identifier(catalog: str, layout: TableLayout) -> str:
@@ -290,7 +284,7 @@ def merge_base(spark: Any, catalog: str, iceberg_catalog: Any, spec: TableSpec) 
         {UPSERT_KIND: "tombstones"},
         result,
     )
-    _failpoint("after_tombstones")
+    failpoint("after_tombstones")
     merge_sql = render_base_merge(
         spec,
         base,
@@ -305,7 +299,7 @@ def merge_base(spark: Any, catalog: str, iceberg_catalog: Any, spec: TableSpec) 
         executed_plan(merged), plain_identifier(catalog, base_l)
     )
     result.storage_partitioned = None if shuffles is None else not any(shuffles)
-    _failpoint("after_base_merge")
+    failpoint("after_base_merge")
     table = load_table(iceberg_catalog, base_l)
     if base_state(table).token() != to_state.token():
         # No row changed, so Spark made no commit: record the new state on its own.

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import random
-import subprocess
-import sys
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -16,7 +13,7 @@ from confluent_kafka import Producer
 
 from cdc_assets.definitions import build_defs
 from cdc_assets.demo.events import DebeziumEventFactory, KafkaRecord, produce, workload
-from cdc_assets.pipeline.ingest import FAILPOINT_ENV, ingest_incremental, rebuild_hour
+from cdc_assets.pipeline.ingest import ingest_incremental, rebuild_hour
 from cdc_assets.pipeline.offsets import committed_offsets
 from cdc_assets.pipeline.redrive import redrive
 from cdc_assets.pipeline.tables import ensure_tables
@@ -24,7 +21,6 @@ from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.layers import dead_letter_layout, ledger_layout
 from cdc_assets.settings import Settings
 from cdc_assets.spec.models import TableSpec
-from cdc_assets_tests.conftest import PROJECT_ROOT
 from cdc_assets_tests.integration.test_ingest import (
     assert_ledger_matches,
     consume_all,
@@ -32,39 +28,13 @@ from cdc_assets_tests.integration.test_ingest import (
     read_table,
 )
 from cdc_assets_tests.support.bad_records import base_row, users_spec
+from cdc_assets_tests.support.child import run_until_failpoint
 from cdc_assets_tests.support.oracle import expected_outcome
 
-CHILD = """
-import sys
+INGEST = """
 from cdc_assets.pipeline.ingest import ingest_incremental
-from cdc_assets.resources import build_resources
-from cdc_assets.settings import load_settings
-from cdc_assets.spec.models import TableSpec
-
-spec = TableSpec.model_validate_json(open(sys.argv[1]).read())
-res = build_resources(load_settings())
-spark = res["spark"].model_copy(update={"master": "local[1]"}).get_session()
-result = ingest_incremental(spark, "lake", res["iceberg"].load_catalog(), res["kafka"], spec)
-print("finished", result.ledger)
+ingest_incremental(spark, "lake", res["iceberg"].load_catalog(), res["kafka"], spec)
 """
-
-
-def ingest_in_child(settings: Settings, spec: TableSpec, failpoint: str, tmp: Path) -> int:
-    """Run one ingest in a fresh interpreter that kills itself at the failpoint."""
-    spec_file = tmp / f"{spec.name}-{failpoint}.json"
-    spec_file.write_text(spec.model_dump_json(by_alias=True))
-    env = {**os.environ, "CDC_ASSETS_HOME": str(settings.home), FAILPOINT_ENV: failpoint}
-    proc = subprocess.run(
-        [sys.executable, "-c", CHILD, str(spec_file)],
-        cwd=PROJECT_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert "finished" not in proc.stdout, proc.stdout + proc.stderr
-    return proc.returncode
 
 
 def oracle_check(
@@ -100,8 +70,7 @@ def test_crash_at_any_step_then_rerun_neither_loses_nor_duplicates(
         batch = [*workload(spec, rng, keys=20, events=120), bad, factory.heartbeat()]
         produce(batch, spec.source.topic, bootstrap)
         before = committed_offsets(iceberg.load_catalog().load_table(table_name))
-        code = ingest_in_child(it_settings, spec, failpoint, tmp_path)
-        assert code != 0, f"{failpoint}: the child was meant to die"
+        run_until_failpoint(it_settings, spec, INGEST, failpoint, tmp_path)
         after = committed_offsets(iceberg.load_catalog().load_table(table_name))
         if failpoint == "after_ledger_commit":
             assert after != before, "the commit happened before the crash"

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,13 +11,12 @@ import pytest
 from cdc_assets.demo.events import DebeziumEventFactory, produce, workload
 from cdc_assets.pipeline.redrive import redrive
 from cdc_assets.pipeline.tables import ensure_tables
-from cdc_assets.pipeline.upsert import FAILPOINT_ENV, StaleChangesError, build_bucketed, merge_base
+from cdc_assets.pipeline.upsert import StaleChangesError, build_bucketed, merge_base
 from cdc_assets.pipeline.watermark import base_state
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.layers import base_layout
 from cdc_assets.settings import Settings
 from cdc_assets.spec.models import TableSpec
-from cdc_assets_tests.conftest import PROJECT_ROOT
 from cdc_assets_tests.integration.test_ingest import isolated, read_table
 from cdc_assets_tests.integration.test_upsert import (
     assert_base_matches,
@@ -29,38 +25,13 @@ from cdc_assets_tests.integration.test_upsert import (
     upsert,
 )
 from cdc_assets_tests.support.bad_records import base_row, users_spec
+from cdc_assets_tests.support.child import run_until_failpoint
 
-CHILD = """
-import sys
+UPSERT = """
 from cdc_assets.pipeline.upsert import build_bucketed, merge_base
-from cdc_assets.resources import build_resources
-from cdc_assets.settings import load_settings
-from cdc_assets.spec.models import TableSpec
-
-spec = TableSpec.model_validate_json(open(sys.argv[1]).read())
-res = build_resources(load_settings())
-spark = res["spark"].model_copy(update={"master": "local[1]"}).get_session()
 build_bucketed(spark, "lake", res["iceberg"].load_catalog(), spec)
 merge_base(spark, "lake", res["iceberg"].load_catalog(), spec)
-print("finished")
 """
-
-
-def upsert_in_child(settings: Settings, spec: TableSpec, failpoint: str, tmp: Path) -> None:
-    spec_file = tmp / f"{spec.name}-{failpoint}.json"
-    spec_file.write_text(spec.model_dump_json(by_alias=True))
-    env = {**os.environ, "CDC_ASSETS_HOME": str(settings.home), FAILPOINT_ENV: failpoint}
-    proc = subprocess.run(
-        [sys.executable, "-c", CHILD, str(spec_file)],
-        cwd=PROJECT_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert proc.returncode != 0, f"{failpoint}: the child was meant to die"
-    assert "finished" not in proc.stdout, proc.stdout + proc.stderr
 
 
 def base_table(iceberg: IcebergCatalogResource, spec: TableSpec) -> Any:
@@ -91,7 +62,7 @@ def test_crash_between_any_two_steps_then_rerun(
             # a crash after the bucketed step: base never ran; the next run starts over
             build_bucketed(spark, "lake", iceberg.load_catalog(), spec)
         else:
-            upsert_in_child(it_settings, spec, failpoint, tmp_path)
+            run_until_failpoint(it_settings, spec, UPSERT, failpoint, tmp_path)
         after = base_state(base_table(iceberg, spec))
         if failpoint == "after_base_merge":
             assert after.token() != before.token(), "the base commit happened before the crash"
