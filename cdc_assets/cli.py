@@ -364,6 +364,42 @@ def _cmd_redrive(settings: Settings, args: argparse.Namespace) -> int:
     return 0 if result.still_dead == 0 else 1
 
 
+def _cmd_checks(settings: Settings, args: argparse.Namespace) -> int:
+    """Every asset check against the live tables; 1 when any error-severity check fails."""
+    import json
+
+    from cdc_assets.checks.runner import run_checks
+    from cdc_assets.definitions import build_defs
+
+    defs = build_defs(settings=settings)
+    outcomes, run_id = run_checks(
+        defs, _dagster_instance(settings), tables=args.table or None, checks=args.check or None
+    )
+    if not outcomes:
+        console.print("[red]error:[/red] no check matches the selection")
+        return 2
+    table = Table(
+        "table", "asset", "check", "result", "summary", title=f"asset checks, run {run_id}"
+    )
+    for o in outcomes:
+        result = (
+            "pass" if o.passed else ("[red]ERROR[/red]" if o.is_error else "[yellow]WARN[/yellow]")
+        )
+        table.add_row(o.table, o.asset, o.check, result, o.description)
+    console.print(table)
+    errors = [o for o in outcomes if o.is_error]
+    warns = [o for o in outcomes if not o.passed and not o.is_error]
+    console.print(
+        f"{len(outcomes)} checks: {len(outcomes) - len(errors) - len(warns)} passed, "
+        f"{len(warns)} warnings, {len(errors)} errors"
+    )
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps([o.__dict__ for o in outcomes], indent=2, default=str), encoding="utf-8"
+        )
+    return 1 if errors else 0
+
+
 def _cmd_report(settings: Settings, _: argparse.Namespace) -> int:
     console.print(report_tables(settings))
     return 0
@@ -398,6 +434,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("report", help="tables of every spec as the catalog sees them").set_defaults(
         fn=_cmd_report
     )
+    checks = sub.add_parser(
+        "checks", help="run every asset check on the live tables; exit 1 on an error"
+    )
+    checks.add_argument("--table", action="append", help="only this table (repeatable)")
+    checks.add_argument("--check", action="append", help="only this check name (repeatable)")
+    checks.add_argument("--json", help="also write the outcomes to this JSON file")
+    checks.set_defaults(fn=_cmd_checks)
     redrive = sub.add_parser("redrive", help="replay a table's dead letters after a fix")
     redrive.add_argument("table", help="spec name")
     redrive.add_argument("--reason", help="only dead letters whose reason contains this text")

@@ -8,7 +8,8 @@ from typing import Any
 import dagster as dg
 
 from cdc_assets.assets.factory import build_table_assets
-from cdc_assets.checks.accounting import build_accounting_check
+from cdc_assets.checks.table_checks import build_table_checks
+from cdc_assets.jobs.checks import build_check_job
 from cdc_assets.jobs.ingest import build_ingest_job, hourly_partitions
 from cdc_assets.jobs.maintenance import build_maintenance_job, build_maintenance_schedule
 from cdc_assets.jobs.onboard import build_onboard_job
@@ -35,8 +36,12 @@ def build_defs(
     maintenance_job = build_maintenance_job(specs)
     return dg.Definitions(
         assets=assets,
-        asset_checks=[build_accounting_check(spec) for spec in specs],
-        jobs=[build_onboard_job(specs), ingest_job, upsert_job, maintenance_job],
+        asset_checks=[
+            check
+            for spec in specs
+            for check in build_table_checks(spec, settings.source_url(spec.source.database))
+        ],
+        jobs=[build_onboard_job(specs), ingest_job, upsert_job, maintenance_job, build_check_job()],
         schedules=[build_maintenance_schedule(specs, maintenance_job)],
         sensors=[
             build_new_offsets_sensor(specs, ingest_job),

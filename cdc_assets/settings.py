@@ -6,7 +6,8 @@ Reading settings never starts a process or opens a connection, so definitions ca
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ENV_HOME = "CDC_ASSETS_HOME"
@@ -19,6 +20,14 @@ ENV_WAREHOUSE = "CDC_ASSETS_WAREHOUSE"
 ENV_KAFKA_BOOTSTRAP = "CDC_ASSETS_KAFKA_BOOTSTRAP"
 ENV_KAFKA_PORT = "CDC_ASSETS_KAFKA_PORT"
 ENV_PARTITIONS_START = "CDC_ASSETS_PARTITIONS_START"
+# CDC_ASSETS_SOURCE_URL_<DATABASE>: a JDBC URL of a source database, for the checks that compare
+# with the source (row counts, schema drift). Unset means the source is not reachable from here.
+ENV_SOURCE_URL_PREFIX = "CDC_ASSETS_SOURCE_URL_"
+
+
+def source_url_variable(database: str) -> str:
+    """The environment variable holding the JDBC URL of a source database."""
+    return ENV_SOURCE_URL_PREFIX + re.sub(r"[^A-Za-z0-9]", "_", database).upper()
 
 
 @dataclass(frozen=True)
@@ -35,6 +44,10 @@ class Settings:
     kafka_bootstrap: str | None
     kafka_port: int
     partitions_start: str = "2026-01-01-00:00"
+    source_urls: dict[str, str] = field(default_factory=dict)  # variable name -> JDBC URL
+
+    def source_url(self, database: str) -> str | None:
+        return self.source_urls.get(source_url_variable(database))
 
     @property
     def jars_dir(self) -> Path:
@@ -69,4 +82,5 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         kafka_bootstrap=env.get(ENV_KAFKA_BOOTSTRAP) or None,
         kafka_port=int(env.get(ENV_KAFKA_PORT, "0")),
         partitions_start=env.get(ENV_PARTITIONS_START, "2026-01-01-00:00"),
+        source_urls={k: v for k, v in env.items() if k.startswith(ENV_SOURCE_URL_PREFIX) and v},
     )

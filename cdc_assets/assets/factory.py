@@ -3,6 +3,7 @@
 Asset keys are ``[layer, table]``, grouped per table. The bodies delegate to pipeline modules.
 """
 
+from datetime import timedelta
 from typing import Any
 
 import dagster as dg
@@ -83,6 +84,12 @@ def _descriptions(spec: TableSpec, layouts: dict[str, TableLayout]) -> dict[str,
     }
 
 
+def freshness_policy(spec: TableSpec) -> dg.FreshnessPolicy:
+    """Fail when the asset has not been materialized within the spec's SLA; warn at half of it."""
+    sla = timedelta(minutes=spec.freshness.sla_minutes)
+    return dg.FreshnessPolicy.time_window(fail_window=sla, warn_window=sla / 2)
+
+
 def build_table_assets(
     spec: TableSpec, catalog: str, hourly: dg.PartitionsDefinition
 ) -> list[dg.AssetsDefinition]:
@@ -119,9 +126,16 @@ def build_table_assets(
     raw = build_raw_asset(spec, spec_args("raw", None))
     cdc = build_ledger_asset(
         spec,
-        {**spec_args("cdc", "raw"), "partitions_def": hourly, "pool": f"cdc_ingest/{spec.name}"},
+        {
+            **spec_args("cdc", "raw"),
+            "partitions_def": hourly,
+            "pool": f"cdc_ingest/{spec.name}",
+            "freshness_policy": freshness_policy(spec),
+        },
     )
     bucketed, base = build_upsert_assets(
-        spec, spec_args("bucketed", "cdc"), spec_args("base", "bucketed")
+        spec,
+        spec_args("bucketed", "cdc"),
+        {**spec_args("base", "bucketed"), "freshness_policy": freshness_policy(spec)},
     )
     return [raw, cdc, bucketed, base]

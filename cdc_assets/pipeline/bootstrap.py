@@ -63,10 +63,22 @@ def read_files(spark: Any, path: str, file_format: str) -> Any:
     raise BootstrapError(f"unknown dump format {file_format!r}; use parquet or csv")
 
 
+# Spark loads drivers from its own jars, which java.sql.DriverManager does not search: name the
+# driver class for the URLs we know.
+JDBC_DRIVERS = {
+    "jdbc:sqlite:": "org.sqlite.JDBC",
+    "jdbc:postgresql:": "org.postgresql.Driver",
+    "jdbc:mariadb:": "org.mariadb.jdbc.Driver",
+    "jdbc:mysql:": "com.mysql.cj.jdbc.Driver",
+}
+
+
 def read_jdbc(spark: Any, url: str, table: str, properties: dict[str, str] | None = None) -> Any:
     """A snapshot of a live table through Spark's JDBC source."""
     reader = spark.read.format("jdbc").option("url", url).option("dbtable", table)
-    for key, value in (properties or {}).items():
+    driver = next((d for prefix, d in JDBC_DRIVERS.items() if url.startswith(prefix)), None)
+    props = {**({"driver": driver} if driver else {}), **(properties or {})}
+    for key, value in props.items():
         reader = reader.option(key, value)
     return reader.load()
 

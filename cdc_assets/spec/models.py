@@ -66,6 +66,8 @@ class ColumnSpec(_Strict):
     nullable: bool = True
     default: str | None = None
     sensitive: bool = False
+    # Soft-dropped: gone from the source but kept in Iceberg, null for rows written since.
+    dropped: bool = False
     comment: str | None = None
     sink: SinkMapping = SinkMapping()
 
@@ -152,6 +154,32 @@ class FreshnessSpec(_Strict):
     sla_minutes: int = Field(default=60, ge=1)
 
 
+class EvolutionSpec(_Strict):
+    """How schema changes of the source apply to this table (cdc_assets.schema.evolution)."""
+
+    # soft: a column dropped in the source stays in Iceberg as `dropped` (history is kept);
+    # hard: it is dropped from the spec and the Iceberg tables.
+    drop_columns: Literal["soft", "hard"] = "soft"
+
+
+class ChecksSpec(_Strict):
+    """Thresholds of the table's asset checks (the watermark-lag limit is freshness.sla_minutes)."""
+
+    # Share of consumed records that became dead letters over the last ingest commits (warn).
+    max_dead_letter_rate: float = Field(default=0.01, ge=0, le=1)
+    dead_letter_commits: int = Field(default=10, ge=1)
+    # Unread Kafka records must stay this far from falling out of retention (error below).
+    min_retention_headroom_hours: float = Field(default=24, ge=0)
+    # Unread records above this many warn (None: no limit on the lag itself).
+    max_kafka_lag_records: int | None = Field(default=None, ge=0)
+    # Newest ledger partitions (dt/hr) whose null counts are checked.
+    ledger_partitions: int = Field(default=2, ge=1)
+    # Per source column, the largest share of null values tolerated in base (error above).
+    max_null_fraction: dict[str, float] = {}
+    # Columns that may legitimately stay null everywhere after being added.
+    allow_all_null: list[str] = []
+
+
 class TableSpec(_Strict):
     """A table spec as loaded from ``table_specs/<name>.yaml``."""
 
@@ -168,6 +196,8 @@ class TableSpec(_Strict):
     base: BaseTableSpec = BaseTableSpec()
     schedule: ScheduleSpec = ScheduleSpec()
     freshness: FreshnessSpec = FreshnessSpec()
+    checks: ChecksSpec = ChecksSpec()
+    evolution: EvolutionSpec = EvolutionSpec()
 
     @model_validator(mode="after")
     def _check(self) -> TableSpec:
@@ -177,6 +207,7 @@ class TableSpec(_Strict):
         _check_cron(self.base.maintenance.cron, "base.maintenance.cron")
         _check_columns(self)
         _check_primary_key(self)
+        _check_checks(self)
         return self
 
     @cached_property
@@ -246,6 +277,11 @@ def _check_columns(spec: TableSpec) -> None:
         except UnsupportedTypeError as err:
             raise _fail(f"{where}.type", str(err)) from None
         _check_sink_mapping(where, col, source)
+        if col.dropped and not col.nullable:
+            raise _fail(
+                f"{where}.nullable",
+                f"column {col.name!r} is dropped, so it is null for new rows: set nullable: true",
+            )
         if col.sensitive and not spec.pipeline.sensitive:
             raise _fail(
                 f"{where}.sensitive",
@@ -299,3 +335,15 @@ def _check_primary_key(spec: TableSpec) -> None:
         raise _fail(
             "base.bucket_column", f"{bucket!r} must be one of primary_key {spec.primary_key}"
         )
+
+
+def _check_checks(spec: TableSpec) -> None:
+    names = spec.columns_by_name
+    for col, fraction in spec.checks.max_null_fraction.items():
+        if col not in names:
+            raise _fail(f"checks.max_null_fraction.{col}", f"{col!r} is not a column")
+        if not 0 <= fraction <= 1:
+            raise _fail(f"checks.max_null_fraction.{col}", "must be between 0 and 1")
+    for i, col in enumerate(spec.checks.allow_all_null):
+        if col not in names:
+            raise _fail(f"checks.allow_all_null[{i}]", f"{col!r} is not a column")

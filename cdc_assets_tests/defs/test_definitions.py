@@ -5,13 +5,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 
 import dagster as dg
 import pytest
 
 from cdc_assets.definitions import build_defs
-from cdc_assets.settings import load_settings
+from cdc_assets.settings import load_settings, source_url_variable
 from cdc_assets.spec import load_specs
 from cdc_assets_tests.conftest import PROJECT_ROOT
 
@@ -61,6 +63,7 @@ def test_groups_kinds_owners_tags_and_metadata(defs: dg.Definitions) -> None:
 def test_jobs_do_not_grow_with_tables(defs: dg.Definitions) -> None:
     repo = defs.get_repository_def()
     assert sorted(j for j in repo.job_names if not j.startswith("__")) == [
+        "check_tables",
         "ingest_ledgers",
         "maintain_tables",
         "onboard_tables",
@@ -70,7 +73,7 @@ def test_jobs_do_not_grow_with_tables(defs: dg.Definitions) -> None:
     assert [s.name for s in repo.schedule_defs] == ["daily_maintenance"]
 
 
-def test_ledgers_share_hourly_partitions_and_have_accounting_checks(defs: dg.Definitions) -> None:
+def test_ledgers_share_hourly_partitions(defs: dg.Definitions) -> None:
     graph = defs.resolve_asset_graph()
     partitions = {graph.get(dg.AssetKey(["cdc", t])).partitions_def for t in TABLES}
     assert len(partitions) == 1
@@ -78,8 +81,49 @@ def test_ledgers_share_hourly_partitions_and_have_accounting_checks(defs: dg.Def
     assert isinstance(hourly, dg.HourlyPartitionsDefinition)
     assert hourly.get_partition_keys()[0] == "2026-01-01-00:00"
     assert graph.get(dg.AssetKey(["base", "users"])).partitions_def is None
+
+
+TABLE_CHECKS = {
+    "raw/{t}:kafka_lag_retention",
+    "cdc/{t}:offsets_accounted",
+    "cdc/{t}:dead_letter_rate",
+    "cdc/{t}:ledger_null_counts",
+    "base/{t}:null_counts",
+    "base/{t}:primary_key_unique",
+    "base/{t}:watermark_lag",
+    "base/{t}:schema_drift",
+}
+
+
+def test_every_table_has_its_checks_and_only_the_key_check_blocks(defs: dg.Definitions) -> None:
+    graph = defs.resolve_asset_graph()
     checks = {k.to_user_string() for k in graph.asset_check_keys}
-    assert checks == {f"cdc/{t}:offsets_accounted" for t in TABLES}
+    assert checks == {c.format(t=t) for t in TABLES for c in TABLE_CHECKS}
+    blocking = {
+        f"{s.asset_key.to_user_string()}:{s.name}"
+        for c in defs.asset_checks or []
+        if isinstance(c, dg.AssetChecksDefinition)
+        for s in c.check_specs
+        if s.blocking
+    }
+    assert blocking == {f"base/{t}:primary_key_unique" for t in TABLES}
+
+
+def test_source_row_count_check_exists_only_where_the_source_is_reachable() -> None:
+    specs = load_specs(PROJECT_ROOT / "table_specs")
+    settings = replace(load_settings(), source_urls={source_url_variable("shop"): "jdbc:x"})
+    graph = build_defs(specs=specs, settings=settings).resolve_asset_graph()
+    counted = {k.asset_key.path[-1] for k in graph.asset_check_keys if k.name == "source_row_count"}
+    assert counted == {s.name for s in specs if s.source.database == "shop"}
+
+
+def test_freshness_policies_follow_the_spec_sla(defs: dg.Definitions) -> None:
+    graph = defs.resolve_asset_graph()
+    for layer in ("cdc", "base"):
+        policy = graph.get(dg.AssetKey([layer, "orders"])).freshness_policy
+        assert isinstance(policy, dg.FreshnessPolicy)
+        assert policy.fail_window.to_timedelta() == timedelta(minutes=30)  # type: ignore[attr-defined]
+    assert graph.get(dg.AssetKey(["bucketed", "orders"])).freshness_policy is None
 
 
 def test_onboard_job_rejects_unknown_tables(defs: dg.Definitions) -> None:

@@ -1,0 +1,254 @@
+"""Verdicts of the table checks: measured values + thresholds from the spec -> pass or fail.
+
+Pure (no Dagster, Spark or pyiceberg): the measurements come from ``cdc_assets.pipeline.health``
+and the Dagster shell in this package turns a ``Verdict`` into an ``AssetCheckResult``.
+
+Severity is chosen per rule, not per check:
+- ERROR where the mirror is wrong or about to lose data (nulls in NOT NULL columns, a duplicated
+  key, a watermark stuck past the SLA, unread records close to Kafka's retention, a schema that
+  is not the spec's, an offset that is not accounted for).
+- WARN where data is safe but someone should look (dead letters are kept and can be redriven; a
+  large but safe Kafka lag; a source that has moved ahead of the spec, which evolution handles;
+  a row count that differs from the source while changes are still in flight).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal
+
+Severity = Literal["ERROR", "WARN"]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    passed: bool
+    severity: Severity  # the severity reported when the check fails
+    summary: str
+    metadata: dict[str, object] = field(default_factory=dict)
+
+
+def _verdict(failures: list[tuple[Severity, str]], ok: str, meta: dict[str, object]) -> Verdict:
+    if not failures:
+        return Verdict(True, "ERROR", ok, meta)
+    severity: Severity = "ERROR" if any(s == "ERROR" for s, _ in failures) else "WARN"
+    return Verdict(False, severity, "; ".join(m for _, m in failures), meta)
+
+
+@dataclass(frozen=True)
+class NullCounts:
+    """Null counts of one table (sink column names); ``since`` for columns added later."""
+
+    rows: int
+    nulls: Mapping[str, int]
+    # column -> (added at, rows changed since, of which null in that column)
+    since: Mapping[str, tuple[datetime, int, int]] = field(default_factory=dict)
+
+
+def null_counts_verdict(
+    counts: NullCounts,
+    *,
+    required: Sequence[str],
+    max_fraction: Mapping[str, float],
+    allow_all_null: Sequence[str],
+    sla_minutes: int,
+    now: datetime,
+) -> Verdict:
+    """Fail (ERROR) when a NOT NULL column holds nulls, a column is nullier than its limit, or
+    a column added more than the SLA ago is still null in every row changed since."""
+    failures: list[tuple[Severity, str]] = []
+    for col in required:
+        if counts.nulls.get(col, 0):
+            failures.append(("ERROR", f"{col}: {counts.nulls[col]} nulls in a NOT NULL column"))
+    for col, limit in max_fraction.items():
+        n = counts.nulls.get(col, 0)
+        if counts.rows and n / counts.rows > limit:
+            failures.append(
+                ("ERROR", f"{col}: {n / counts.rows:.1%} nulls, more than the {limit:.1%} allowed")
+            )
+    stale_new = {}
+    for col, (added_at, changed, null) in counts.since.items():
+        age_min = (now - added_at).total_seconds() / 60
+        if col in allow_all_null or age_min <= sla_minutes or changed == 0:
+            continue
+        if null == changed:
+            stale_new[col] = round(age_min, 1)
+            failures.append(
+                (
+                    "ERROR",
+                    f"{col}: added {age_min:.0f} min ago (SLA {sla_minutes} min) and still null "
+                    f"in all {changed} rows changed since",
+                )
+            )
+    meta: dict[str, object] = {
+        "rows": counts.rows,
+        "null_counts": dict(counts.nulls),
+        "null_columns": sorted(
+            c for c, n in counts.nulls.items() if counts.rows and n == counts.rows
+        ),
+    }
+    if counts.since:
+        meta["added_columns"] = {
+            c: {"added_at": a.isoformat(), "rows_changed_since": ch, "null_since": nu}
+            for c, (a, ch, nu) in counts.since.items()
+        }
+    if stale_new:
+        meta["still_null_past_sla_min"] = stale_new
+    return _verdict(failures, f"{counts.rows} rows, null counts within limits", meta)
+
+
+@dataclass(frozen=True)
+class DuplicateKeys:
+    keys: int  # distinct keys held by more than one row
+    rows: int  # rows holding them
+    sample: Sequence[tuple[str, int]] = ()
+
+
+def unique_key_verdict(dups: DuplicateKeys, key: Sequence[str]) -> Verdict:
+    meta: dict[str, object] = {
+        "primary_key": list(key),
+        "duplicated_keys": dups.keys,
+        "rows_with_duplicated_keys": dups.rows,
+    }
+    if dups.sample:
+        meta["sample"] = {k: n for k, n in dups.sample}
+    if not dups.keys:
+        return Verdict(True, "ERROR", "every key is held by one row", meta)
+    return Verdict(
+        False,
+        "ERROR",
+        f"{dups.keys} keys are held by more than one row ({dups.rows} rows); "
+        "downstream consumers must not read this mirror until it is repaired",
+        meta,
+    )
+
+
+@dataclass(frozen=True)
+class WatermarkLag:
+    """Base's progress against the ledger (times are Kafka record times)."""
+
+    watermark_ts: datetime | None  # newest change applied to base
+    pending: int  # ledger rows not applied to base yet
+    oldest_pending_ts: datetime | None
+    newest_ledger_ts: datetime | None
+
+
+def watermark_lag_verdict(lag: WatermarkLag, *, sla_minutes: int, now: datetime) -> Verdict:
+    """ERROR when a change has waited in the ledger for longer than the SLA. An idle source (no
+    pending change) is fresh however old its last change is."""
+    waiting_s = (now - lag.oldest_pending_ts).total_seconds() if lag.oldest_pending_ts else 0.0
+    behind_ledger_s = 0.0
+    if lag.pending and lag.newest_ledger_ts is not None:
+        start = lag.watermark_ts or lag.oldest_pending_ts or lag.newest_ledger_ts
+        behind_ledger_s = max(0.0, (lag.newest_ledger_ts - start).total_seconds())
+    meta: dict[str, object] = {
+        "pending_ledger_rows": lag.pending,
+        "watermark_ts": lag.watermark_ts.isoformat() if lag.watermark_ts else "",
+        "lag_vs_ledger_s": round(behind_ledger_s, 1),
+        "oldest_pending_wait_s": round(waiting_s, 1),
+        "watermark_age_s": round((now - lag.watermark_ts).total_seconds(), 1)
+        if lag.watermark_ts
+        else -1.0,
+        "sla_minutes": sla_minutes,
+    }
+    failures: list[tuple[Severity, str]] = []
+    if lag.pending and waiting_s > sla_minutes * 60:
+        failures.append(
+            (
+                "ERROR",
+                f"{lag.pending} ledger rows wait for the upsert; the oldest for "
+                f"{waiting_s / 60:.0f} min, SLA {sla_minutes} min",
+            )
+        )
+    return _verdict(failures, f"{lag.pending} ledger rows pending, within the SLA", meta)
+
+
+@dataclass(frozen=True)
+class KafkaLag:
+    lag: int  # records the ledger has not read
+    headroom_s: float | None  # before the oldest unread record leaves retention (None: no limit)
+    retention_ms: int | None
+
+
+def kafka_lag_verdict(
+    lag: KafkaLag, *, min_headroom_hours: float, max_lag_records: int | None
+) -> Verdict:
+    meta: dict[str, object] = {
+        "ledger_lag_records": lag.lag,
+        "retention_headroom_h": round(lag.headroom_s / 3600, 2)
+        if lag.headroom_s is not None
+        else -1.0,
+        "retention_ms": lag.retention_ms if lag.retention_ms is not None else -1,
+        "min_retention_headroom_h": min_headroom_hours,
+    }
+    failures: list[tuple[Severity, str]] = []
+    if lag.lag and lag.headroom_s is not None and lag.headroom_s < min_headroom_hours * 3600:
+        failures.append(
+            (
+                "ERROR",
+                f"{lag.lag} unread records; the oldest leaves Kafka retention in "
+                f"{lag.headroom_s / 3600:.1f} h (minimum {min_headroom_hours} h): ingest now",
+            )
+        )
+    if max_lag_records is not None and lag.lag > max_lag_records:
+        failures.append(("WARN", f"{lag.lag} unread records, more than {max_lag_records}"))
+    return _verdict(failures, f"{lag.lag} unread records, retention is not close", meta)
+
+
+def schema_drift_verdict(
+    iceberg_diffs: Mapping[str, Sequence[str]], source_diffs: Sequence[str] | None
+) -> Verdict:
+    """ERROR when an Iceberg table differs from what the spec renders; WARN when only the source
+    has moved ahead of the spec (schema evolution's job)."""
+    failures: list[tuple[Severity, str]] = [
+        ("ERROR", f"{layer}: {d}") for layer, diffs in iceberg_diffs.items() for d in diffs
+    ]
+    failures += [("WARN", f"source: {d}") for d in source_diffs or ()]
+    meta: dict[str, object] = {
+        "iceberg_differences": {k: list(v) for k, v in iceberg_diffs.items() if v},
+        "source_compared": source_diffs is not None,
+    }
+    if source_diffs:
+        meta["source_differences"] = list(source_diffs)
+    return _verdict(failures, "Iceberg tables match the spec", meta)
+
+
+def dead_letter_rate_verdict(read: int, dead: int, commits: int, *, max_rate: float) -> Verdict:
+    rate = dead / read if read else 0.0
+    meta: dict[str, object] = {
+        "records_read": read,
+        "dead_letters": dead,
+        "ingest_commits": commits,
+        "dead_letter_rate": round(rate, 6),
+        "max_dead_letter_rate": max_rate,
+    }
+    failures: list[tuple[Severity, str]] = []
+    if rate > max_rate:
+        failures.append(
+            (
+                "WARN",
+                f"{dead} of {read} records ({rate:.2%}) became dead letters over the last "
+                f"{commits} ingests (limit {max_rate:.2%}); fix and `cdc-assets redrive`",
+            )
+        )
+    return _verdict(failures, f"{rate:.2%} dead letters over {commits} ingests", meta)
+
+
+def row_count_verdict(base_rows: int, source_rows: int, pending: int) -> Verdict:
+    meta: dict[str, object] = {
+        "base_rows": base_rows,
+        "source_rows": source_rows,
+        "difference": base_rows - source_rows,
+        "pending_ledger_rows": pending,
+    }
+    if base_rows == source_rows:
+        return Verdict(True, "WARN", f"base and source both hold {base_rows} rows", meta)
+    return Verdict(
+        False,
+        "WARN",
+        f"base holds {base_rows} rows, the source {source_rows}"
+        + (f" ({pending} changes still pending)" if pending else ""),
+        meta,
+    )

@@ -1,0 +1,231 @@
+"""The asset checks of one table spec, with thresholds from its ``checks`` and ``freshness``.
+
+Each check measures with ``cdc_assets.pipeline.health`` and judges with ``rules``; which
+severity a failure gets is decided per rule there. ``primary_key_unique`` is blocking: when it
+fails, assets downstream of base in the same run are not materialized.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import dagster as dg
+
+from cdc_assets.checks import rules
+from cdc_assets.checks.accounting import build_accounting_check
+from cdc_assets.pipeline import health
+from cdc_assets.resources.iceberg import IcebergCatalogResource
+from cdc_assets.resources.kafka import KafkaResource
+from cdc_assets.resources.spark import SparkResource
+from cdc_assets.schema.drift import source_differences
+from cdc_assets.spec.models import TableSpec
+
+
+def check_result(verdict: rules.Verdict, **extra: Any) -> dg.AssetCheckResult:
+    metadata: dict[str, Any] = {"summary": verdict.summary, **verdict.metadata, **extra}
+    return dg.AssetCheckResult(
+        passed=verdict.passed,
+        severity=dg.AssetCheckSeverity[verdict.severity],
+        description=verdict.summary,
+        metadata=metadata,
+    )
+
+
+def _sink(spec: TableSpec, names: list[str]) -> list[str]:
+    return [spec.columns_by_name[n].sink_name for n in names]
+
+
+def build_table_checks(
+    spec: TableSpec, source_url: str | None = None
+) -> list[dg.AssetChecksDefinition]:
+    """Every check of ``spec``; the source comparisons only where ``source_url`` is given."""
+    raw = dg.AssetKey(["raw", spec.name])
+    cdc = dg.AssetKey(["cdc", spec.name])
+    base = dg.AssetKey(["base", spec.name])
+    limits = spec.checks
+    sla = spec.freshness.sla_minutes
+    required = _sink(spec, [c.name for c in spec.columns if not c.nullable])
+    max_fraction = dict(
+        zip(
+            _sink(spec, list(limits.max_null_fraction)),
+            limits.max_null_fraction.values(),
+            strict=True,
+        )
+    )
+    allow_all_null = _sink(spec, list(limits.allow_all_null))
+
+    @dg.asset_check(
+        asset=raw,
+        name="kafka_lag_retention",
+        description="Records the ledger has not read, and how long before the oldest of them "
+        f"falls out of Kafka's retention (error under {limits.min_retention_headroom_hours} h).",
+    )
+    def kafka_lag_retention(
+        kafka: KafkaResource, iceberg: IcebergCatalogResource
+    ) -> dg.AssetCheckResult:
+        lag = health.kafka_lag(kafka, iceberg.load_catalog(), spec)
+        return check_result(
+            rules.kafka_lag_verdict(
+                lag,
+                min_headroom_hours=limits.min_retention_headroom_hours,
+                max_lag_records=limits.max_kafka_lag_records,
+            )
+        )
+
+    @dg.asset_check(
+        asset=cdc,
+        name="dead_letter_rate",
+        description=f"Dead letters per record read over the last {limits.dead_letter_commits} "
+        f"ingests (warn above {limits.max_dead_letter_rate:.2%}).",
+    )
+    def dead_letter_rate(iceberg: IcebergCatalogResource) -> dg.AssetCheckResult:
+        read, dead, commits = health.dead_letter_counts(
+            iceberg.load_catalog(), spec, limits.dead_letter_commits
+        )
+        return check_result(
+            rules.dead_letter_rate_verdict(
+                read, dead, commits, max_rate=limits.max_dead_letter_rate
+            )
+        )
+
+    @dg.asset_check(
+        asset=cdc,
+        name="ledger_null_counts",
+        description=f"Nulls per column in the row images of the newest "
+        f"{limits.ledger_partitions} ledger partitions (NOT NULL columns must have none).",
+    )
+    def ledger_null_counts(
+        spark: SparkResource, iceberg: IcebergCatalogResource
+    ) -> dg.AssetCheckResult:
+        counts, hours = health.ledger_null_counts(
+            spark.get_session(),
+            spark.catalog.name,
+            iceberg.load_catalog(),
+            spec,
+            limits.ledger_partitions,
+        )
+        verdict = rules.null_counts_verdict(
+            counts,
+            required=required,
+            max_fraction={},
+            allow_all_null=[],
+            sla_minutes=sla,
+            now=datetime.now(UTC),
+        )
+        return check_result(verdict, partitions=[f"{dt}-{hr:02d}" for dt, hr in hours])
+
+    @dg.asset_check(
+        asset=base,
+        name="null_counts",
+        description="Nulls per column of base: none in NOT NULL columns, at most the spec's "
+        f"limits, and no column added more than {sla} min ago still null in every row "
+        "changed since.",
+    )
+    def null_counts(spark: SparkResource, iceberg: IcebergCatalogResource) -> dg.AssetCheckResult:
+        counts = health.base_null_counts(
+            spark.get_session(), spark.catalog.name, iceberg.load_catalog(), spec
+        )
+        return check_result(
+            rules.null_counts_verdict(
+                counts,
+                required=required,
+                max_fraction=max_fraction,
+                allow_all_null=allow_all_null,
+                sla_minutes=sla,
+                now=datetime.now(UTC),
+            )
+        )
+
+    @dg.asset_check(
+        asset=base,
+        name="primary_key_unique",
+        blocking=True,
+        description=f"Every key ({', '.join(spec.primary_key)}) is held by exactly one row of "
+        "base. Blocking: a broken mirror stops downstream assets.",
+    )
+    def primary_key_unique(spark: SparkResource) -> dg.AssetCheckResult:
+        dups = health.duplicate_keys(spark.get_session(), spark.catalog.name, spec)
+        return check_result(rules.unique_key_verdict(dups, spec.primary_key))
+
+    @dg.asset_check(
+        asset=base,
+        name="watermark_lag",
+        description=f"No change waits in the ledger for the upsert longer than the {sla} min "
+        "SLA; reports base's lag behind the newest ledger event and behind now.",
+    )
+    def watermark_lag(spark: SparkResource, iceberg: IcebergCatalogResource) -> dg.AssetCheckResult:
+        lag = health.watermark_lag(
+            spark.get_session(), spark.catalog.name, iceberg.load_catalog(), spec
+        )
+        return check_result(
+            rules.watermark_lag_verdict(lag, sla_minutes=sla, now=datetime.now(UTC))
+        )
+
+    def drift_body(spark: SparkResource | None, iceberg: IcebergCatalogResource) -> Any:
+        diffs = health.iceberg_differences(iceberg.load_catalog(), spec)
+        source = None
+        if spark is not None and source_url is not None:
+            columns = health.source_columns(spark.get_session(), source_url, spec)
+            source = source_differences(spec, columns)
+        return check_result(
+            rules.schema_drift_verdict(diffs, source), spec_version=spec.spec_version
+        )
+
+    drift_args: dict[str, Any] = {
+        "asset": base,
+        "name": "schema_drift",
+        "description": "The live Iceberg schemas of every table of this spec (ledger, "
+        "bucketed, base, dead letters, tombstones) are what the spec renders (error)"
+        + (", and the source has no column the spec lacks (warn)." if source_url else "."),
+    }
+    schema_drift: Callable[..., Any]
+    if source_url is not None:
+
+        @dg.asset_check(**drift_args)
+        def schema_drift(
+            spark: SparkResource, iceberg: IcebergCatalogResource
+        ) -> dg.AssetCheckResult:
+            return drift_body(spark, iceberg)  # type: ignore[no-any-return]
+
+    else:
+
+        @dg.asset_check(**drift_args)
+        def schema_drift(iceberg: IcebergCatalogResource) -> dg.AssetCheckResult:
+            return drift_body(None, iceberg)  # type: ignore[no-any-return]
+
+    checks: list[Any] = [
+        kafka_lag_retention,
+        build_accounting_check(spec),
+        dead_letter_rate,
+        ledger_null_counts,
+        null_counts,
+        primary_key_unique,
+        watermark_lag,
+        schema_drift,
+    ]
+    if source_url is not None:
+        url = source_url
+
+        @dg.asset_check(
+            asset=base,
+            name="source_row_count",
+            description="Rows in base equal rows in the source table (warn: a busy source is "
+            "ahead of base by the changes in flight).",
+        )
+        def source_row_count(
+            spark: SparkResource, iceberg: IcebergCatalogResource
+        ) -> dg.AssetCheckResult:
+            session = spark.get_session()
+            lag = health.watermark_lag(session, spark.catalog.name, iceberg.load_catalog(), spec)
+            return check_result(
+                rules.row_count_verdict(
+                    health.base_row_count(session, spark.catalog.name, spec),
+                    health.source_row_count(session, url, spec),
+                    lag.pending,
+                )
+            )
+
+        checks.append(source_row_count)
+    return checks

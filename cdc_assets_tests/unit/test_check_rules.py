@@ -1,0 +1,214 @@
+"""The check rules (verdicts, drift, SQL) on hand-made measurements: where each threshold lies and
+which severity a failure gets."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import sqlglot
+
+from cdc_assets.checks import rules
+from cdc_assets.schema.drift import LiveColumn, layout_differences, source_differences
+from cdc_assets.schema.layers import base_layout
+from cdc_assets.spec import load_specs
+from cdc_assets.spec.models import TableSpec
+from cdc_assets.sql import checks as sql
+from cdc_assets_tests.conftest import PROJECT_ROOT
+
+NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture(scope="module")
+def orders() -> TableSpec:
+    return next(s for s in load_specs(PROJECT_ROOT / "table_specs") if s.name == "orders")
+
+
+def _nulls(**kw: object) -> rules.Verdict:
+    counts = rules.NullCounts(
+        rows=100,
+        nulls={"a": 0, "b": 10, "c": 0, **kw.pop("nulls", {})},  # type: ignore[dict-item]
+        since=kw.pop("since", {}),  # type: ignore[arg-type]
+    )
+    args: dict[str, object] = {
+        "required": ["a"],
+        "max_fraction": {},
+        "allow_all_null": [],
+        "sla_minutes": 60,
+        "now": NOW,
+        **kw,
+    }
+    return rules.null_counts_verdict(counts, **args)  # type: ignore[arg-type]
+
+
+def test_null_counts_pass_and_report() -> None:
+    v = _nulls()
+    assert v.passed
+    assert v.metadata["null_counts"] == {"a": 0, "b": 10, "c": 0}
+    assert v.metadata["null_columns"] == []
+
+
+def test_null_in_required_column_is_an_error() -> None:
+    v = _nulls(nulls={"a": 3})
+    assert not v.passed
+    assert v.severity == "ERROR"
+    assert v.summary == "a: 3 nulls in a NOT NULL column"
+
+
+@pytest.mark.parametrize(("limit", "passed"), [(0.1, True), (0.09, False)])
+def test_null_fraction_limit(limit: float, passed: bool) -> None:
+    assert _nulls(max_fraction={"b": limit}).passed is passed
+
+
+def _added(minutes_ago: int, changed: int, null: int) -> dict[str, tuple[datetime, int, int]]:
+    return {"c": (NOW - timedelta(minutes=minutes_ago), changed, null)}
+
+
+@pytest.mark.parametrize(
+    ("minutes_ago", "changed", "null", "allow", "passed"),
+    [
+        (90, 5, 5, [], False),  # past the SLA, every changed row still null: values are lost
+        (30, 5, 5, [], True),  # within the SLA: evolution may still be backfilling
+        (90, 5, 4, [], True),  # some values arrived
+        (90, 0, 0, [], True),  # nothing changed since: null is right
+        (90, 5, 5, ["c"], True),  # declared as possibly all-null
+    ],
+)
+def test_new_column_still_null_past_its_sla(
+    minutes_ago: int, changed: int, null: int, allow: list[str], passed: bool
+) -> None:
+    v = _nulls(since=_added(minutes_ago, changed, null), allow_all_null=allow)
+    assert v.passed is passed
+    assert v.metadata["added_columns"]["c"]["rows_changed_since"] == changed  # type: ignore[index]
+    if not passed:
+        assert v.severity == "ERROR"
+        assert "added 90 min ago (SLA 60 min) and still null in all 5 rows" in v.summary
+
+
+def test_duplicate_keys() -> None:
+    assert rules.unique_key_verdict(rules.DuplicateKeys(0, 0), ["id"]).passed
+    v = rules.unique_key_verdict(rules.DuplicateKeys(2, 5, [("7", 3), ("9", 2)]), ["id"])
+    assert not v.passed
+    assert v.severity == "ERROR"
+    assert v.metadata["sample"] == {"7": 3, "9": 2}
+
+
+def _lag(pending: int, oldest_min: float | None, watermark_min: float | None) -> rules.Verdict:
+    def ago(m: float | None) -> datetime | None:
+        return None if m is None else NOW - timedelta(minutes=m)
+
+    lag = rules.WatermarkLag(ago(watermark_min), pending, ago(oldest_min), ago(0))
+    return rules.watermark_lag_verdict(lag, sla_minutes=60, now=NOW)
+
+
+def test_watermark_lag() -> None:
+    idle = _lag(0, None, 600)  # nothing pending: an idle source is fresh
+    assert idle.passed
+    assert idle.metadata["watermark_age_s"] == 36000.0
+    assert _lag(10, 59, 70).passed
+    stale = _lag(10, 61, 70)
+    assert not stale.passed
+    assert stale.severity == "ERROR"
+    assert stale.metadata["lag_vs_ledger_s"] == 4200.0
+    never = _lag(3, 120, None)  # base never merged
+    assert not never.passed
+    assert never.metadata["watermark_ts"] == ""
+
+
+def test_kafka_lag_and_retention() -> None:
+    def v(lag: int, headroom_h: float | None, max_lag: int | None = None) -> rules.Verdict:
+        head = None if headroom_h is None else headroom_h * 3600
+        return rules.kafka_lag_verdict(
+            rules.KafkaLag(lag, head, 7 * 86400000), min_headroom_hours=24, max_lag_records=max_lag
+        )
+
+    assert v(0, None).passed
+    assert v(100, 48).passed
+    assert v(100, None).passed  # infinite retention
+    near = v(100, 2)
+    assert not near.passed
+    assert near.severity == "ERROR"
+    big = v(100, 48, max_lag=50)
+    assert not big.passed
+    assert big.severity == "WARN"
+    both = v(100, 2, max_lag=50)
+    assert both.severity == "ERROR"
+
+
+def test_drift_severity() -> None:
+    assert rules.schema_drift_verdict({"base": []}, None).passed
+    assert rules.schema_drift_verdict({"base": []}, []).passed
+    source_only = rules.schema_drift_verdict({"base": []}, ["column x is in the source"])
+    assert not source_only.passed
+    assert source_only.severity == "WARN"
+    both = rules.schema_drift_verdict({"base": ["column y is missing"]}, ["x"])
+    assert both.severity == "ERROR"
+    assert both.summary == "base: column y is missing; source: x"
+
+
+def test_dead_letter_rate_and_row_count() -> None:
+    assert rules.dead_letter_rate_verdict(0, 0, 0, max_rate=0.01).passed
+    assert rules.dead_letter_rate_verdict(1000, 10, 3, max_rate=0.01).passed
+    v = rules.dead_letter_rate_verdict(1000, 11, 3, max_rate=0.01)
+    assert not v.passed
+    assert v.severity == "WARN"
+    assert rules.row_count_verdict(5, 5, 0).passed
+    off = rules.row_count_verdict(4, 5, 2)
+    assert not off.passed
+    assert off.severity == "WARN"
+    assert off.summary == "base holds 4 rows, the source 5 (2 changes still pending)"
+
+
+def test_layout_differences(orders: TableSpec) -> None:
+    layout = base_layout(orders)
+    live = [LiveColumn(c.name, str(c.type), c.required) for c in layout.columns]
+    assert layout_differences(layout, live, "bucket(8, order_id)") == []
+    live[1] = LiveColumn("user_id", "int", True)
+    live[3] = LiveColumn("amount", "decimal(12, 2)")  # same type, other spelling
+    del live[4]
+    live.append(LiveColumn("extra", "string"))
+    assert layout_differences(layout, live, "bucket(16, order_id)") == [
+        "column user_id is int, the spec says long",
+        "column user_id is required, the spec says optional",
+        "column tax (decimal(12,2)) is missing",
+        "column extra (string) is not in the spec",
+        "partitioned by [bucket(16, order_id)], the spec says [bucket(8, order_id)]",
+    ]
+
+
+def test_source_differences(orders: TableSpec) -> None:
+    names = [c.name for c in orders.columns]
+    assert source_differences(orders, [n.upper() for n in names]) == []
+    assert source_differences(orders, [*names[1:], "coupon"]) == [
+        "column coupon is in the source, not in spec v1",
+        "column order_id of spec v1 is not in the source",
+    ]
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        sql.render_null_counts(
+            "`lake`.`shop`.`orders`",
+            ["order_id", "note"],
+            toast_aware=True,
+            added=[sql.AddedColumnProbe("note", NOW)],
+            where=sql.ledger_image_filter([("2026-11-22", 3)]),
+        ),
+        sql.render_duplicate_key_count("t", ["a", "b"]),
+        sql.render_duplicate_key_sample("t", ["a", "b"]),
+        sql.render_pending("t", {0: 10, 1: 5}, "2026-11-21"),
+        sql.render_pending("t", {}),
+    ],
+)
+def test_check_sql_parses_as_spark(query: str) -> None:
+    assert sqlglot.parse_one(query, read="spark") is not None
+
+
+def test_pending_filter_and_ledger_filter() -> None:
+    assert sql.pending_filter({}) == "true"
+    assert sql.pending_filter({1: 5, 0: 10}) == (
+        "NOT ((_kafka_partition = 0 AND _kafka_offset < 10) OR "
+        "(_kafka_partition = 1 AND _kafka_offset < 5))"
+    )
+    assert sql.ledger_image_filter([]).endswith("AND (false)")
