@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt 2>/dev/null | sha256sum | cut -c1-12)
 
-.PHONY: setup jars run test test-unit test-defs test-integration lint format typecheck dev bench clean
+.PHONY: setup jars run test test-unit test-defs test-integration lint format typecheck dev screenshot bench clean
 
 setup: $(STAMP) jars
 
@@ -46,6 +46,10 @@ typecheck: $(STAMP)
 
 dev: setup
 	DAGSTER_HOME=$$($(BIN)/cdc-assets dagster-home) $(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1
+
+# docs/asset-graph.png from the instance of the last `make run` (headless Chromium)
+screenshot: $(STAMP)
+	$(BIN)/python scripts/screenshot_asset_graph.py
 
 bench: setup
 	$(BIN)/python benchmarks/definitions_load.py

@@ -51,6 +51,10 @@ def _cmd_stack(settings: Settings, args: argparse.Namespace) -> int:
 def _cmd_specs(settings: Settings, args: argparse.Namespace) -> int:
     from cdc_assets.spec import load_specs
 
+    if args.action == "import-ddl":
+        return _specs_import_ddl(args)
+    if args.action == "diff":
+        return _specs_diff(args)
     directory = Path(args.directory) if args.directory else settings.specs_dir
     specs = load_specs(directory)
     table = Table("spec", "version", "source", "topic", "columns", "key", "buckets")
@@ -67,6 +71,99 @@ def _cmd_specs(settings: Settings, args: argparse.Namespace) -> int:
     console.print(table)
     console.print(f"{len(specs)} valid spec(s) in {directory}")
     return 0
+
+
+def _read_text(path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as err:
+        raise CdcAssetsError(f"cannot read {path}: {err.strerror}") from None
+
+
+def _print_plain(text: str) -> None:
+    # Plans carry brackets that rich would take for markup; long reasons stay on one line.
+    console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+
+def _specs_import_ddl(args: argparse.Namespace) -> int:
+    """A spec from a CREATE TABLE, or with --spec the next version of an existing one."""
+    from cdc_assets.schema.evolution import apply_plan
+    from cdc_assets.spec.ddl_import import plan_from_ddl, spec_from_ddl
+    from cdc_assets.spec.load import load_spec_text
+    from cdc_assets.spec.versions import render_spec_yaml
+
+    ddl = _read_text(args.file)
+    sensitive = [c.strip() for c in (args.sensitive or "").split(",") if c.strip()]
+    if args.spec:
+        current = load_spec_text(_read_text(args.spec), args.spec)
+        audit = [_read_text(a) for a in args.audit or []]
+        _, plan = plan_from_ddl(current, ddl, audit, sensitive=sensitive)
+        # The plan goes to stderr so that stdout stays a loadable spec.
+        print(plan.describe(), file=sys.stderr)
+        if not plan.supported:
+            return 1
+        if not plan.changes:
+            return 0
+        spec = apply_plan(current, plan)
+    else:
+        needed = {"--connector": args.connector, "--database": args.database}
+        needed |= {"--topic": args.topic, "--namespace": args.namespace}
+        missing = [flag for flag, value in needed.items() if not value]
+        if missing:
+            raise CdcAssetsError(
+                f"import-ddl needs {', '.join(missing)} to onboard a table "
+                "(or --spec to evolve an existing spec)"
+            )
+        spec = spec_from_ddl(
+            ddl,
+            args.connector,
+            args.database,
+            args.topic,
+            args.namespace,
+            name=args.name,
+            schema=args.schema,
+            sensitive=sensitive,
+        )
+    header = f"{spec.name} version {spec.spec_version}, from DDL by `cdc-assets specs import-ddl`."
+    text = render_spec_yaml(spec, header)
+    if args.out:
+        Path(args.out).write_text(text, encoding="utf-8")
+        print(f"wrote {args.out}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _specs_diff(args: argparse.Namespace) -> int:
+    """The plan of every changed spec; 1 when any change is unsupported."""
+    from cdc_assets.spec.review import (
+        SpecText,
+        directory_specs,
+        git_specs,
+        review_pair,
+        review_sets,
+    )
+
+    audit = [_read_text(a) for a in args.audit or []]
+    if args.git:
+        if args.paths:
+            raise CdcAssetsError("give either OLD NEW or --git REV_A REV_B, not both")
+        rev_a, rev_b = args.git
+        reviews = review_sets(git_specs(rev_a, args.dir), git_specs(rev_b, args.dir), audit)
+    elif len(args.paths) != 2:
+        raise CdcAssetsError("specs diff needs OLD NEW (two spec files) or --git REV_A REV_B")
+    elif all(Path(p).is_dir() for p in args.paths):
+        old, new = (directory_specs(Path(p)) for p in args.paths)
+        reviews = review_sets(old, new, audit)
+    else:
+        old_text, new_text = (SpecText(p, _read_text(p)) for p in args.paths)
+        reviews = [review_pair(old_text, new_text, audit)]
+    for review in reviews:
+        _print_plain(review.describe())
+    failed = [r.name for r in reviews if not r.ok]
+    verdict = f"unsupported: {', '.join(failed)}" if failed else "all supported"
+    _print_plain(f"{len(reviews)} spec(s) compared, {verdict}")
+    return 1 if failed else 0
 
 
 # Dagster's per-step DEBUG events would bury the summary; the runs keep them in the instance.
@@ -365,12 +462,18 @@ def _cmd_redrive(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _cmd_checks(settings: Settings, args: argparse.Namespace) -> int:
-    """Every asset check against the live tables; 1 when any error-severity check fails."""
+    """Every asset check against the live tables (with --demo, after a fresh demo run);
+    1 when any error-severity check fails."""
     import json
 
     from cdc_assets.checks.runner import run_checks
     from cdc_assets.definitions import build_defs
 
+    if args.demo:
+        code = _cmd_run(settings, args)
+        if code:
+            return code
+        console.print("[bold]asset checks[/bold] on the demo's tables")
     defs = build_defs(settings=settings)
     outcomes, run_id = run_checks(
         defs, _dagster_instance(settings), tables=args.table or None, checks=args.check or None
@@ -419,9 +522,40 @@ def build_parser() -> argparse.ArgumentParser:
     stack.add_argument("action", choices=["up", "status", "down"])
     stack.add_argument("--purge", action="store_true", help="with down: delete all stack state")
     stack.set_defaults(fn=_cmd_stack)
-    specs = sub.add_parser("specs", help="validate table specs")
-    specs.add_argument("action", choices=["validate"])
-    specs.add_argument("directory", nargs="?")
+    specs = sub.add_parser("specs", help="validate, import (from DDL) and diff table specs")
+    specs_sub = specs.add_subparsers(dest="action", required=True)
+    validate = specs_sub.add_parser("validate", help="validate every spec of a directory")
+    validate.add_argument("directory", nargs="?")
+    imp = specs_sub.add_parser(
+        "import-ddl", help="a spec from a CREATE TABLE, or the next version of an existing spec"
+    )
+    imp.add_argument("file", help="file with the CREATE TABLE (a dump of the table will do)")
+    imp.add_argument("--connector", choices=["mysql", "mariadb", "postgresql"])
+    imp.add_argument("--database", help="source database")
+    imp.add_argument("--topic", help="Kafka topic of the table's change events")
+    imp.add_argument("--namespace", help="Iceberg namespace")
+    imp.add_argument("--name", help="spec name (default: the table name)")
+    imp.add_argument("--schema", help="PostgreSQL schema, when the DDL does not qualify the table")
+    imp.add_argument("--sensitive", help="comma-separated columns to mark sensitive")
+    imp.add_argument("--spec", help="existing spec: write its next version for the changed DDL")
+    imp.add_argument(
+        "--audit",
+        action="append",
+        help="with --spec: file of DDL statements run on the source since that version, "
+        "which proves renames and drops (repeatable)",
+    )
+    imp.add_argument("--out", help="write the spec to this file instead of stdout")
+    diff = specs_sub.add_parser(
+        "diff", help="plan the change between two spec versions; exit 1 if any is unsupported"
+    )
+    diff.add_argument("paths", nargs="*", metavar="PATH", help="OLD NEW: spec files or dirs")
+    diff.add_argument(
+        "--git", nargs=2, metavar=("REV_A", "REV_B"), help="compare --dir at two git revisions"
+    )
+    diff.add_argument("--dir", default="table_specs", help="spec directory (with --git)")
+    diff.add_argument(
+        "--audit", action="append", help="file of source DDL statements proving renames"
+    )
     specs.set_defaults(fn=_cmd_specs)
     run = sub.add_parser(
         "run", help="main job: jars, stack up, tables, demo stream, ingest, upsert, report"
@@ -440,6 +574,10 @@ def build_parser() -> argparse.ArgumentParser:
     checks.add_argument("--table", action="append", help="only this table (repeatable)")
     checks.add_argument("--check", action="append", help="only this check name (repeatable)")
     checks.add_argument("--json", help="also write the outcomes to this JSON file")
+    checks.add_argument(
+        "--demo", action="store_true", help="first run the demo (`cdc-assets run`): CI's check"
+    )
+    checks.add_argument("--events", type=int, default=2000, help="with --demo: events per table")
     checks.set_defaults(fn=_cmd_checks)
     redrive = sub.add_parser("redrive", help="replay a table's dead letters after a fix")
     redrive.add_argument("table", help="spec name")

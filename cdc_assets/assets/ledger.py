@@ -11,10 +11,12 @@ from typing import Any, Literal
 import dagster as dg
 from pydantic import Field
 
+from cdc_assets.assets.metadata import commit_metadata, markdown_summary
 from cdc_assets.pipeline.ingest import IngestResult, hour_bounds, ingest_incremental, rebuild_hour
 from cdc_assets.resources.iceberg import IcebergCatalogResource
 from cdc_assets.resources.kafka import KafkaResource
 from cdc_assets.resources.spark import SparkResource
+from cdc_assets.schema.layers import ledger_layout
 from cdc_assets.spec.models import TableSpec
 
 
@@ -70,6 +72,24 @@ def build_ledger_asset(spec: TableSpec, asset_args: dict[str, Any]) -> dg.Assets
         else:
             result = ingest_incremental(session, spark.catalog.name, catalog, kafka, spec)
         metadata = result_metadata(result)
+        ledger = catalog.load_table(f"{spec.sink.namespace}.{ledger_layout(spec).name}")
+        metadata.update(commit_metadata(ledger, result.snapshot_id))
+        metadata["summary"] = markdown_summary(
+            f"{result.mode} ingest of {spec.source.topic}",
+            {
+                "records read": result.read,
+                "ledger rows / dead letters / skipped": f"{result.ledger} / {result.dead} / "
+                f"{result.skipped}",
+                "offsets": ", ".join(
+                    f"p{p}: {result.start_offsets.get(p, 0)}..{o}"
+                    for p, o in sorted(result.end_offsets.items())
+                )
+                or "-",
+                "hours written": ", ".join(result.hours) or "-",
+                "snapshot": result.snapshot_id or "-",
+                "seconds": round(result.seconds, 2),
+            },
+        )
         if result.unknown_fields:
             context.log.warning(
                 f"{spec.name}: fields not in spec v{spec.spec_version} kept in _row_json: "

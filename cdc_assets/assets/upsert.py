@@ -8,11 +8,19 @@ from typing import Any
 
 import dagster as dg
 
+from cdc_assets.assets.metadata import commit_metadata, live_rows, markdown_summary
 from cdc_assets.pipeline.offsets import encode_offsets
-from cdc_assets.pipeline.upsert import BucketedResult, MergeResult, build_bucketed, merge_base
+from cdc_assets.pipeline.upsert import (
+    BucketedResult,
+    MergeResult,
+    build_bucketed,
+    load_table,
+    merge_base,
+)
 from cdc_assets.pipeline.watermark import UpsertState
 from cdc_assets.resources.iceberg import IcebergCatalogResource
 from cdc_assets.resources.spark import SparkResource
+from cdc_assets.schema.layers import base_layout
 from cdc_assets.spec.models import TableSpec
 
 # Snapshot summary fields of a MERGE commit reported as run metadata, under our names.
@@ -67,20 +75,30 @@ def merge_metadata(result: MergeResult) -> dict[str, Any]:
     for source, name in SUMMARY_FIELDS.items():
         if source in result.summary:
             meta[name] = int(result.summary[source])
-    rows = base_rows(result.summary)
+    rows = live_rows(result.summary)
     if rows is not None:
         meta["base_rows"] = rows
     return meta
 
 
-def base_rows(summary: dict[str, str]) -> int | None:
-    """Live rows of a merge-on-read table: rows in data files minus the deletes against them."""
-    if "total-records" not in summary:
-        return None
-    deleted = sum(
-        int(summary.get(k, "0")) for k in ("total-position-deletes", "total-equality-deletes")
+def _merge_summary(spec: TableSpec, meta: dict[str, Any]) -> dg.MetadataValue:
+    before, after = meta["watermark_before"], meta["watermark_after"]
+    return markdown_summary(
+        f"MERGE into base of {spec.name}",
+        {
+            "applied": meta["applied"],
+            "rows inserted / updated / deleted": " / ".join(
+                str(meta.get(k, 0)) for k in ("rows_inserted", "rows_updated", "rows_deleted")
+            ),
+            "rows in base": meta.get("base_rows", "-"),
+            "storage-partitioned join": meta["storage_partitioned_join"],
+            "watermark (Kafka time)": f"{before['kafka_ts'] or '-'} -> {after['kafka_ts'] or '-'}",
+            "files / bytes added": f"{meta.get('data_files_added', 0)} / "
+            f"{meta.get('bytes_added', 0)}",
+            "snapshot": meta["snapshot_id"] or "-",
+            "seconds": meta["seconds"],
+        },
     )
-    return int(summary["total-records"]) - deleted
 
 
 def build_upsert_assets(
@@ -97,18 +115,34 @@ def build_upsert_assets(
         )
         if result.up_to_date:
             context.log.info(f"{spec.name}: base has applied everything in the ledger")
-        return dg.MaterializeResult(metadata=bucketed_metadata(result))
+        meta = bucketed_metadata(result)
+        meta["dagster/row_count"] = result.rows
+        meta["summary"] = markdown_summary(
+            f"changes of {spec.name} for the next MERGE",
+            {
+                "changed keys": result.rows,
+                "deletes": result.deletes,
+                "truncate at": meta["truncate_at"] or "-",
+                "seconds": meta["seconds"],
+            },
+        )
+        return dg.MaterializeResult(metadata=meta)
 
     @dg.asset(**base_args, pool=pool)  # type: ignore[untyped-decorator]
     def base(
         context: dg.AssetExecutionContext, spark: SparkResource, iceberg: IcebergCatalogResource
     ) -> dg.MaterializeResult:  # type: ignore[type-arg]
-        result = merge_base(spark.get_session(), spark.catalog.name, iceberg.load_catalog(), spec)
+        catalog = iceberg.load_catalog()
+        result = merge_base(spark.get_session(), spark.catalog.name, catalog, spec)
         if result.applied and result.storage_partitioned is False:
             context.log.warning(
                 f"{spec.name}: the MERGE shuffled base (no storage-partitioned join); "
                 "expected only while base is empty"
             )
-        return dg.MaterializeResult(metadata=merge_metadata(result))
+        meta = merge_metadata(result)
+        table = load_table(catalog, base_layout(spec))
+        meta.update({k: v for k, v in commit_metadata(table).items() if k.startswith("dagster/")})
+        meta["summary"] = _merge_summary(spec, meta)
+        return dg.MaterializeResult(metadata=meta)
 
     return [bucketed, base]

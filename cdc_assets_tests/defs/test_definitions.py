@@ -203,7 +203,7 @@ def test_ledger_updated_sensor_targets_the_ingested_tables() -> None:
 
 
 def test_base_rows_subtract_merge_on_read_deletes() -> None:
-    from cdc_assets.assets.upsert import base_rows
+    from cdc_assets.assets.metadata import live_rows as base_rows
 
     assert base_rows({"total-records": "396", "total-position-deletes": "198"}) == 198
     assert base_rows({"total-records": "10"}) == 10

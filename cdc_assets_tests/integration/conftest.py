@@ -1,16 +1,20 @@
 """One local stack (real Kafka broker, SQLite JDBC catalog, warehouse) and one Spark session for
-the whole integration session, in a temporary home that shares the project's jar cache."""
+the whole integration session, in a temporary home that shares the project's jar cache. The demo
+(`cdc-assets run`) runs once on that stack, for the tests that look at what it leaves behind."""
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from cdc_assets.cli import console, main
 from cdc_assets.resources import (
     IcebergCatalogResource,
     KafkaResource,
@@ -19,7 +23,7 @@ from cdc_assets.resources import (
 )
 from cdc_assets.resources.jars import ensure_jars
 from cdc_assets.resources.local_stack import StackState, stack_down, stack_up
-from cdc_assets.settings import Settings, load_settings
+from cdc_assets.settings import ENV_HOME, ENV_SPECS, Settings, load_settings
 from cdc_assets_tests.conftest import PROJECT_ROOT
 
 
@@ -77,3 +81,42 @@ def iceberg(resources: dict[str, Any]) -> IcebergCatalogResource:
 def kafka(resources: dict[str, Any]) -> KafkaResource:
     res: KafkaResource = resources["kafka"]
     return res
+
+
+@dataclass(frozen=True)
+class DemoRun:
+    """What `cdc-assets checks --demo --events 300` (CI's check command: the demo, then every
+    asset check) left: its Dagster instance, its printed output and the check outcomes."""
+
+    dagster_home: Path
+    output: str
+    checks: list[dict[str, Any]]
+
+
+@pytest.fixture(scope="session")
+def demo_home(
+    it_settings: Settings,
+    stack: StackState,
+    spark: Any,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> DemoRun:
+    """The demo and its checks, run once per session on the session's stack, in a Dagster home
+    of its own. The command exits 0: no check failed with error severity."""
+    home = tmp_path_factory.mktemp("dagster")
+    outcomes = home / "checks.json"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(ENV_HOME, str(it_settings.home))
+        mp.setenv(ENV_SPECS, str(it_settings.specs_dir))
+        mp.setenv("DAGSTER_HOME", str(home))
+        # The command prints through its rich console: capture it there, and echo it so that
+        # pytest shows it with the first test using the fixture (on failure, or with -s).
+        captured = console.capture()
+        try:
+            with captured:
+                code = main(["checks", "--demo", "--events", "300", "--json", str(outcomes)])
+        finally:
+            sys.stdout.write(captured.get())
+    output = captured.get()
+    assert code == 0, output
+    checks = json.loads(outcomes.read_text(encoding="utf-8"))
+    return DemoRun(dagster_home=home, output=output, checks=checks)

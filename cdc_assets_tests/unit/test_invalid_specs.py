@@ -66,14 +66,15 @@ CASES = [
     (
         "unknown top-level key",
         _set("colums", []),
-        "colums: unknown field; valid fields here: base, columns, description, freshness, "
-        "name, owners, pipeline, primary_key, schedule, sink, source, spec_version, tags",
+        "colums: unknown field; valid fields here: base, checks, columns, description, "
+        "evolution, freshness, name, owners, pipeline, primary_key, schedule, sink, source, "
+        "spec_version, tags",
     ),
     (
         "unknown column key",
         _set("columns.1.nulable", True),
-        "columns[1].nulable: unknown field; valid fields here: comment, default, id, name, "
-        "nullable, sensitive, sink, type",
+        "columns[1].nulable: unknown field; valid fields here: comment, default, dropped, id, "
+        "name, nullable, sensitive, sink, type",
     ),
     (
         "missing topic",

@@ -1,0 +1,199 @@
+"""The vocabulary of a schema-evolution plan: one dataclass per supported change, rejections
+with their reasons, and the plan that holds both (pure; built by ``cdc_assets.schema.evolution``).
+
+Column changes name the column by stable ``id`` (how they apply) and by ``name`` in the new
+version (how they read).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+from cdc_assets.schema.types import SinkType
+from cdc_assets.spec.models import ColumnSpec
+
+
+@dataclass(frozen=True)
+class AddColumn:
+    """A new nullable column; ``after`` names the column it follows (None: first)."""
+
+    column: ColumnSpec
+    after: str | None
+    symbol: ClassVar[str] = "+"
+
+    @property
+    def name(self) -> str:
+        return self.column.name
+
+    def __str__(self) -> str:
+        where = f"after {self.after}" if self.after else "first"
+        return f"add column {self.column.name} {self.column.type} (id {self.column.id}, {where})"
+
+
+@dataclass(frozen=True)
+class WidenType:
+    """The sink type widens (int -> long, float -> double, decimal precision up)."""
+
+    id: int
+    name: str
+    old: SinkType
+    new: SinkType
+    type: str  # the new source type text
+    sink_type: str | None  # the new sink.type override, if any
+    symbol: ClassVar[str] = "~"
+
+    def __str__(self) -> str:
+        return f"widen column {self.name}: {self.old} -> {self.new} (source type {self.type})"
+
+
+@dataclass(frozen=True)
+class ChangeSourceType:
+    """The declared source type changes but its Iceberg type does not (varchar(20) -> (40))."""
+
+    id: int
+    name: str
+    old: str
+    new: str
+    sink_type: str | None
+    symbol: ClassVar[str] = "~"
+
+    def __str__(self) -> str:
+        return f"column {self.name}: source type {self.old} -> {self.new}, Iceberg type unchanged"
+
+
+@dataclass(frozen=True)
+class MakeOptional:
+    id: int
+    name: str
+    symbol: ClassVar[str] = "~"
+
+    def __str__(self) -> str:
+        return f"column {self.name}: required -> optional"
+
+
+@dataclass(frozen=True)
+class SoftDropColumn:
+    """Gone from the source: kept in Iceberg and the spec (``dropped``), null for new rows."""
+
+    id: int
+    name: str
+    symbol: ClassVar[str] = "-"
+
+    def __str__(self) -> str:
+        return f"soft-drop column {self.name}: kept in Iceberg, null for new rows"
+
+
+@dataclass(frozen=True)
+class DropColumn:
+    """Removed from the spec and the Iceberg tables (only with ``evolution.drop_columns: hard``)."""
+
+    id: int
+    name: str
+    symbol: ClassVar[str] = "-"
+
+    def __str__(self) -> str:
+        return f"drop column {self.name} from the spec and the Iceberg tables"
+
+
+@dataclass(frozen=True)
+class RenameColumn:
+    """A source rename proved by the DDL audit trail; the Iceberg column keeps ``sink_name``."""
+
+    id: int
+    old: str
+    new: str
+    sink_name: str
+    symbol: ClassVar[str] = "~"
+
+    @property
+    def name(self) -> str:
+        return self.new
+
+    def __str__(self) -> str:
+        return f"rename column {self.old} -> {self.new} (Iceberg column {self.sink_name} kept)"
+
+
+@dataclass(frozen=True)
+class SetColumnAttribute:
+    """A change of a column's metadata: comment, default (of an existing column) or sensitive."""
+
+    id: int
+    name: str
+    attribute: Literal["comment", "default", "sensitive"]
+    old: str | bool | None
+    new: str | bool | None
+    symbol: ClassVar[str] = "~"
+
+    def __str__(self) -> str:
+        return f"column {self.name}: {self.attribute} {self.old!r} -> {self.new!r}"
+
+
+@dataclass(frozen=True)
+class SetTableSetting:
+    """A change of a top-level spec section that is not a schema change (owners, schedule...)."""
+
+    field: str
+    old: Any
+    new: Any
+    diffs: tuple[tuple[str, Any, Any], ...]  # (path, old, new) of each leaf that differs
+    symbol: ClassVar[str] = "~"
+
+    @property
+    def name(self) -> str:
+        return self.field
+
+    def __str__(self) -> str:
+        return "setting " + "; ".join(f"{p}: {a!r} -> {b!r}" for p, a, b in self.diffs)
+
+
+Change = (
+    AddColumn
+    | WidenType
+    | ChangeSourceType
+    | MakeOptional
+    | SoftDropColumn
+    | DropColumn
+    | RenameColumn
+    | SetColumnAttribute
+    | SetTableSetting
+)
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """An unsupported change; ``column`` is None for table-level reasons."""
+
+    column: str | None
+    reason: str
+
+    def __str__(self) -> str:
+        return f"column {self.column}: {self.reason}" if self.column else self.reason
+
+
+@dataclass(frozen=True)
+class EvolutionPlan:
+    """The supported changes from one spec version to the next, or why there is no next."""
+
+    table: str
+    from_version: int
+    changes: tuple[Change, ...] = ()
+    rejections: tuple[Rejection, ...] = ()
+
+    @property
+    def supported(self) -> bool:
+        return not self.rejections
+
+    @property
+    def to_version(self) -> int:
+        return self.from_version + 1 if self.changes else self.from_version
+
+    def describe(self) -> str:
+        """The plan as review text: one line per change or rejection."""
+        if not self.changes and not self.rejections:
+            return f"{self.table}: no changes (version {self.from_version})"
+        verdict = "supported" if self.supported else "REJECTED, no table is changed"
+        lines = [f"{self.table}: version {self.from_version} -> {self.to_version}: {verdict}"]
+        lines += [f"  {c.symbol} {c}" for c in self.changes]
+        lines += [f"  ! {r}" for r in self.rejections]
+        return "\n".join(lines)

@@ -1,0 +1,512 @@
+"""Schema evolution of a table spec: classify a proposed spec against the current one, and apply a
+supported plan as the next spec version (pure; the rules of DESIGN.md "Schema evolution rules").
+
+A proposed spec is either the next version as written (a reviewed YAML change) or the source's new
+shape (from a changed CREATE TABLE, see ``cdc_assets.spec.ddl_import``); both classify the same
+way. Columns are matched by stable id first, then by name. A column whose name changed keeps its
+id only when ``renames`` (old source name -> new, read from the DDL audit trail) proves it: the
+schema text alone cannot tell a rename from a drop plus an add.
+
+Types are compared as Iceberg sink types with ``can_promote``, the one widening rule of the
+project. Spec types are primitives only (no nested fields), so there are no nested changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from cdc_assets.errors import SpecError
+from cdc_assets.schema.changes import (
+    AddColumn,
+    Change,
+    ChangeSourceType,
+    DropColumn,
+    EvolutionPlan,
+    MakeOptional,
+    Rejection,
+    RenameColumn,
+    SetColumnAttribute,
+    SetTableSetting,
+    SoftDropColumn,
+    WidenType,
+)
+from cdc_assets.schema.types import SinkType, can_promote
+from cdc_assets.spec.models import ColumnSpec, SinkMapping, TableSpec
+
+# Changing these points the spec at another source or Iceberg table: a new onboarding.
+_IDENTITY = {
+    "name": "spec",
+    "source.connector": "source",
+    "source.database": "source table",
+    "source.schema": "source table",
+    "source.table": "source table",
+    "source.topic": "Kafka topic",
+    "sink.namespace": "set of Iceberg tables",
+    "sink.table": "set of Iceberg tables",
+    "sink.dead_letter_suffix": "dead-letter table",
+}
+_CATEGORIES = {
+    "int": "integer",
+    "long": "integer",
+    "float": "floating point",
+    "double": "floating point",
+    "timestamp": "timestamp without zone",
+    "timestamptz": "timestamp with zone",
+}
+_NUMERIC = {"int", "long", "float", "double", "decimal"}
+
+
+def classify(
+    current: TableSpec,
+    proposed: TableSpec,
+    renames: Mapping[str, str] | None = None,
+    *,
+    proved_drops: Collection[str] | None = None,
+) -> EvolutionPlan:
+    """Every difference between two versions of a spec, as supported changes or rejections.
+
+    ``renames`` maps old to new source column names proved by the DDL audit trail.
+    ``proved_drops`` is for a proposed spec read from DDL text, where a drop plus an add may be
+    an unrecorded rename: the current columns the audit trail shows dropped. A column that
+    disappears while another appears is then a drop only if listed. None (a YAML spec, whose
+    stable ids say which column is new) skips that rule.
+    """
+    out = _Classifier(current, proposed, dict(renames or {}), proved_drops)
+    out.run()
+    return EvolutionPlan(current.name, current.spec_version, tuple(out.changes), tuple(out.rejects))
+
+
+def renamed_sink(column: ColumnSpec, new_name: str) -> SinkMapping:
+    """The sink mapping of a renamed column: its Iceberg column keeps its name, because jobs and
+    readers select Iceberg columns by name."""
+    keep = column.sink_name
+    return column.sink.model_copy(update={"name": None if keep == new_name else keep})
+
+
+def apply_plan(current: TableSpec, plan: EvolutionPlan) -> TableSpec:
+    """The next spec version: ``plan``'s changes applied in order to ``current``.
+
+    Column ids are preserved; new columns get the next ids after the highest one in use.
+    """
+    if plan.table != current.name or plan.from_version != current.spec_version:
+        raise SpecError(
+            f"{current.name}: the plan is for {plan.table} version {plan.from_version}, "
+            f"not version {current.spec_version}"
+        )
+    if not plan.supported:
+        reasons = "; ".join(str(r) for r in plan.rejections)
+        raise SpecError(f"{current.name}: the plan has rejected changes: {reasons}")
+    data = current.model_dump(mode="json", by_alias=True)
+    columns = list(current.columns)
+    next_id = max(c.id for c in columns) + 1
+    for change in plan.changes:
+        if isinstance(change, SetTableSetting):
+            data[change.field] = change.new
+        elif isinstance(change, AddColumn):
+            at = 0 if change.after is None else _index(columns, change.after) + 1
+            columns.insert(at, change.column.model_copy(update={"id": next_id}))
+            next_id += 1
+        elif isinstance(change, DropColumn):
+            columns = [c for c in columns if c.id != change.id]
+        elif isinstance(change, RenameColumn):
+            rename_references(data, change.old, change.new)
+            columns = _update(columns, change.id, name=change.new, sink=_renamed(columns, change))
+        else:
+            columns = _update(columns, change.id, **_column_update(columns, change))
+    data["columns"] = [c.model_dump(mode="json", by_alias=True) for c in columns]
+    data["spec_version"] = current.spec_version + 1
+    try:
+        return TableSpec.model_validate(data)
+    except ValidationError as err:
+        raise SpecError(f"{current.name}: the evolved spec is invalid: {err}") from None
+
+
+def _index(columns: list[ColumnSpec], name: str) -> int:
+    for i, c in enumerate(columns):
+        if c.name == name:
+            return i
+    raise SpecError(f"no column {name!r} to add a column after")
+
+
+def _update(columns: list[ColumnSpec], column_id: int, **values: Any) -> list[ColumnSpec]:
+    return [c.model_copy(update=values) if c.id == column_id else c for c in columns]
+
+
+def _renamed(columns: list[ColumnSpec], change: RenameColumn) -> SinkMapping:
+    column = next(c for c in columns if c.id == change.id)
+    return renamed_sink(column, change.new)
+
+
+def _column_update(columns: list[ColumnSpec], change: Change) -> dict[str, Any]:
+    if isinstance(change, WidenType | ChangeSourceType):
+        column = next(c for c in columns if c.id == change.id)
+        sink = column.sink.model_copy(update={"type": change.sink_type})
+        return {"type": change.type if isinstance(change, WidenType) else change.new, "sink": sink}
+    if isinstance(change, MakeOptional):
+        return {"nullable": True}
+    if isinstance(change, SoftDropColumn):
+        return {"dropped": True, "nullable": True}
+    if isinstance(change, SetColumnAttribute):
+        return {change.attribute: change.new}
+    raise TypeError(f"not a column change: {change!r}")
+
+
+def rename_references(data: dict[str, Any], old: str, new: str) -> None:
+    """Rename a column where a dumped spec names it by source name: key, bucket column, checks."""
+    data["primary_key"] = [new if k == old else k for k in data["primary_key"]]
+    if data["base"].get("bucket_column") == old:
+        data["base"]["bucket_column"] = new
+    checks = data.get("checks") or {}
+    if old in checks.get("max_null_fraction", {}):
+        checks["max_null_fraction"][new] = checks["max_null_fraction"].pop(old)
+    if "allow_all_null" in checks:
+        checks["allow_all_null"] = [new if c == old else c for c in checks["allow_all_null"]]
+
+
+class _Classifier:
+    """One classification: walks the proposed columns, then the current ones left over."""
+
+    def __init__(
+        self,
+        current: TableSpec,
+        proposed: TableSpec,
+        renames: dict[str, str],
+        proved_drops: Collection[str] | None,
+    ) -> None:
+        self.current = current
+        self.proposed = proposed
+        self.renames = renames
+        self.proved_drops = proved_drops
+        self.connector = current.source.connector
+        self.changes: list[Change] = []
+        self.rejects: list[Rejection] = []
+        self.handled: set[int] = set()  # current column ids accounted for
+        self.matched: dict[int, int] = {}  # proposed id -> current id
+        self.new_names: list[str] = []  # proposed columns that are new, supported or not
+        # Current columns left out of the proposed spec stay in Iceberg unless drops are hard.
+        proposed_ids = {c.id for c in proposed.columns}
+        soft = proposed.evolution.drop_columns == "soft"
+        self.kept_sink_names = {
+            c.sink_name: c.name for c in current.columns if soft and c.id not in proposed_ids
+        }
+
+    def reject(self, column: str | None, reason: str) -> None:
+        self.rejects.append(Rejection(column, reason))
+
+    def run(self) -> None:
+        self.compare_settings()
+        by_id = {c.id: c for c in self.current.columns}
+        by_name = {c.name: c for c in self.current.columns}
+        proposed_ids = {p.id for p in self.proposed.columns}
+        renamed_from = {new: old for old, new in self.renames.items()}
+        next_id = max(by_id) + 1
+        previous: str | None = None
+        pairs: list[tuple[ColumnSpec, ColumnSpec]] = []
+        # Changes follow the proposed column order, so an added column's `after` already
+        # carries its new name when the plan is applied in order.
+        for p in self.proposed.columns:
+            c = by_id.get(p.id)
+            if c is not None:
+                self.handled.add(c.id)
+                if c.name == p.name or self.renames.get(c.name) == p.name:
+                    pairs.append((c, p))
+                    self.matched[p.id] = c.id
+                    self.compare_column(c, p)
+                else:
+                    self.reject_id_clash(c, p, by_name.get(p.name))
+            else:
+                same = by_name.get(renamed_from.get(p.name, p.name))
+                if same is not None and same.id not in proposed_ids:
+                    self.handled.add(same.id)
+                    self.reject(
+                        p.name,
+                        f"id {same.id} -> {p.id}: column ids are stable for a column's life; "
+                        f"keep id {same.id}",
+                    )
+                else:
+                    self.new_names.append(p.name)
+                    if self.check_new(p):
+                        added = AddColumn(p.model_copy(update={"id": next_id}), previous)
+                        self.changes.append(added)
+                        next_id += 1
+            previous = p.name
+        self.check_order(pairs)
+        self.drop_missing()
+        self.check_key()
+        self.check_version()
+
+    def reject_id_clash(self, c: ColumnSpec, p: ColumnSpec, owner: ColumnSpec | None) -> None:
+        if owner is not None and owner.id != c.id:
+            self.handled.add(owner.id)
+            self.reject(
+                p.name,
+                f"has id {p.id}, which belongs to column {c.name}; ids are stable, "
+                f"keep id {owner.id}",
+            )
+            return
+        self.reject(
+            c.name,
+            f"renamed to {p.name} (id {p.id}) without proof: a rename and a drop plus an add "
+            "look the same in the schema text, and the DDL audit trail has no "
+            f"`ALTER TABLE ... RENAME COLUMN {c.name} TO {p.name}` (nor MySQL "
+            f"`CHANGE COLUMN {c.name} {p.name} ...`); pass the audit trail, or give {p.name} a "
+            f"new id to add it as a new column and drop {c.name}",
+        )
+
+    def check_new(self, p: ColumnSpec) -> bool:
+        problems = []
+        if not p.nullable:
+            problems.append("a new column must be nullable: rows already written have no value")
+        if p.default is not None:
+            problems.append(
+                f"added with default {p.default!r}: the source fills the rows it has with the "
+                "default without emitting change events, so history in Iceberg would be null "
+                "where the source holds the default; add it without a default"
+            )
+        if p.sensitive and not self.current.pipeline.sensitive:
+            problems.append(self.sensitive_reason())
+        if p.dropped:
+            problems.append("a new column cannot be dropped already")
+        holder = self.kept_sink_names.get(p.sink_name)
+        if holder is not None and holder != p.name:
+            problems.append(
+                f"its Iceberg name {p.sink_name} is held by column {holder}, which stays in "
+                "Iceberg as a soft-dropped column; set sink.name to another name"
+            )
+        for problem in problems:
+            self.reject(p.name, problem)
+        return not problems
+
+    def sensitive_reason(self) -> str:
+        return (
+            "sensitive column in a non-sensitive pipeline (pipeline.sensitive is false in "
+            f"version {self.current.spec_version}); onboard the table in a sensitive pipeline "
+            "or leave the column out"
+        )
+
+    def compare_column(self, c: ColumnSpec, p: ColumnSpec) -> None:
+        if c.name != p.name:
+            self.changes.append(RenameColumn(c.id, c.name, p.name, c.sink_name))
+        if c.dropped and not p.dropped:
+            self.reject(
+                p.name,
+                f"was dropped in version {self.current.spec_version} or earlier and reappears: "
+                "rows written while it was gone are null and its old values may mean something "
+                "else, so it is not revived automatically; review it by hand",
+            )
+            return
+        if p.sink_name != c.sink_name:
+            self.reject(
+                p.name,
+                f"Iceberg name {c.sink_name} -> {p.sink_name}: renaming an Iceberg column breaks "
+                f"jobs and readers that select it by name; keep sink.name: {c.sink_name}",
+            )
+        self.compare_type(c, p)
+        if not c.nullable and p.nullable and not p.dropped:
+            self.changes.append(MakeOptional(c.id, p.name))
+        elif c.nullable and not p.nullable:
+            self.reject(
+                p.name,
+                "optional -> required: rows already written may hold null; keep it nullable",
+            )
+        self.compare_attributes(c, p)
+        if p.dropped and not c.dropped:
+            self.changes.append(SoftDropColumn(c.id, p.name))
+
+    def compare_type(self, c: ColumnSpec, p: ColumnSpec) -> None:
+        if c.sink.transform != p.sink.transform:
+            old = c.sink.transform.value if c.sink.transform else "none"
+            new = p.sink.transform.value if p.sink.transform else "none"
+            self.reject(
+                p.name,
+                f"sink transform {old} -> {new} changes how values are computed; rows already "
+                "written would disagree with new ones",
+            )
+            return
+        old_sink, new_sink = c.sink_type(self.connector), p.sink_type(self.connector)
+        if old_sink != new_sink:
+            if can_promote(old_sink, new_sink):
+                widen = WidenType(c.id, p.name, old_sink, new_sink, p.type, p.sink.type)
+                self.changes.append(widen)
+            else:
+                self.reject(p.name, _narrowing_reason(c.type, p.type, old_sink, new_sink))
+        elif (c.type, c.sink.type) != (p.type, p.sink.type):
+            self.changes.append(ChangeSourceType(c.id, p.name, c.type, p.type, p.sink.type))
+
+    def compare_attributes(self, c: ColumnSpec, p: ColumnSpec) -> None:
+        if p.sensitive != c.sensitive:
+            if c.sensitive:
+                self.reject(
+                    p.name,
+                    "sensitive -> not sensitive would lift the protection of values already "
+                    "written; not applied automatically",
+                )
+            elif not self.current.pipeline.sensitive:
+                self.reject(p.name, self.sensitive_reason())
+            else:
+                self.changes.append(SetColumnAttribute(c.id, p.name, "sensitive", False, True))
+        if p.comment != c.comment:
+            self.changes.append(SetColumnAttribute(c.id, p.name, "comment", c.comment, p.comment))
+        if p.default != c.default:
+            # Only future inserts see a new default, and they arrive as change events.
+            self.changes.append(SetColumnAttribute(c.id, p.name, "default", c.default, p.default))
+
+    def check_order(self, pairs: list[tuple[ColumnSpec, ColumnSpec]]) -> None:
+        position = {c.id: i for i, c in enumerate(self.current.columns)}
+        order = [position[c.id] for c, _ in pairs]
+        keep = _longest_increasing(order)
+        for i, (_, p) in enumerate(pairs):
+            if i not in keep:
+                self.reject(
+                    p.name,
+                    "moved among the existing columns; reordering is not applied automatically "
+                    "(an evolved table would list its columns unlike a fresh onboarding)",
+                )
+
+    def drop_missing(self) -> None:
+        hard = self.proposed.evolution.drop_columns == "hard"
+        added = self.new_names
+        for c in self.current.columns:
+            if c.id in self.handled or c.name in self.current.primary_key:
+                continue  # a missing key column is a key change, reported by check_key
+            proved = self.proved_drops is None or c.name in self.proved_drops
+            if added and not c.dropped and not proved:
+                self.reject_ambiguous(c.name, added)
+                continue
+            if hard:
+                self.changes.append(DropColumn(c.id, c.name))
+            elif not c.dropped:
+                self.changes.append(SoftDropColumn(c.id, c.name))
+
+    def reject_ambiguous(self, name: str, added: list[str]) -> None:
+        self.reject(
+            name,
+            f"disappears while {', '.join(added)} {'is' if len(added) == 1 else 'are'} new: the "
+            "DDL text cannot tell a rename from a drop plus an add, and the audit trail proves "
+            f"neither (`ALTER TABLE ... RENAME COLUMN {name} TO ...` or `DROP COLUMN {name}`); "
+            "pass the schema-change history of the table",
+        )
+
+    def check_key(self) -> None:
+        old = tuple(c.id for c in self.current.key_columns)
+        new = tuple(self.matched.get(c.id) for c in self.proposed.key_columns)
+        if old != new:
+            self.reject(
+                None,
+                f"primary key ({', '.join(self.current.primary_key)}) -> "
+                f"({', '.join(self.proposed.primary_key)}): the key decides upserts, deletes and "
+                "bucketing of every layer; a new key needs a new onboarding",
+            )
+            return  # the bucket column follows the key; one reason is enough
+        cur, prop = self.current, self.proposed
+        old_part = (cur.base.buckets, cur.bucket_column.sink_name)
+        new_part = (prop.base.buckets, prop.bucket_column.sink_name)
+        if old_part != new_part:
+            self.reject(
+                None,
+                f"base partitioning bucket({old_part[0]}, {old_part[1]}) -> "
+                f"bucket({new_part[0]}, {new_part[1]}) would rewrite base and change the "
+                "storage-partitioned upsert; not a schema change",
+            )
+
+    def check_version(self) -> None:
+        want = self.current.spec_version + 1
+        if self.changes and self.proposed.spec_version != want:
+            self.reject(
+                None,
+                f"spec_version {self.proposed.spec_version}: a changed spec must be version "
+                f"{want}, one version per change set, applied in order",
+            )
+
+    def compare_settings(self) -> None:
+        cur = self.current.model_dump(mode="json", by_alias=True)
+        new = self.proposed.model_dump(mode="json", by_alias=True)
+        for key in cur:
+            if key in ("spec_version", "columns", "primary_key"):
+                continue
+            diffs = _leaf_diff(cur[key], new.get(key), key)
+            blocked = False
+            for path, old, value in diffs:
+                if path in _IDENTITY:
+                    blocked = True
+                    self.reject(
+                        None,
+                        f"{path}: {old!r} -> {value!r} points the spec at another "
+                        f"{_IDENTITY[path]}; that is a new onboarding, not an evolution",
+                    )
+                elif path == "pipeline.sensitive" and old and not value:
+                    blocked = True
+                    self.reject(
+                        None,
+                        "pipeline.sensitive: true -> false would lift the protection of data "
+                        "already written; not applied automatically",
+                    )
+            if diffs and not blocked:
+                self.changes.append(SetTableSetting(key, cur[key], new.get(key), tuple(diffs)))
+
+
+def _leaf_diff(old: Any, new: Any, path: str) -> list[tuple[str, Any, Any]]:
+    if isinstance(old, dict) and isinstance(new, dict):
+        out: list[tuple[str, Any, Any]] = []
+        for key in [*old, *(k for k in new if k not in old)]:
+            out += _leaf_diff(old.get(key), new.get(key), f"{path}.{key}")
+        return out
+    return [] if old == new else [(path, old, new)]
+
+
+def _category(sink: SinkType) -> str:
+    return _CATEGORIES.get(sink.name, sink.name)
+
+
+def _narrowing_reason(old_text: str, new_text: str, old: SinkType, new: SinkType) -> str:
+    if old.name == "string" and new.name in _NUMERIC:
+        return (
+            f"{old_text} -> {new_text} turns a string into a number ({old} -> {new}); text "
+            "already written may not parse"
+        )
+    if old.name == new.name == "decimal":
+        if old.scale != new.scale:
+            return f"{old} -> {new} changes the scale; history would be re-scaled"
+        return f"{old} -> {new} lowers the precision; values already written may not fit"
+    if _category(old) == _category(new):
+        return f"{old} -> {new} narrows the type; values already written may not fit"
+    return (
+        f"{old} -> {new} changes the type category ({_category(old)} -> {_category(new)}); "
+        "Iceberg cannot convert the values already written"
+    )
+
+
+def _longest_increasing(values: list[int]) -> set[int]:
+    """Indexes of one longest strictly increasing subsequence: the columns that did not move."""
+    best: list[list[int]] = []  # best[i]: indexes of an increasing run ending at i
+    for i, v in enumerate(values):
+        run: list[int] = []
+        for j in range(i):
+            if values[j] < v and len(best[j]) > len(run):
+                run = best[j]
+        best.append([*run, i])
+    longest: list[int] = max(best, key=len) if best else []
+    return set(longest)
+
+
+__all__ = [
+    "AddColumn",
+    "Change",
+    "ChangeSourceType",
+    "DropColumn",
+    "EvolutionPlan",
+    "MakeOptional",
+    "Rejection",
+    "RenameColumn",
+    "SetColumnAttribute",
+    "SetTableSetting",
+    "SoftDropColumn",
+    "WidenType",
+    "apply_plan",
+    "classify",
+    "rename_references",
+    "renamed_sink",
+]
