@@ -503,6 +503,41 @@ def _cmd_checks(settings: Settings, args: argparse.Namespace) -> int:
     return 1 if errors else 0
 
 
+def _cmd_evolve(settings: Settings, args: argparse.Namespace) -> int:
+    """Apply a schema change to one table through the evolve_schemas job (recorded in Dagster)."""
+    import dagster as dg
+
+    from cdc_assets.assets.schema import evolve_run_config
+    from cdc_assets.definitions import build_defs
+
+    config: dict[str, Any] = {"trigger": "manual"}
+    if args.spec:
+        config["proposed_spec"] = _read_text(args.spec)
+    else:
+        config["source_ddl"] = _read_text(args.ddl)
+        config["audit_ddl"] = [_read_text(a) for a in args.audit or []]
+    defs = build_defs(settings=settings)
+    result = defs.resolve_job_def("evolve_schemas").execute_in_process(
+        instance=_dagster_instance(settings),
+        run_config={**evolve_run_config(args.table, **config), **QUIET},
+        asset_selection=[dg.AssetKey(["schema", args.table])],
+        raise_on_error=False,
+    )
+    if not result.success:
+        failures = result.get_step_failure_events()
+        for event in failures:
+            error = event.event_specific_data.error  # type: ignore[union-attr]
+            _print_plain(error.message if error else "evolution failed")
+        return 1
+    meta = _last_metadata(result, f"schema__{args.table}")
+    _print_plain(str(meta.get("diff", "")).strip("`\n"))
+    console.print(
+        f"{args.table}: {meta.get('decision')}, spec v{meta.get('from_version')} -> "
+        f"v{meta.get('spec_version')}; backfilled base rows: {meta.get('backfill_base_rows', 0)}"
+    )
+    return 0
+
+
 def _cmd_report(settings: Settings, _: argparse.Namespace) -> int:
     console.print(report_tables(settings))
     return 0
@@ -579,6 +614,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     checks.add_argument("--events", type=int, default=2000, help="with --demo: events per table")
     checks.set_defaults(fn=_cmd_checks)
+    evolve = sub.add_parser(
+        "evolve", help="apply a schema change to a table (Iceberg, spec file, backfill)"
+    )
+    evolve.add_argument("table", help="spec name")
+    proposed = evolve.add_mutually_exclusive_group(required=True)
+    proposed.add_argument("--spec", help="the proposed spec version (YAML file)")
+    proposed.add_argument("--ddl", help="the source table's CREATE TABLE (SQL file)")
+    evolve.add_argument("--audit", action="append", help="DDL that ran since (file, repeatable)")
+    evolve.set_defaults(fn=_cmd_evolve)
     redrive = sub.add_parser("redrive", help="replay a table's dead letters after a fix")
     redrive.add_argument("table", help="spec name")
     redrive.add_argument("--reason", help="only dead letters whose reason contains this text")

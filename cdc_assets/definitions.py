@@ -10,6 +10,12 @@ import dagster as dg
 from cdc_assets.assets.factory import build_table_assets
 from cdc_assets.checks.table_checks import build_table_checks
 from cdc_assets.jobs.checks import build_check_job
+from cdc_assets.jobs.evolve import (
+    build_drift_job,
+    build_drift_schedule,
+    build_drift_sensor,
+    build_evolve_job,
+)
 from cdc_assets.jobs.ingest import build_ingest_job, hourly_partitions
 from cdc_assets.jobs.maintenance import build_maintenance_job, build_maintenance_schedule
 from cdc_assets.jobs.onboard import build_onboard_job
@@ -17,6 +23,7 @@ from cdc_assets.jobs.upsert import build_upsert_job
 from cdc_assets.resources import build_resources
 from cdc_assets.sensors.ledger_updated import build_ledger_updated_sensor
 from cdc_assets.sensors.new_offsets import build_new_offsets_sensor
+from cdc_assets.sensors.schema_changes import build_schema_change_sensor
 from cdc_assets.settings import Settings, load_settings
 from cdc_assets.spec import TableSpec, load_specs
 
@@ -30,10 +37,16 @@ def build_defs(
     settings = settings or load_settings()
     specs = load_specs(settings.specs_dir) if specs is None else specs
     hourly = hourly_partitions(settings.partitions_start)
-    assets = [a for spec in specs for a in build_table_assets(spec, settings.catalog_name, hourly)]
+    assets = [
+        a
+        for spec in specs
+        for a in build_table_assets(spec, settings.catalog_name, hourly, settings.specs_dir)
+    ]
     ingest_job = build_ingest_job()
     upsert_job = build_upsert_job()
     maintenance_job = build_maintenance_job(specs)
+    evolve_job = build_evolve_job()
+    drift_job = build_drift_job(specs, settings.specs_dir)
     return dg.Definitions(
         assets=assets,
         asset_checks=[
@@ -41,11 +54,24 @@ def build_defs(
             for spec in specs
             for check in build_table_checks(spec, settings.source_url(spec.source.database))
         ],
-        jobs=[build_onboard_job(specs), ingest_job, upsert_job, maintenance_job, build_check_job()],
-        schedules=[build_maintenance_schedule(specs, maintenance_job)],
+        jobs=[
+            build_onboard_job(specs),
+            ingest_job,
+            upsert_job,
+            maintenance_job,
+            build_check_job(),
+            evolve_job,
+            drift_job,
+        ],
+        schedules=[
+            build_maintenance_schedule(specs, maintenance_job),
+            build_drift_schedule(drift_job),
+        ],
         sensors=[
             build_new_offsets_sensor(specs, ingest_job),
             build_ledger_updated_sensor(ingest_job, upsert_job),
+            build_schema_change_sensor(specs, settings.specs_dir, evolve_job),
+            build_drift_sensor(drift_job, evolve_job, maintenance_job),
         ],
         resources={**build_resources(settings), **(resource_overrides or {})},
     )

@@ -27,3 +27,8 @@ class StackError(CdcAssetsError):
 
 class ProduceError(CdcAssetsError):
     """Records could not be written to Kafka (delivery failed or timed out)."""
+
+
+class EvolutionError(CdcAssetsError):
+    """A schema evolution cannot be applied to the live tables (rejected plan, unknown column,
+    missing table); no table was changed by the step that raised it."""

@@ -1,22 +1,26 @@
-"""The asset factory: one table spec becomes four assets, raw -> cdc -> bucketed -> base.
+"""The asset factory: one table spec becomes five assets: raw -> cdc -> bucketed -> base, and
+schema (the spec version, moved by schema evolution).
 
 Asset keys are ``[layer, table]``, grouped per table. The bodies delegate to pipeline modules.
 """
 
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
 
 from cdc_assets.assets.ledger import build_ledger_asset
 from cdc_assets.assets.raw import build_raw_asset
+from cdc_assets.assets.schema import build_schema_asset
 from cdc_assets.assets.upsert import build_upsert_assets
 from cdc_assets.schema.layers import TableLayout, all_layouts
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.sql.ddl import spark_type
 
-LAYERS = ("raw", "cdc", "bucketed", "base")
+LAYERS = ("raw", "cdc", "bucketed", "base", "schema")
 KINDS = {
+    "schema": {"iceberg"},
     "raw": {"kafka"},
     "cdc": {"spark", "iceberg"},
     "bucketed": {"spark", "iceberg"},
@@ -77,6 +81,10 @@ def _descriptions(spec: TableSpec, layouts: dict[str, TableLayout]) -> dict[str,
             f"Per-run temp table `{layouts['bucketed'].name}`: the newest change per key since "
             "the base watermark, bucketed exactly like base for a storage-partitioned MERGE."
         ),
+        "schema": (
+            f"Schema of {src} as spec `{spec.name}` version {spec.spec_version}: materializing "
+            "it applies a schema change (Iceberg schemas, spec file, backfill from the ledger)."
+        ),
         "base": (
             f"Iceberg mirror `{layouts['base'].name}` of {src}, "
             f"bucketed by key, merge-on-read.{about}"
@@ -91,16 +99,16 @@ def freshness_policy(spec: TableSpec) -> dg.FreshnessPolicy:
 
 
 def build_table_assets(
-    spec: TableSpec, catalog: str, hourly: dg.PartitionsDefinition
+    spec: TableSpec, catalog: str, hourly: dg.PartitionsDefinition, specs_dir: Path
 ) -> list[dg.AssetsDefinition]:
-    """The four assets of one table spec; ``hourly`` is shared by every ledger."""
+    """The five assets of one table spec; ``hourly`` is shared by every ledger."""
     layouts = all_layouts(spec)
     descriptions = _descriptions(spec, layouts)
     tags = {**spec.tags, "cdc/connector": spec.source.connector}
     common: dict[str, Any] = {"group_name": spec.name, "owners": list(spec.owners), "tags": tags}
 
     def metadata(layer: str) -> dict[str, Any]:
-        if layer == "raw":
+        if layer in ("raw", "schema"):
             return {
                 "dagster/column_schema": _source_schema(spec),
                 "kafka/topic": spec.source.topic,
@@ -138,4 +146,5 @@ def build_table_assets(
         spec_args("bucketed", "cdc"),
         {**spec_args("base", "bucketed"), "freshness_policy": freshness_policy(spec)},
     )
-    return [raw, cdc, bucketed, base]
+    schema = build_schema_asset(spec, specs_dir, spec_args("schema", None))
+    return [raw, cdc, bucketed, base, schema]

@@ -30,7 +30,7 @@ from cdc_assets.sql.bootstrap import (
     render_bootstrap_select,
     resolve_columns,
 )
-from cdc_assets.sql.ddl import literal
+from cdc_assets.sql.ddl import literal, quote
 from cdc_assets.sql.upsert import Position
 
 
@@ -136,7 +136,8 @@ def bootstrap_base(
             snapshot_properties(spark, props),
         ):
             spark.sql(
-                f"INSERT OVERWRITE {target} "
+                # By name: base may already have columns of a newer spec (schema evolution).
+                f"INSERT OVERWRITE {target} ({', '.join(quote(c) for c in base_l.column_names)}) "
                 + render_bootstrap_select(spec, view, columns, position)
             )
         # Deletes remembered from before the dump are older than the floor: drop them.

@@ -21,8 +21,9 @@ from cdc_assets.pipeline.ingest import (
 )
 from cdc_assets.pipeline.offsets import KIND_PROPERTY, REDRIVE_KIND
 from cdc_assets.pipeline.watermark import snapshot_properties
+from cdc_assets.schema.layers import ledger_layout
 from cdc_assets.spec.models import TableSpec
-from cdc_assets.sql.ddl import literal
+from cdc_assets.sql.ddl import literal, quote
 from cdc_assets.sql.decode import DEAD, LEDGER, SKIP
 
 
@@ -101,13 +102,17 @@ def _insert_missing(spark: Any, catalog: str, spec: TableSpec, rows: Any) -> Non
     rows.createOrReplaceTempView(view)
     # Restricting the target to the affected days keeps the MERGE from scanning the ledger.
     days = ", ".join(literal(d) for d in hours)
+    # By name: the ledger may already have columns of a newer spec (schema evolution).
+    columns = ledger_layout(spec).column_names
+    names = ", ".join(quote(c) for c in columns)
+    values = ", ".join(f"s.{quote(c)}" for c in columns)
     # Marked so the upsert finds these rows: their offsets are behind base's watermark.
     with snapshot_properties(spark, {KIND_PROPERTY: REDRIVE_KIND}):
         spark.sql(
             f"MERGE INTO {ledger_identifier(catalog, spec)} t USING {view} s "
             f"ON t.dt IN ({days}) AND t._kafka_partition = s._kafka_partition "
             "AND t._kafka_offset = s._kafka_offset "
-            "WHEN NOT MATCHED THEN INSERT * "
+            f"WHEN NOT MATCHED THEN INSERT ({names}) VALUES ({values})"
         )
     spark.catalog.dropTempView(view)
     rows.unpersist()

@@ -209,7 +209,7 @@ def build_bucketed(
         props[TRUNCATE] = truncate.text()
     target = spark_identifier(catalog, bucketed_l)
     with snapshot_properties(spark, props):
-        spark.sql(render_insert_overwrite(target, select))
+        spark.sql(render_insert_overwrite(target, select, bucketed_l.column_names))
     written = current_properties(load_table(iceberg_catalog, bucketed_l))
     if (
         written.get(FROM_STATE) != state.token()

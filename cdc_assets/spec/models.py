@@ -105,7 +105,19 @@ class SourceSpec(_Strict):
     schema_: SourceName | None = Field(default=None, alias="schema")
     table: SourceName
     topic: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._-]{1,249}$")]
+    # MySQL/MariaDB: Debezium's schema-change topic (default: the topic prefix, i.e. the part of
+    # `topic` before the first dot). PostgreSQL has none.
+    schema_change_topic: (
+        Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._-]{1,249}$")] | None
+    ) = None
     debezium: DebeziumSpec = DebeziumSpec()
+
+    @property
+    def schema_changes(self) -> str | None:
+        """The schema-change topic to watch, or None for PostgreSQL."""
+        if self.connector == "postgresql":
+            return None
+        return self.schema_change_topic or self.topic.split(".")[0]
 
     @property
     def time_precision_mode(self) -> TimePrecisionMode:

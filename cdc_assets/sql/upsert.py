@@ -11,7 +11,7 @@ bootstrap dump, or of the newest truncate.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from cdc_assets.schema.layers import base_layout, tombstones_layout
@@ -247,9 +247,15 @@ def _newest_by_rank(keys: list[str], columns: list[str], changes: str, tombstone
     )
 
 
-def render_insert_overwrite(target: str, select: str) -> str:
-    """Replace the whole table (static overwrite: no PARTITION clause, every partition goes)."""
-    return f"INSERT OVERWRITE {target} {select}"
+def render_insert_overwrite(target: str, select: str, columns: Sequence[str] = ()) -> str:
+    """Replace the whole table (static overwrite: no PARTITION clause, every partition goes).
+
+    With ``columns`` the SELECT's columns fill those target columns, in that order, and any
+    other column is null: a table evolved ahead of the spec (schema evolution phase 1) still
+    takes the rows.
+    """
+    names = f" ({', '.join(quote(c) for c in columns)})" if columns else ""
+    return f"INSERT OVERWRITE {target}{names} {select}"
 
 
 def _on(spec: TableSpec) -> str:

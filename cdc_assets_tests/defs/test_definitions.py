@@ -32,7 +32,9 @@ def defs(tmp_path_factory: pytest.TempPathFactory) -> dg.Definitions:
 def test_four_assets_per_table_with_layered_deps(defs: dg.Definitions) -> None:
     graph = defs.resolve_asset_graph()
     keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
-    assert keys == {f"{layer}/{t}" for t in TABLES for layer in ("raw", "cdc", "bucketed", "base")}
+    assert keys == {
+        f"{layer}/{t}" for t in TABLES for layer in ("raw", "cdc", "bucketed", "base", "schema")
+    }
     for t in TABLES:
         assert graph.get(dg.AssetKey(["raw", t])).parent_keys == set()
         assert graph.get(dg.AssetKey(["cdc", t])).parent_keys == {dg.AssetKey(["raw", t])}
@@ -63,14 +65,21 @@ def test_groups_kinds_owners_tags_and_metadata(defs: dg.Definitions) -> None:
 def test_jobs_do_not_grow_with_tables(defs: dg.Definitions) -> None:
     repo = defs.get_repository_def()
     assert sorted(j for j in repo.job_names if not j.startswith("__")) == [
+        "check_schema_drift",
         "check_tables",
+        "evolve_schemas",
         "ingest_ledgers",
         "maintain_tables",
         "onboard_tables",
         "upsert_bases",
     ]
-    assert sorted(s.name for s in repo.sensor_defs) == ["ledger_updated", "new_kafka_offsets"]
-    assert [s.name for s in repo.schedule_defs] == ["daily_maintenance"]
+    assert sorted(s.name for s in repo.sensor_defs) == [
+        "ledger_updated",
+        "new_kafka_offsets",
+        "schema_changes",
+        "schema_drift_detected",
+    ]
+    assert sorted(s.name for s in repo.schedule_defs) == ["daily_drift_check", "daily_maintenance"]
 
 
 def test_ledgers_share_hourly_partitions(defs: dg.Definitions) -> None:
@@ -162,7 +171,7 @@ def test_loading_definitions_starts_no_jvm(tmp_path: Path) -> None:
     env = {**os.environ, "CDC_ASSETS_HOME": str(tmp_path)}
     proc = _run(code, env)
     assert proc.returncode == 0, proc.stderr
-    assert "assets 12" in proc.stdout
+    assert "assets 15" in proc.stdout
     assert not (tmp_path / "jars").exists(), "loading definitions must not fetch jars"
 
 

@@ -1,0 +1,184 @@
+"""Schema evolution jobs: `evolve_schemas` (apply a change to one table) and `check_schema_drift`
+(pull detection), the daily schedule of the drift check, and the sensor that acts on its findings.
+
+Pull compares, per table, the source's shape (the newest record of Debezium's schema-change topic
+for MySQL/MariaDB) with the spec, and the live Iceberg schemas with the spec. A table that drifted
+gets an evolution run (trigger `pull`); push and pull seeing the same change apply it once, because
+an evolution whose proposal equals the current spec is a recorded no-op. A clean table gets its
+routine maintenance when the run asked for it (`maintain_when_clean`).
+"""
+
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+from dagster._core.definitions.unresolved_asset_job_definition import (
+    UnresolvedAssetJobDefinition,
+)
+from pydantic import Field
+
+from cdc_assets.assets.schema import evolve_run_config
+from cdc_assets.errors import CdcAssetsError, SpecError
+from cdc_assets.jobs.maintenance import maintenance_run_config
+from cdc_assets.pipeline.converge import proposal, spec_path
+from cdc_assets.pipeline.health import iceberg_differences
+from cdc_assets.pipeline.schema_topic import newest_schema_change
+from cdc_assets.resources.iceberg import IcebergCatalogResource
+from cdc_assets.resources.kafka import KafkaResource
+from cdc_assets.spec.load import load_spec
+from cdc_assets.spec.models import TableSpec
+
+EVOLVE_JOB = "evolve_schemas"
+DRIFT_JOB = "check_schema_drift"
+DRIFT_SCHEDULE = "daily_drift_check"
+
+
+def build_evolve_job() -> UnresolvedAssetJobDefinition:
+    return dg.define_asset_job(
+        EVOLVE_JOB,
+        selection=dg.AssetSelection.key_prefixes(["schema"]),
+        description="Apply one schema change to the selected table: Iceberg schemas, spec "
+        "version, backfill from the ledger.",
+    )
+
+
+class DriftConfig(dg.Config):
+    tables: list[str] = Field(default_factory=list, description="spec names; empty = all")
+    maintain_when_clean: bool = Field(
+        default=False, description="start maintain_tables for each table without drift"
+    )
+
+
+def drift_of(
+    spec: TableSpec, specs_dir: Path, kafka: KafkaResource, catalog: Any
+) -> dict[str, Any]:
+    """What the drift check reports for one table (observation metadata)."""
+    current = load_spec(spec_path(specs_dir, spec.name))
+    found: dict[str, Any] = {"spec_version": current.spec_version, "source": "none"}
+    drift = False
+    seen = newest_schema_change(kafka, current)
+    if seen is not None:
+        found.update(
+            source=f"schema-change topic {seen.topic} offset {seen.partition}:{seen.offset}",
+            source_ddl=seen.change.create_table,
+            audit_ddl=[seen.change.ddl],
+        )
+        try:
+            plan = proposal(
+                current, source_ddl=seen.change.create_table, audit_ddl=[seen.change.ddl]
+            )
+            found["plan"] = plan.describe()
+            drift = bool(plan.changes or plan.rejections)
+        except CdcAssetsError as err:
+            found["plan"] = f"cannot read the source's shape: {err}"
+            drift = True
+    diffs = {k: v for k, v in iceberg_differences(catalog, current).items() if v}
+    found["iceberg_differences"] = diffs
+    found["drift"] = drift or bool(diffs)
+    return found
+
+
+def build_drift_job(specs: list[TableSpec], specs_dir: Path) -> dg.JobDefinition:
+    names = {s.name for s in specs}
+
+    @dg.op(name="check_drift", out=dg.Out(dg.Nothing))
+    def check_drift(
+        context: dg.OpExecutionContext,
+        config: DriftConfig,
+        kafka: KafkaResource,
+        iceberg: IcebergCatalogResource,
+    ) -> None:
+        unknown = sorted(set(config.tables) - names)
+        if unknown:
+            raise SpecError(f"unknown table spec(s) {unknown}; known: {sorted(names)}")
+        catalog = iceberg.load_catalog()
+        for spec in specs:
+            if config.tables and spec.name not in config.tables:
+                continue
+            found = drift_of(spec, specs_dir, kafka, catalog)
+            context.log_event(
+                dg.AssetObservation(
+                    asset_key=dg.AssetKey(["schema", spec.name]),
+                    metadata={**found, "maintain_when_clean": config.maintain_when_clean},
+                )
+            )
+
+    @dg.job(
+        name=DRIFT_JOB,
+        description="Compare source schema, spec and live Iceberg schemas of the selected tables; "
+        "the schema_drift_detected sensor starts evolution where they differ.",
+    )
+    def check_schema_drift() -> None:
+        check_drift()
+
+    return check_schema_drift
+
+
+def build_drift_schedule(job: dg.JobDefinition) -> dg.ScheduleDefinition:
+    return dg.ScheduleDefinition(
+        name=DRIFT_SCHEDULE,
+        cron_schedule="0 2 * * *",
+        execution_timezone="UTC",
+        job=job,
+        default_status=dg.DefaultScheduleStatus.RUNNING,
+        description="Daily pull detection of schema drift for every table (02:00 UTC).",
+    )
+
+
+def build_drift_sensor(
+    drift_job: dg.JobDefinition, evolve_job: UnresolvedAssetJobDefinition, maintenance_job: Any
+) -> dg.RunStatusSensorDefinition:
+    @dg.run_status_sensor(
+        name="schema_drift_detected",
+        run_status=dg.DagsterRunStatus.SUCCESS,
+        monitored_jobs=[drift_job],
+        request_jobs=[evolve_job, maintenance_job],
+        minimum_interval_seconds=30,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description="After a drift check: evolution for each drifted table, maintenance for the "
+        "others when the check asked for it.",
+    )
+    def schema_drift_detected(context: dg.RunStatusSensorContext) -> list[dg.RunRequest]:
+        run = context.dagster_run
+        records = context.instance.all_logs(
+            run.run_id, of_type=dg.DagsterEventType.ASSET_OBSERVATION
+        )
+        requests = []
+        for record in records:
+            event = record.get_dagster_event()
+            observation = event.asset_observation_data.asset_observation
+            table = observation.asset_key.path[-1]
+            meta = {k: v.value for k, v in observation.metadata.items()}
+            if meta.get("drift") and meta.get("source_ddl"):
+                requests.append(
+                    dg.RunRequest(
+                        run_key=f"pull:{run.run_id}:{table}",
+                        job_name=EVOLVE_JOB,
+                        asset_selection=[dg.AssetKey(["schema", table])],
+                        run_config=evolve_run_config(
+                            table,
+                            source_ddl=meta["source_ddl"],
+                            audit_ddl=meta["audit_ddl"],
+                            trigger="pull",
+                        ),
+                        tags={"cdc/table": table, "cdc/trigger": "schema_drift_detected"},
+                    )
+                )
+            elif meta.get("drift"):
+                # Iceberg differs from the spec and the source's shape is unknown: nothing to
+                # evolve towards. The schema_drift asset check reports it as an error.
+                context.log.warning(
+                    f"{table}: Iceberg differs from the spec: {meta.get('iceberg_differences')}"
+                )
+            elif meta.get("maintain_when_clean"):
+                requests.append(
+                    dg.RunRequest(
+                        run_key=f"clean:{run.run_id}:{table}",
+                        job_name=maintenance_job.name,
+                        run_config=maintenance_run_config(table),
+                        tags={"cdc/table": table, "cdc/trigger": "schema_drift_detected"},
+                    )
+                )
+        return requests
+
+    return schema_drift_detected

@@ -1,0 +1,182 @@
+"""One schema evolution of one table, end to end: classify, then the three phases (Iceberg
+schemas, spec file, backfill from the ledger), with a row in the schema history either way.
+
+The current spec is read from the spec directory at run time, not from the definitions loaded
+before: a queued evolution must see what the one before it wrote.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from cdc_assets.errors import CdcAssetsError, SpecError
+from cdc_assets.pipeline.evolve import (
+    BackfillResult,
+    HistoryEntry,
+    backfill_from_ledger,
+    evolve_iceberg,
+    record_history,
+)
+from cdc_assets.pipeline.offsets import committed_offsets
+from cdc_assets.schema.changes import AddColumn, EvolutionPlan, WidenType
+from cdc_assets.schema.evolution import apply_plan, classify
+from cdc_assets.schema.layers import ledger_layout
+from cdc_assets.spec.ddl_import import plan_from_ddl
+from cdc_assets.spec.load import load_spec, load_spec_text
+from cdc_assets.spec.models import TableSpec
+from cdc_assets.spec.versions import write_spec
+
+
+class EvolutionRejectedError(CdcAssetsError):
+    """The proposed change is not supported; no table was touched."""
+
+    def __init__(self, table: str, plan: EvolutionPlan) -> None:
+        self.plan = plan
+        super().__init__(
+            f"{table}: schema change rejected, no table was changed:\n{plan.describe()}"
+        )
+
+
+@dataclass
+class ConvergeResult:
+    table: str
+    decision: str  # applied | no-op
+    plan: EvolutionPlan
+    from_version: int
+    to_version: int
+    spec_path: Path
+    schema_ids: dict[str, int] = field(default_factory=dict)
+    backfill: BackfillResult | None = None
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def spec_path(specs_dir: Path, table: str) -> Path:
+    path = specs_dir / f"{table}.yaml"
+    if not path.exists():
+        raise SpecError(f"{path}: no spec for table {table!r}")
+    return path
+
+
+def proposal(
+    current: TableSpec,
+    *,
+    proposed_yaml: str | None = None,
+    source_ddl: str | None = None,
+    audit_ddl: Sequence[str] = (),
+) -> EvolutionPlan:
+    """The plan from ``current`` to a proposed spec (its YAML) or to a source CREATE TABLE."""
+    if proposed_yaml:
+        proposed = load_spec_text(proposed_yaml, f"proposed spec of {current.name}")
+        return classify(current, proposed)
+    if source_ddl:
+        sensitive = [c.name for c in current.columns if c.sensitive]
+        _, plan = plan_from_ddl(current, source_ddl, audit_ddl, sensitive=sensitive)
+        return plan
+    raise SpecError(f"{current.name}: give a proposed spec or the source's CREATE TABLE")
+
+
+def _backfill_columns(plan: EvolutionPlan, spec: TableSpec) -> list[str]:
+    ids = {c.column.id for c in plan.changes if isinstance(c, AddColumn)}
+    ids |= {c.id for c in plan.changes if isinstance(c, WidenType)}
+    return [c.sink_name for c in spec.columns if c.id in ids]
+
+
+def converge(
+    spark: Callable[[], Any],
+    catalog: str,
+    iceberg_catalog: Any,
+    specs_dir: Path,
+    table: str,
+    *,
+    proposed_yaml: str | None = None,
+    source_ddl: str | None = None,
+    audit_ddl: Sequence[str] = (),
+    trigger: str = "manual",
+    detected_at: datetime | None = None,
+    kafka_offsets: Mapping[int, int] | None = None,
+) -> ConvergeResult:
+    """Bring ``table`` to the proposed schema; raise EvolutionRejectedError for unsupported changes.
+
+    ``spark`` is called only when there is something to backfill, so a no-op or a rejection never
+    starts a JVM.
+    """
+    path = spec_path(specs_dir, table)
+    current = load_spec(path)
+    if kafka_offsets is None:
+        # The ledger's position when the change is applied: where its effects can start.
+        ledger = ledger_layout(current)
+        ident = f"{ledger.namespace}.{ledger.name}"
+        if iceberg_catalog.table_exists(ident):
+            kafka_offsets = committed_offsets(iceberg_catalog.load_table(ident))
+    plan = proposal(
+        current, proposed_yaml=proposed_yaml, source_ddl=source_ddl, audit_ddl=audit_ddl
+    )
+
+    def history(decision: str, to_version: int, **extra: Any) -> None:
+        record_history(
+            iceberg_catalog,
+            HistoryEntry(
+                table=table,
+                from_version=current.spec_version,
+                to_version=to_version,
+                diff=plan.describe(),
+                source_ddl="\n".join([*audit_ddl, source_ddl or ""]).strip() or None,
+                trigger=trigger,
+                decision=decision,
+                reasons="\n".join(str(r) for r in plan.rejections) or None,
+                kafka_offsets={str(p): o for p, o in (kafka_offsets or {}).items()} or None,
+                detected_at=detected_at,
+                applied_at=datetime.now(UTC),
+                **extra,
+            ),
+        )
+
+    if not plan.supported:
+        history("rejected", current.spec_version)
+        raise EvolutionRejectedError(table, plan)
+    if not plan.changes:
+        history("no-op", current.spec_version)
+        return ConvergeResult(
+            table, "no-op", plan, current.spec_version, current.spec_version, path
+        )
+
+    seconds: dict[str, float] = {}
+    started = time.monotonic()
+    evolved = apply_plan(current, plan)
+    schema_ids = evolve_iceberg(iceberg_catalog, current, evolved, plan)
+    seconds["iceberg"] = round(time.monotonic() - started, 2)
+
+    started = time.monotonic()
+    write_spec(evolved, path)
+    seconds["spec"] = round(time.monotonic() - started, 2)
+
+    started = time.monotonic()
+    columns = _backfill_columns(plan, evolved)
+    backfill = None
+    if columns:
+        backfill = backfill_from_ledger(
+            spark(), catalog, iceberg_catalog, evolved, columns, since=detected_at
+        )
+    seconds["backfill"] = round(time.monotonic() - started, 2)
+    history(
+        "applied",
+        evolved.spec_version,
+        iceberg_schema_ids=schema_ids,
+        snapshot_ids=backfill.snapshot_ids if backfill is not None else {},
+    )
+    return ConvergeResult(
+        table,
+        "applied",
+        plan,
+        current.spec_version,
+        evolved.spec_version,
+        path,
+        schema_ids,
+        backfill,
+        seconds,
+    )

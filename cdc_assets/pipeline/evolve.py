@@ -1,0 +1,561 @@
+"""Schema evolution on the live tables: phase 1 (Iceberg schemas), phase 3 (backfill from the
+ledger) and the audit trail. No Dagster here.
+
+Phase 1 (`evolve_iceberg`) brings every table of a spec to what the proposed version renders,
+with pyiceberg, one atomic commit per table; it plans from the live tables, so a rerun after a
+crash finishes the tables left behind and changes nothing twice. Jobs select columns by name, so
+the ingest and the upsert of the old version keep running meanwhile and write null for the new
+column (phase 2 moves them to the new spec). Phase 3 (`backfill_from_ledger`) decodes the new
+column from the row images the ledger kept, writes it into the ledger rows, and carries it to the
+base rows that hold those same changes, so values that arrived before the switch are not lost.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, TypeVar
+
+from cdc_assets.errors import EvolutionError
+from cdc_assets.pipeline.failpoint import failpoint
+from cdc_assets.pipeline.health import iceberg_differences
+from cdc_assets.pipeline.offsets import KIND_PROPERTY, committed_offsets
+from cdc_assets.pipeline.redrive import redrive
+from cdc_assets.pipeline.upsert import _redriven_files, load_table, spark_identifier
+from cdc_assets.pipeline.watermark import (
+    FROM_STATE,
+    WATERMARK,
+    UpsertState,
+    base_state,
+    commit_properties_only,
+    current_properties,
+    is_commit_conflict,
+    snapshot_properties,
+)
+from cdc_assets.schema.alter import (
+    AlterationError,
+    LiveField,
+    LiveTable,
+    TableAlteration,
+    plan_alteration,
+)
+from cdc_assets.schema.changes import EvolutionPlan
+from cdc_assets.schema.drift import normalise_type
+from cdc_assets.schema.history import HistoryEntry, schema_history_layout
+from cdc_assets.schema.layers import (
+    TableLayout,
+    all_layouts,
+    base_layout,
+    bucketed_layout,
+    ledger_layout,
+)
+from cdc_assets.schema.types import SinkType
+from cdc_assets.spec.models import TableSpec
+from cdc_assets.sql.backfill import (
+    backfill_min_dt,
+    backfill_plans,
+    render_ledger_counts,
+    render_ledger_update,
+    render_ledger_values,
+    render_position_count,
+    render_position_update,
+)
+
+COMMIT_RETRIES = 5
+BACKFILL_KIND = "backfill"
+BACKFILL_COLUMNS_PROPERTY = "cdc.backfill-columns"
+
+T = TypeVar("T")
+
+__all__ = [
+    "BACKFILL_KIND",
+    "BackfillResult",
+    "ChangePoint",
+    "EvolutionError",
+    "HistoryEntry",
+    "backfill_from_ledger",
+    "change_point",
+    "evolve_iceberg",
+    "evolve_layer",
+    "live_table",
+    "read_history",
+    "record_history",
+]
+
+
+# --- phase 1: Iceberg schemas ------------------------------------------------------------------
+
+
+def iceberg_type(sink: SinkType) -> Any:
+    """The pyiceberg type of a sink type."""
+    from pyiceberg import types as it
+
+    if sink.name == "decimal":
+        return it.DecimalType(sink.precision or 0, sink.scale or 0)
+    simple = {
+        "boolean": it.BooleanType,
+        "int": it.IntegerType,
+        "long": it.LongType,
+        "float": it.FloatType,
+        "double": it.DoubleType,
+        "date": it.DateType,
+        "timestamp": it.TimestampType,
+        "timestamptz": it.TimestamptzType,
+        "string": it.StringType,
+        "binary": it.BinaryType,
+    }
+    return simple[sink.name]()
+
+
+def live_table(table: Any) -> LiveTable:
+    """A pyiceberg table as the alteration planner sees it."""
+    schema = table.schema()
+    return LiveTable(
+        fields=tuple(
+            LiveField(f.name, str(f.field_type), f.required, f.doc) for f in schema.fields
+        ),
+        identifier_fields=tuple(sorted(schema.identifier_field_names())),
+        properties=dict(table.properties),
+    )
+
+
+def _identifier(layout: TableLayout) -> str:
+    return f"{layout.namespace}.{layout.name}"
+
+
+def _load(iceberg_catalog: Any, layout: TableLayout) -> Any:
+    from pyiceberg.exceptions import NoSuchTableError
+
+    try:
+        return iceberg_catalog.load_table(_identifier(layout))
+    except NoSuchTableError:
+        raise EvolutionError(
+            f"table {_identifier(layout)} does not exist; onboard the table (ensure_tables) "
+            "before evolving it"
+        ) from None
+
+
+def _plan(table: Any, target: TableLayout, previous: TableLayout) -> TableAlteration:
+    try:
+        return plan_alteration(live_table(table), target, previous)
+    except AlterationError as err:
+        raise EvolutionError(str(err)) from None
+
+
+def _apply(table: Any, change: TableAlteration) -> None:
+    with table.transaction() as tx:
+        if change.changes_schema:
+            with tx.update_schema() as update:
+                for col in change.adds:
+                    update.add_column(col.name, iceberg_type(col.type), doc=col.doc)
+                for u in change.updates:
+                    update.update_column(
+                        u.name,
+                        field_type=None if u.type is None else iceberg_type(u.type),
+                        required=False if u.make_optional else None,
+                        doc=u.doc,
+                    )
+                for name in change.deletes:
+                    update.delete_column(name)
+                for name, after in change.moves:
+                    if after is None:
+                        update.move_first(name)
+                    else:
+                        update.move_after(name, after)
+                if change.identifier_fields is not None:
+                    update.set_identifier_fields(*change.identifier_fields)
+        if change.set_properties:
+            tx.set_properties(dict(change.set_properties))
+        if change.remove_properties:
+            tx.remove_properties(*change.remove_properties)
+
+
+def _check_plan(current: TableSpec, proposed: TableSpec, plan: EvolutionPlan) -> None:
+    if not plan.supported:
+        reasons = "; ".join(str(r) for r in plan.rejections)
+        raise EvolutionError(f"{plan.table}: the plan is rejected, no table is changed: {reasons}")
+    if not plan.table == current.name == proposed.name:
+        raise EvolutionError(
+            f"the plan is for {plan.table}, the specs are {current.name} and {proposed.name}"
+        )
+    if plan.from_version != current.spec_version or proposed.spec_version != plan.to_version:
+        raise EvolutionError(
+            f"{plan.table}: the plan goes from version {plan.from_version} to "
+            f"{plan.to_version}, the specs are versions {current.spec_version} and "
+            f"{proposed.spec_version}"
+        )
+
+
+def evolve_layer(
+    iceberg_catalog: Any, layer: str, current: TableSpec, proposed: TableSpec
+) -> tuple[int, TableAlteration]:
+    """Bring one layer's table to the proposed layout (one commit; retried when another writer
+    committed first). Returns the table's schema id and what was changed (empty: nothing)."""
+    target, previous = all_layouts(proposed)[layer], all_layouts(current)[layer]
+    applied = TableAlteration(_identifier(target))
+    for attempt in range(1, COMMIT_RETRIES + 1):
+        table = _load(iceberg_catalog, target)
+        change = _plan(table, target, previous)
+        if change.empty:
+            return int(table.schema().schema_id), applied
+        try:
+            _apply(table, change)
+            applied = change
+            break
+        except Exception as exc:
+            if attempt == COMMIT_RETRIES or not _is_conflict(exc):
+                raise
+            time.sleep(0.2 * attempt)
+    return int(_load(iceberg_catalog, target).schema().schema_id), applied
+
+
+def _is_conflict(exc: BaseException) -> bool:
+    from pyiceberg.exceptions import CommitFailedException
+
+    return isinstance(exc, CommitFailedException)
+
+
+def evolve_iceberg(
+    iceberg_catalog: Any, current: TableSpec, proposed: TableSpec, plan: EvolutionPlan
+) -> dict[str, int]:
+    """Phase 1: every table of the spec (ledger, bucketed, base, dead letters, tombstones) gets
+    exactly the columns, types, optionality, docs, order and properties that a fresh onboarding
+    of ``proposed`` creates. Idempotent and crash-safe: it plans from the live tables.
+
+    Every table is checked before any is changed, so an unsupported plan, a missing table or a
+    live column that neither version knows raises EvolutionError with nothing changed.
+    Returns layer -> current Iceberg schema id.
+    """
+    _check_plan(current, proposed, plan)
+    targets, previous = all_layouts(proposed), all_layouts(current)
+    for layer, layout in targets.items():
+        if _identifier(layout) != _identifier(previous[layer]):
+            raise EvolutionError(
+                f"{plan.table}: the {layer} table moves from {_identifier(previous[layer])} "
+                f"to {_identifier(layout)}; that is a new onboarding, not an evolution"
+            )
+        _plan(_load(iceberg_catalog, layout), layout, previous[layer])
+    ids: dict[str, int] = {}
+    for layer in targets:
+        ids[layer], _ = evolve_layer(iceberg_catalog, layer, current, proposed)
+        failpoint(f"evolve_after_{layer}")
+    left = {k: v for k, v in iceberg_differences(iceberg_catalog, proposed).items() if v}
+    if left:
+        raise EvolutionError(f"{plan.table}: the tables still differ from the spec: {left}")
+    return ids
+
+
+@dataclass(frozen=True)
+class ChangePoint:
+    """Where each table stood at a schema change: for the audit trail and for the backfill."""
+
+    snapshot_ids: dict[str, int]
+    schema_ids: dict[str, int]
+    kafka_offsets: dict[int, int]
+
+
+def change_point(iceberg_catalog: Any, spec: TableSpec) -> ChangePoint:
+    """Current snapshot and schema ids of every layer, and the ledger's consumed offsets."""
+    snapshots: dict[str, int] = {}
+    schemas: dict[str, int] = {}
+    for layer, layout in all_layouts(spec).items():
+        table = _load(iceberg_catalog, layout)
+        schemas[layer] = int(table.schema().schema_id)
+        current = table.current_snapshot()
+        if current is not None:
+            snapshots[layer] = int(current.snapshot_id)
+    ledger = _load(iceberg_catalog, ledger_layout(spec))
+    return ChangePoint(snapshots, schemas, committed_offsets(ledger, spec.source.topic))
+
+
+# --- phase 3: backfill from the ledger ----------------------------------------------------------
+
+
+@dataclass
+class BackfillResult:
+    """What one backfill changed; a rerun after a complete one changes nothing."""
+
+    table: str
+    columns: tuple[str, ...]
+    min_dt: str | None = None
+    ledger_rows_updated: int = 0
+    # Row images holding a value the ingest rejects under the new spec: left out, still null.
+    ledger_rows_rejected: int = 0
+    base_rows_updated: int = 0
+    # Changes of the pending bucketed run (built, not merged yet) that got the value too.
+    bucketed_rows_updated: int = 0
+    # Dead letters that decode under the new spec (a widened column), now in the ledger: the
+    # next upsert applies them.
+    redriven: int = 0
+    ledger_snapshot_id: int | None = None
+    base_snapshot_id: int | None = None
+    snapshot_ids: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def _retry(action: Callable[[], T]) -> T:
+    for attempt in range(1, COMMIT_RETRIES + 1):
+        try:
+            return action()
+        except Exception as exc:  # py4j/pyspark wrap Iceberg's commit exceptions
+            if attempt == COMMIT_RETRIES or not is_commit_conflict(exc):
+                raise
+            time.sleep(0.5 * attempt)
+    raise AssertionError("unreachable")
+
+
+def _require_live_columns(iceberg_catalog: Any, spec: TableSpec, columns: Sequence[str]) -> None:
+    """Phase 1 must be done: the ledger, bucketed and base tables have the columns as typed."""
+    for layer, layout in (
+        ("cdc", ledger_layout(spec)),
+        ("bucketed", bucketed_layout(spec)),
+        ("base", base_layout(spec)),
+    ):
+        live = {f.name: str(f.field_type) for f in _load(iceberg_catalog, layout).schema().fields}
+        wrong = [
+            f"{c.name} ({live.get(c.name, 'missing')}, spec: {c.type})"
+            for c in layout.columns
+            if c.name in columns and normalise_type(live.get(c.name, "")) != str(c.type)
+        ]
+        if wrong:
+            raise EvolutionError(
+                f"{spec.name}: the {layer} table does not have version {spec.spec_version}'s "
+                f"column(s) {', '.join(wrong)}; run evolve_iceberg (phase 1) first"
+            )
+
+
+def _snapshot_id(table: Any) -> int | None:
+    current = table.current_snapshot()
+    return None if current is None else int(current.snapshot_id)
+
+
+def _readable_snapshot(table: Any) -> int | None:
+    """The ledger snapshot to read, with the table's current schema.
+
+    Spark reads a pinned snapshot (VERSION AS OF) with the schema it was written with; right
+    after phase 1 that schema lacks the new columns. An empty commit gives the current schema a
+    snapshot (it carries no offsets, so the ingest's resume point does not move).
+    """
+    current = table.current_snapshot()
+    if current is None:
+        return None
+    if current.schema_id != table.schema().schema_id:
+        commit_properties_only(table, {})
+        current = table.refresh().current_snapshot()
+    return int(current.snapshot_id)
+
+
+def _backfill_ledger(
+    spark: Any,
+    catalog: str,
+    iceberg_catalog: Any,
+    spec: TableSpec,
+    columns: Sequence[str],
+    min_dt: str | None,
+    props: dict[str, str],
+    result: BackfillResult,
+) -> None:
+    ledger_l = ledger_layout(spec)
+    ledger_id = spark_identifier(catalog, ledger_l)
+
+    def attempt() -> None:
+        ledger = load_table(iceberg_catalog, ledger_l)
+        snapshot = _readable_snapshot(ledger)
+        if snapshot is None:
+            return
+        # Redriven rows base has not applied are found by their file names: leave their files.
+        base = load_table(iceberg_catalog, base_layout(spec))
+        pending = _redriven_files(ledger, base_state(base).ledger_sequence)
+        values = render_ledger_values(
+            spec, ledger_id, snapshot, columns, min_dt=min_dt, exclude_files=pending
+        )
+        counts = spark.sql(render_ledger_counts(values)).collect()[0]
+        result.ledger_rows_updated = int(counts["changed"])
+        result.ledger_rows_rejected = int(counts["rejected"])
+        if result.ledger_rows_updated:
+            with snapshot_properties(spark, props):
+                spark.sql(render_ledger_update(ledger_id, values, columns, min_dt=min_dt))
+
+    _retry(attempt)
+
+
+def _pending_bucketed(iceberg_catalog: Any, spec: TableSpec) -> dict[str, str] | None:
+    """The bucketed table's summary when it holds a run built but not merged into base yet."""
+    props = current_properties(load_table(iceberg_catalog, bucketed_layout(spec)))
+    if WATERMARK not in props:
+        return None
+    state = base_state(load_table(iceberg_catalog, base_layout(spec)))
+    if props.get(FROM_STATE) != state.token():
+        return None
+    if UpsertState.from_properties(props).token() == state.token():
+        return None
+    return props
+
+
+def _backfill_by_position(
+    spark: Any,
+    catalog: str,
+    iceberg_catalog: Any,
+    spec: TableSpec,
+    layout: TableLayout,
+    columns: Sequence[str],
+    min_dt: str | None,
+    props: dict[str, str],
+) -> int:
+    ledger_l = ledger_layout(spec)
+    ledger_id = spark_identifier(catalog, ledger_l)
+    target = spark_identifier(catalog, layout)
+
+    def attempt() -> int:
+        snapshot = _readable_snapshot(load_table(iceberg_catalog, ledger_l))
+        if snapshot is None:
+            return 0
+        count = render_position_count(spec, target, ledger_id, snapshot, columns, min_dt=min_dt)
+        rows = int(spark.sql(count).collect()[0]["n"])
+        if rows:
+            merge = render_position_update(
+                spec, target, ledger_id, snapshot, columns, min_dt=min_dt
+            )
+            with snapshot_properties(spark, props):
+                spark.sql(merge)
+        return rows
+
+    return _retry(attempt)
+
+
+def backfill_from_ledger(
+    spark: Any,
+    catalog: str,
+    iceberg_catalog: Any,
+    spec: TableSpec,
+    columns: Sequence[str],
+    since: datetime | None = None,
+) -> BackfillResult:
+    """Phase 3: recover ``columns`` (sink names of added or widened columns of ``spec``, the new
+    version) for rows written before the jobs knew them.
+
+    1. Ledger rows (from ``since``'s date less the upsert lookback; all with None) whose row
+       image holds a value the stored column lacks get the value, decoded as the ingest decodes
+       it under ``spec``.
+    2. Base rows that hold one of those changes (same key, same source position) get it too; so
+       does a bucketed run that is built but not merged yet (its summary is kept, so the merge
+       still recognises it). A row whose newest change predates the column stays null.
+    3. Dead letters rejected for one of the columns (a value too wide for the old type) are
+       replayed under ``spec``; those that decode now reach base with the next upsert.
+
+    Run it once the jobs use ``spec`` (phase 2): a job still on the old version would write
+    rows without the value again. Every step is idempotent, so a rerun (after a crash, or to
+    be sure) changes only what is still missing.
+    """
+    started = time.monotonic()
+    names = tuple(dict.fromkeys(columns))
+    try:
+        backfill_plans(spec, names)
+    except ValueError as err:
+        raise EvolutionError(str(err)) from None
+    _require_live_columns(iceberg_catalog, spec, names)
+    min_dt = backfill_min_dt(since, spec.base.lookback_hours)
+    result = BackfillResult(spec.name, names, min_dt)
+    props = {KIND_PROPERTY: BACKFILL_KIND, BACKFILL_COLUMNS_PROPERTY: ",".join(names)}
+
+    _backfill_ledger(spark, catalog, iceberg_catalog, spec, names, min_dt, props, result)
+    failpoint("backfill_after_ledger")
+    result.base_rows_updated = _backfill_by_position(
+        spark, catalog, iceberg_catalog, spec, base_layout(spec), names, min_dt, props
+    )
+    failpoint("backfill_after_base")
+    pending = _pending_bucketed(iceberg_catalog, spec)
+    if pending is not None:
+        result.bucketed_rows_updated = _backfill_by_position(
+            spark,
+            catalog,
+            iceberg_catalog,
+            spec,
+            bucketed_layout(spec),
+            names,
+            min_dt,
+            {**pending, **props},
+        )
+    for plan in backfill_plans(spec, names):
+        redriven = redrive(spark, catalog, spec, reason_contains=f"column {plan.name!r}:")
+        result.redriven += redriven.to_ledger
+
+    for layer, layout in (
+        ("cdc", ledger_layout(spec)),
+        ("bucketed", bucketed_layout(spec)),
+        ("base", base_layout(spec)),
+    ):
+        snapshot = _snapshot_id(load_table(iceberg_catalog, layout))
+        if snapshot is not None:
+            result.snapshot_ids[layer] = snapshot
+    result.ledger_snapshot_id = result.snapshot_ids.get("cdc")
+    result.base_snapshot_id = result.snapshot_ids.get("base")
+    result.seconds = time.monotonic() - started
+    return result
+
+
+# --- audit trail --------------------------------------------------------------------------------
+
+
+def _history_table(iceberg_catalog: Any, *, create: bool) -> Any | None:
+    from pyiceberg.exceptions import NoSuchTableError
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import NestedField
+
+    layout = schema_history_layout()
+    if not create:
+        try:
+            return iceberg_catalog.load_table(_identifier(layout))
+        except NoSuchTableError:
+            return None
+    schema = Schema(
+        *(
+            NestedField(i, c.name, iceberg_type(c.type), required=c.required, doc=c.doc)
+            for i, c in enumerate(layout.columns, start=1)
+        )
+    )
+    iceberg_catalog.create_namespace_if_not_exists(layout.namespace)
+    properties = dict(layout.properties)
+    if layout.comment:
+        properties["comment"] = layout.comment
+    return iceberg_catalog.create_table_if_not_exists(
+        _identifier(layout), schema=schema, properties=properties
+    )
+
+
+def record_history(iceberg_catalog: Any, entry: HistoryEntry) -> None:
+    """Append one decision to ``cdc_meta.schema_history`` (created on first use)."""
+    import pyarrow as pa
+
+    def attempt() -> None:
+        table = _history_table(iceberg_catalog, create=True)
+        assert table is not None
+        arrow = pa.Table.from_pylist([entry.to_row()], schema=table.schema().as_arrow())
+        table.append(arrow)
+
+    for n in range(1, COMMIT_RETRIES + 1):
+        try:
+            attempt()
+            return
+        except Exception as exc:
+            if n == COMMIT_RETRIES or not _is_conflict(exc):
+                raise
+            time.sleep(0.2 * n)
+
+
+def read_history(iceberg_catalog: Any, table: str | None = None) -> list[HistoryEntry]:
+    """Every recorded decision (of one table spec, with ``table``), oldest first."""
+    from pyiceberg.expressions import EqualTo
+
+    history = _history_table(iceberg_catalog, create=False)
+    if history is None:
+        return []
+    scan = (
+        history.scan()
+        if table is None
+        else history.scan(row_filter=EqualTo(term="table", value=table))
+    )
+    entries = [HistoryEntry.from_row(r) for r in scan.to_arrow().to_pylist()]
+    return sorted(entries, key=lambda e: (e.applied_at, e.table, e.to_version))

@@ -1,0 +1,86 @@
+"""Read Debezium's schema-change topic (MySQL/MariaDB): the push side of drift detection, and the
+"newest schema seen in events" of the pull side when the source database is not reachable."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cdc_assets.resources.kafka import KafkaResource
+from cdc_assets.spec.models import TableSpec
+from cdc_assets.spec.schema_change import SchemaChange, parse_schema_change
+
+
+@dataclass(frozen=True)
+class SeenChange:
+    topic: str
+    partition: int
+    offset: int
+    change: SchemaChange
+
+    @property
+    def run_key(self) -> str:
+        return f"{self.topic}:{self.partition}:{self.offset}:{self.change.table}"
+
+
+def matches(spec: TableSpec, change: SchemaChange) -> bool:
+    return (
+        change.table.lower() == spec.source.table.lower()
+        and change.database.lower() == spec.source.database.lower()
+    )
+
+
+def read_schema_changes(
+    kafka: KafkaResource, topic: str, start: dict[int, int], max_records: int = 10_000
+) -> tuple[list[SeenChange], dict[int, int]]:
+    """Table changes recorded on ``topic`` from ``start`` (next offset per partition; earliest
+    where missing) up to the current end, and the offsets to start from next time."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            **kafka.client_conf(),
+            "group.id": "cdc-assets-schema-changes",
+            "enable.auto.commit": False,
+        }
+    )
+    seen: list[SeenChange] = []
+    next_offsets = dict(start)
+    try:
+        meta = consumer.list_topics(topic, timeout=kafka.timeout_s).topics.get(topic)
+        if meta is None or meta.error is not None:
+            return [], next_offsets
+        for partition in sorted(meta.partitions):
+            low, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=kafka.timeout_s, cached=False
+            )
+            offset = max(start.get(partition, low), low)
+            if offset >= high:
+                next_offsets[partition] = max(offset, start.get(partition, 0))
+                continue
+            consumer.assign([TopicPartition(topic, partition, offset)])
+            read = 0
+            while offset < high and read < max_records:
+                msg = consumer.poll(kafka.timeout_s)
+                if msg is None:
+                    break
+                at = msg.offset()
+                if msg.error() is not None or at is None:
+                    continue
+                offset = at + 1
+                read += 1
+                for change in parse_schema_change(msg.value()):
+                    seen.append(SeenChange(topic, partition, at, change))
+            next_offsets[partition] = offset
+    finally:
+        consumer.close()
+    return seen, next_offsets
+
+
+def newest_schema_change(kafka: KafkaResource, spec: TableSpec) -> SeenChange | None:
+    """The newest change of the spec's table on its schema-change topic (None: none retained)."""
+    topic = spec.source.schema_changes
+    if topic is None:
+        return None
+    changes, _ = read_schema_changes(kafka, topic, {})
+    mine = [c for c in changes if matches(spec, c.change)]
+    return max(mine, key=lambda c: (c.change.ts_ms or 0, c.partition, c.offset), default=None)

@@ -1,0 +1,224 @@
+"""Spark SQL of phase 3 of schema evolution: recover a new (or widened) column's values from the
+row images the ledger keeps, then carry them to the rows of base that came from those changes
+(pure).
+
+Values are decoded from ``_row_json`` by the ingest's own decoding SQL (`cdc_assets.sql.decode`)
+under the new spec, so a backfilled value equals what the ingest writes from then on. A value the
+ingest would reject (a dead letter under the new spec) is left out and counted. Base rows are
+matched by key and by the exact source position of the change they hold, so a row whose newest
+change predates the column keeps its null: there is nothing to recover for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+from cdc_assets.schema.wire import FieldPlan, plan_fields
+from cdc_assets.spec.models import TableSpec
+from cdc_assets.sql.ddl import literal, quote
+from cdc_assets.sql.decode import (
+    IMAGE_SCHEMA,
+    _value_reasons,
+    decode_stages,
+    is_unavailable,
+    ledger_value,
+    raw,
+)
+from cdc_assets.sql.upsert import APPLIED_OPS, SEQ_PARTS, key_names
+
+# Ops whose ledger row keeps a row image (a truncate has none).
+IMAGE_OPS = ("c", "u", "r", "d")
+# Rows of base (and of the bucketed table) hold the newest change of a key, never a delete.
+ROW_OPS = tuple(op for op in APPLIED_OPS if op != "d")
+
+
+def backfill_plans(spec: TableSpec, columns: Sequence[str]) -> list[FieldPlan]:
+    """The decoding plans of ``columns`` (sink names), in spec order; ValueError if unknown."""
+    plans = {p.sink_name: p for p in plan_fields(spec)}
+    unknown = [c for c in columns if c not in plans]
+    if unknown:
+        raise ValueError(
+            f"{spec.name} version {spec.spec_version} has no column(s) {unknown}; "
+            f"its columns are {sorted(plans)}"
+        )
+    wanted = set(columns)
+    return [p for p in plans.values() if p.sink_name in wanted]
+
+
+def backfill_min_dt(since: datetime | None, lookback_hours: int) -> str | None:
+    """The oldest ledger ``dt`` partition to read: the change point less the upsert's lookback
+    (Kafka timestamps may run a little behind the change); None reads every partition."""
+    if since is None:
+        return None
+    return (since - timedelta(hours=lookback_hours)).strftime("%Y-%m-%d")
+
+
+def _old(i: int) -> str:
+    return f"__old{i}"
+
+
+def _rejected(plan: FieldPlan) -> str:
+    """True when the ingest would turn a record into a dead letter because of this column."""
+    reasons = " OR ".join(f"({cond})" for cond, _ in _value_reasons([plan]))
+    return f"({raw(plan)} IS NOT NULL AND ({reasons or 'false'}))"
+
+
+def _newly_unavailable(plan: FieldPlan) -> str:
+    name = literal(plan.sink_name)
+    listed = f"array_contains(split(coalesce(__old_unavailable, ''), ','), {name})"
+    return f"({is_unavailable(plan)} AND NOT {listed})"
+
+
+def render_ledger_values(
+    spec: TableSpec,
+    ledger: str,
+    snapshot_id: int,
+    columns: Sequence[str],
+    *,
+    min_dt: str | None = None,
+    exclude_files: Sequence[str] = (),
+) -> str:
+    """SELECT of every ledger row with a row image: its coordinates (dt, hr, Kafka partition and
+    offset), each column decoded as the ingest decodes it under ``spec`` (NULL when the image
+    lacks it, the source did not send it, or the ingest would reject it), ``_unavailable`` with
+    the columns the source did not send added, and the flags ``__changed`` (the row needs an
+    update) and ``__rejected`` (some value would be a dead letter under ``spec``).
+
+    ``exclude_files``: ledger data files not to touch (redriven rows base has not applied yet:
+    the upsert finds those by file name).
+    """
+    plans = backfill_plans(spec, columns)
+    where = [f"l._op IN ({', '.join(literal(o) for o in IMAGE_OPS)})", "l._row_json IS NOT NULL"]
+    if min_dt is not None:
+        where.append(f"l.dt >= {literal(min_dt)}")
+    if exclude_files:
+        where.append(f"l._file NOT IN ({', '.join(literal(f) for f in exclude_files)})")
+    stored = [f"l.{quote(p.sink_name)} AS {_old(i)}" for i, p in enumerate(plans)]
+    sql = (
+        "SELECT l.dt, l.hr, l._kafka_partition, l._kafka_offset, l._op AS op, "
+        f"l._unavailable AS __old_unavailable, {', '.join(stored)}, "
+        f"from_json(l._row_json, {literal(IMAGE_SCHEMA)}) AS img "
+        f"FROM {ledger} VERSION AS OF {snapshot_id} AS l WHERE {' AND '.join(where)}"
+    )
+    for n, stage in enumerate(decode_stages(plans)):
+        exprs = ", ".join(f"{expr} AS {name}" for name, expr in stage)
+        sql = f"SELECT *, {exprs} FROM ({sql}) AS d{n}"
+    values = []
+    for i, p in enumerate(plans):
+        values.append(
+            f"CASE WHEN {_rejected(p)} THEN NULL ELSE {ledger_value(p)} END AS {quote(p.sink_name)}"
+        )
+        values.append(f"{_rejected(p)} AS __rejected{i}")
+        values.append(f"{_newly_unavailable(p)} AS __unavailable{i}")
+    sql = (
+        "SELECT dt, hr, _kafka_partition, _kafka_offset, __old_unavailable, "
+        f"{', '.join(_old(i) for i in range(len(plans)))}, {', '.join(values)} FROM ({sql}) AS v"
+    )
+    changed = [
+        f"({quote(p.sink_name)} IS NOT NULL AND NOT ({quote(p.sink_name)} <=> {_old(i)}))"
+        for i, p in enumerate(plans)
+    ]
+    changed += [f"__unavailable{i}" for i in range(len(plans))]
+    added = ", ".join(
+        f"CASE WHEN __unavailable{i} THEN {literal(p.sink_name)} END" for i, p in enumerate(plans)
+    )
+    names = ", ".join(quote(p.sink_name) for p in plans)
+    rejected = " OR ".join(f"__rejected{i}" for i in range(len(plans)))
+    return (
+        f"SELECT dt, hr, _kafka_partition, _kafka_offset, {names}, "
+        f"nullif(concat_ws(',', __old_unavailable, {added}), '') AS _unavailable, "
+        f"({' OR '.join(changed)}) AS __changed, ({rejected}) AS __rejected FROM ({sql}) AS w"
+    )
+
+
+def render_ledger_counts(values: str) -> str:
+    """One row: ``changed`` and ``rejected`` rows of a `render_ledger_values` query."""
+    return (
+        "SELECT count_if(__changed) AS changed, count_if(__rejected) AS rejected "
+        f"FROM ({values}) AS c"
+    )
+
+
+def render_ledger_update(
+    ledger: str, values: str, columns: Sequence[str], *, min_dt: str | None = None
+) -> str:
+    """MERGE the decoded values into the ledger rows they were decoded from (same dt, hr, Kafka
+    partition and offset). A stored value stays where nothing better was decoded."""
+    on = [f"t.{c} = s.{c}" for c in ("dt", "hr", "_kafka_partition", "_kafka_offset")]
+    if min_dt is not None:
+        on.append(f"t.dt >= {literal(min_dt)}")
+    sets = [f"t.{quote(c)} = coalesce(s.{quote(c)}, t.{quote(c)})" for c in columns]
+    sets.append("t._unavailable = s._unavailable")
+    return (
+        f"MERGE INTO {ledger} t USING (SELECT * FROM ({values}) AS v WHERE __changed) s "
+        f"ON {' AND '.join(on)} WHEN MATCHED THEN UPDATE SET {', '.join(sets)}"
+    )
+
+
+def _position_source(
+    spec: TableSpec, ledger: str, snapshot_id: int, columns: Sequence[str], min_dt: str | None
+) -> str:
+    keys = key_names(spec)
+    picked = [*keys, *SEQ_PARTS, "_kafka_partition", "_kafka_offset", *columns]
+    unique = list(dict.fromkeys(picked))
+    where = [
+        f"l._op IN ({', '.join(literal(o) for o in ROW_OPS)})",
+        "(" + " OR ".join(f"l.{quote(c)} IS NOT NULL" for c in columns) + ")",
+    ]
+    if min_dt is not None:
+        where.append(f"l.dt >= {literal(min_dt)}")
+    return (
+        f"SELECT {', '.join('l.' + quote(c) for c in unique)} "
+        f"FROM {ledger} VERSION AS OF {snapshot_id} AS l WHERE {' AND '.join(where)}"
+    )
+
+
+def _position_match(spec: TableSpec) -> str:
+    on = [f"t.{quote(k)} = s.{quote(k)}" for k in key_names(spec)]
+    on += [f"t.{p} <=> s.{p}" for p in SEQ_PARTS]
+    on += ["t._kafka_partition = s._kafka_partition", "t._kafka_offset = s._kafka_offset"]
+    return " AND ".join(on)
+
+
+def _differs(columns: Sequence[str]) -> str:
+    return " OR ".join(
+        f"(s.{quote(c)} IS NOT NULL AND NOT (t.{quote(c)} <=> s.{quote(c)}))" for c in columns
+    )
+
+
+def render_position_update(
+    spec: TableSpec,
+    target: str,
+    ledger: str,
+    snapshot_id: int,
+    columns: Sequence[str],
+    *,
+    min_dt: str | None = None,
+) -> str:
+    """MERGE ledger values into the rows of ``target`` (base, or the bucketed table) that hold
+    the same change: same key and same source position (sequence parts, Kafka partition and
+    offset). Only rows whose value differs are rewritten."""
+    source = _position_source(spec, ledger, snapshot_id, columns, min_dt)
+    sets = ", ".join(f"t.{quote(c)} = coalesce(s.{quote(c)}, t.{quote(c)})" for c in columns)
+    return (
+        f"MERGE INTO {target} t USING ({source}) s ON {_position_match(spec)} "
+        f"WHEN MATCHED AND ({_differs(columns)}) THEN UPDATE SET {sets}"
+    )
+
+
+def render_position_count(
+    spec: TableSpec,
+    target: str,
+    ledger: str,
+    snapshot_id: int,
+    columns: Sequence[str],
+    *,
+    min_dt: str | None = None,
+) -> str:
+    """One row, ``n``: the rows `render_position_update` would rewrite."""
+    source = _position_source(spec, ledger, snapshot_id, columns, min_dt)
+    return (
+        f"SELECT count(*) AS n FROM {target} t JOIN ({source}) s ON {_position_match(spec)} "
+        f"WHERE {_differs(columns)}"
+    )
