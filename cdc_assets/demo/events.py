@@ -313,6 +313,11 @@ _ISO_NAMES = {
 _ENUM_VALUE_RE = re.compile(r"'((?:[^']|'')*)'")
 
 
+def _type_name(source_text: str) -> str:
+    """``int unsigned`` -> ``INT UNSIGNED``, ``decimal(10,2)`` -> ``DECIMAL``."""
+    return " ".join(re.sub(r"\([^)]*\)", " ", source_text).upper().split())
+
+
 def _enum_values(source_text: str) -> list[str]:
     return [v.replace("''", "'") for v in _ENUM_VALUE_RE.findall(source_text)]
 
@@ -828,8 +833,9 @@ class DebeziumEventFactory:
                     "name": col.name,
                     "jdbcType": _JDBC_TYPES.get(plan.source.kind, 1111),
                     "nativeType": None,
-                    "typeName": plan.source.kind,
-                    "typeExpression": plan.source.kind,
+                    # As the MySQL connector reports it: the type name without its size.
+                    "typeName": _type_name(col.type),
+                    "typeExpression": _type_name(col.type),
                     "charsetName": "utf8mb4" if plan.natural.name == "string" else None,
                     "length": plan.source.length or plan.source.precision,
                     "scale": plan.source.scale,
