@@ -1,11 +1,15 @@
-"""Read Debezium's schema-change topic (MySQL/MariaDB): the push side of drift detection, and the
-"newest schema seen in events" of the pull side when the source database is not reachable."""
+"""Read the source's shape from Kafka: Debezium's schema-change topic (MySQL/MariaDB), or the schema
+embedded in the newest row events (PostgreSQL). The push side of drift detection, and the "newest
+schema seen in events" of the pull side when the source database is not reachable."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from cdc_assets.resources.kafka import KafkaResource
+from cdc_assets.spec.connect_schema import row_fields
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.spec.schema_change import SchemaChange, parse_schema_change
 
@@ -84,3 +88,45 @@ def newest_schema_change(kafka: KafkaResource, spec: TableSpec) -> SeenChange | 
     changes, _ = read_schema_changes(kafka, topic, {})
     mine = [c for c in changes if matches(spec, c.change)]
     return max(mine, key=lambda c: (c.change.ts_ms or 0, c.partition, c.offset), default=None)
+
+
+def newest_row_schema(
+    kafka: KafkaResource, spec: TableSpec, tail: int = 20
+) -> list[Mapping[str, Any]] | None:
+    """The row-image field schemas of the newest event on the spec's topic that embeds its
+    schema (None when the events carry no schema: JSON converter with schemas disabled)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    topic = spec.source.topic
+    consumer = Consumer(
+        {**kafka.client_conf(), "group.id": "cdc-assets-row-schema", "enable.auto.commit": False}
+    )
+    newest: tuple[int, list[Mapping[str, Any]]] | None = None
+    try:
+        meta = consumer.list_topics(topic, timeout=kafka.timeout_s).topics.get(topic)
+        if meta is None or meta.error is not None:
+            return None
+        for partition in sorted(meta.partitions):
+            low, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=kafka.timeout_s, cached=False
+            )
+            start = max(low, high - tail)
+            if start >= high:
+                continue
+            consumer.assign([TopicPartition(topic, partition, start)])
+            offset = start
+            while offset < high:
+                msg = consumer.poll(kafka.timeout_s)
+                if msg is None:
+                    break
+                at = msg.offset()
+                if msg.error() is not None or at is None:
+                    continue
+                offset = at + 1
+                fields = row_fields(msg.value())
+                stamp = msg.timestamp()[1]
+                if fields and (newest is None or stamp >= newest[0]):
+                    newest = (stamp, fields)
+    finally:
+        consumer.close()
+    return None if newest is None else newest[1]

@@ -1,12 +1,15 @@
-"""Push detection: one sensor reads Debezium's schema-change topics (MySQL/MariaDB) and starts an
-evolution of each table whose new shape differs from its current spec.
+"""Push detection: one sensor starts an evolution of each table whose source changed shape.
 
-The spec is re-read from the spec directory on every tick, so a change that an evolution already
-applied (or the initial CREATE TABLE of a snapshot) starts nothing.
+MySQL/MariaDB: it reads Debezium's schema-change topics. PostgreSQL has none: when the newest
+ingest of a table reported fields its spec does not know (``unknown_fields``), the sensor reads the
+schema embedded in the newest row events of the topic. The spec is re-read from the spec
+directory on every tick, so a change that an evolution already applied (or the initial CREATE
+TABLE of a snapshot) starts nothing.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,8 +22,9 @@ from dagster._core.definitions.unresolved_asset_job_definition import (
 from cdc_assets.assets.schema import evolve_run_config
 from cdc_assets.errors import CdcAssetsError
 from cdc_assets.pipeline.converge import proposal, spec_path
-from cdc_assets.pipeline.schema_topic import matches, read_schema_changes
+from cdc_assets.pipeline.schema_topic import matches, newest_row_schema, read_schema_changes
 from cdc_assets.resources.kafka import KafkaResource
+from cdc_assets.spec.connect_schema import create_table_from_fields, differs
 from cdc_assets.spec.load import load_spec
 from cdc_assets.spec.models import TableSpec
 
@@ -30,6 +34,54 @@ def build_schema_change_sensor(
 ) -> dg.SensorDefinition:
     watched = [s for s in specs if s.source.schema_changes]
     topics = sorted({t for s in watched if (t := s.source.schema_changes)})
+    postgres = [s for s in specs if s.source.connector == "postgresql"]
+
+    def request(table: str, create: str, audit: list[str], key: str, at: str) -> dg.RunRequest:
+        return dg.RunRequest(
+            run_key=key,
+            asset_selection=[dg.AssetKey(["schema", table])],
+            run_config=evolve_run_config(
+                table, source_ddl=create, audit_ddl=audit, trigger="push", detected_at=at
+            ),
+            tags={"cdc/table": table, "cdc/trigger": "schema_changes"},
+        )
+
+    def postgres_requests(
+        context: dg.SensorEvaluationContext, kafka: KafkaResource
+    ) -> list[dg.RunRequest]:
+        out = []
+        for spec in postgres:
+            event = context.instance.get_latest_materialization_event(
+                dg.AssetKey(["cdc", spec.name])
+            )
+            mat = event.asset_materialization if event is not None else None
+            unknown = mat.metadata.get("unknown_fields") if mat is not None else None
+            if unknown is None or not unknown.value:
+                continue
+            current = load_spec(spec_path(specs_dir, spec.name))
+            fields = newest_row_schema(kafka, current)
+            if fields is None:
+                context.log.warning(
+                    f"{spec.name}: events carry fields {unknown.value} the spec lacks and no "
+                    "embedded schema; apply the change with `cdc-assets evolve --ddl`"
+                )
+                continue
+            if not differs(current, fields):
+                continue
+            create = create_table_from_fields(current, fields)
+            digest = hashlib.sha256(create.encode()).hexdigest()[:16]
+            out.append(
+                request(
+                    spec.name,
+                    create,
+                    [],
+                    f"{spec.name}:row-schema:{digest}",
+                    datetime.fromtimestamp(event.timestamp, UTC).isoformat()
+                    if event is not None
+                    else datetime.now(UTC).isoformat(),
+                )
+            )
+        return out
 
     @dg.sensor(
         name="schema_changes",
@@ -42,10 +94,10 @@ def build_schema_change_sensor(
     def schema_changes(
         context: dg.SensorEvaluationContext, kafka: KafkaResource
     ) -> dg.SensorResult | dg.SkipReason:
-        if not topics:
-            return dg.SkipReason("no MySQL/MariaDB table: no schema-change topic to read")
+        if not topics and not postgres:
+            return dg.SkipReason("no table to watch")
         cursor: dict[str, dict[str, int]] = json.loads(context.cursor or "{}")
-        requests = []
+        requests = postgres_requests(context, kafka)
         for topic in topics:
             start = {int(p): o for p, o in cursor.get(topic, {}).items()}
             seen, next_offsets = read_schema_changes(kafka, topic, start)
@@ -66,20 +118,7 @@ def build_schema_change_sensor(
                     if item.change.ts_ms
                     else datetime.now(UTC).isoformat()
                 )
-                requests.append(
-                    dg.RunRequest(
-                        run_key=item.run_key,
-                        asset_selection=[dg.AssetKey(["schema", spec.name])],
-                        run_config=evolve_run_config(
-                            spec.name,
-                            source_ddl=create,
-                            audit_ddl=[ddl],
-                            trigger="push",
-                            detected_at=detected,
-                        ),
-                        tags={"cdc/table": spec.name, "cdc/trigger": "schema_changes"},
-                    )
-                )
+                requests.append(request(spec.name, create, [ddl], item.run_key, detected))
             cursor[topic] = {str(p): o for p, o in sorted(next_offsets.items())}
         return dg.SensorResult(run_requests=requests, cursor=json.dumps(cursor, sort_keys=True))
 

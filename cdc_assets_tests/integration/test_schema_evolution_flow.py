@@ -13,6 +13,7 @@ import sys
 import time
 import uuid
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from cdc_assets.pipeline.tables import ensure_tables
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.evolution import apply_plan, classify
 from cdc_assets.schema.layers import base_layout
+from cdc_assets.sensors.new_offsets import current_hour_key
 from cdc_assets.settings import Settings
 from cdc_assets.spec.load import load_spec
 from cdc_assets.spec.models import ColumnSpec, TableSpec
@@ -301,3 +303,70 @@ def test_two_evolutions_of_one_table_run_one_at_a_time(
         )
     ]
     assert len(blocked) == 1
+
+
+def test_postgres_new_field_in_row_events_is_pushed_from_the_embedded_schema(
+    it_settings: Settings,
+    spark: Any,
+    iceberg: IcebergCatalogResource,
+    kafka: KafkaResource,
+    resources: dict[str, Any],
+    tmp_path: Path,
+) -> None:
+    _cursors.clear()
+    v1 = isolated(example_spec(it_settings, "orders"), kafka=kafka)
+    specs_dir = tmp_path / "specs"
+    specs_dir.mkdir()
+    write_spec(v1, specs_dir / "orders.yaml")
+    settings = replace(it_settings, specs_dir=specs_dir)
+    ensure_tables(spark, "lake", v1)
+    bootstrap = kafka.resolved_bootstrap()
+    produce(
+        workload(v1, random.Random(41), keys=20, events=60, embed_schema=True),
+        v1.source.topic,
+        bootstrap,
+    )
+    instance = dg.DagsterInstance.ephemeral()
+
+    def ingest_job(spec: TableSpec) -> Any:
+        defs = build_defs(specs=[spec], settings=settings, resource_overrides=resources)
+        return defs, defs.resolve_job_def("ingest_ledgers").execute_in_process(
+            instance=instance,
+            partition_key=current_hour_key(datetime.now(UTC)),
+            asset_selection=[dg.AssetKey(["cdc", "orders"])],
+        )
+
+    defs, _ = ingest_job(v1)
+    assert not _tick(defs, "schema_changes", instance, resources).run_requests
+
+    # the source adds a column; PostgreSQL's events just start carrying it
+    v2 = with_column(v1, ColumnSpec(id=12, name="coupon", type="text"), "note")
+    produce(
+        later(workload(v2, random.Random(42), keys=20, events=60, embed_schema=True), 1),
+        v1.source.topic,
+        bootstrap,
+    )
+    defs, ingested = ingest_job(v1)
+    cdc = ingested.asset_materializations_for_node("cdc__orders")[-1].metadata
+    assert cdc["unknown_fields"].value == ["coupon"]
+    (request,) = _tick(defs, "schema_changes", instance, resources).run_requests
+    run = defs.resolve_job_def("evolve_schemas").execute_in_process(
+        instance=instance,
+        run_config=request.run_config,
+        asset_selection=list(request.asset_selection or []),
+    )
+    assert run.success
+    evolved = load_spec(specs_dir / "orders.yaml")
+    assert evolved.spec_version == 2
+    assert evolved.columns_by_name["coupon"].type == "text"
+    upsert(spark, iceberg, evolved)
+    layout = base_layout(evolved)
+    rows = read_table(iceberg, layout.namespace, layout.name)
+    assert sum(r["coupon"] is not None for r in rows) > 5
+    # applied: the next tick proposes nothing
+    assert not _tick(
+        build_defs(specs=[evolved], settings=settings, resource_overrides=resources),
+        "schema_changes",
+        instance,
+        resources,
+    ).run_requests
