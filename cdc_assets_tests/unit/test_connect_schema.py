@@ -1,0 +1,80 @@
+"""PostgreSQL's shape from the Kafka Connect schema embedded in Debezium row events."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from cdc_assets.demo.events import workload
+from cdc_assets.spec import load_specs
+from cdc_assets.spec.connect_schema import create_table_from_fields, differs, pg_type, row_fields
+from cdc_assets.spec.ddl_import import plan_from_ddl
+from cdc_assets.spec.models import TableSpec
+from cdc_assets_tests.conftest import PROJECT_ROOT
+
+
+def _orders() -> TableSpec:
+    return next(s for s in load_specs(PROJECT_ROOT / "table_specs") if s.name == "orders")
+
+
+@pytest.mark.parametrize(
+    ("field", "expected"),
+    [
+        ({"type": "int16"}, "smallint"),
+        ({"type": "int32"}, "integer"),
+        ({"type": "int64"}, "bigint"),
+        ({"type": "float32"}, "real"),
+        ({"type": "float64"}, "double precision"),
+        ({"type": "boolean"}, "boolean"),
+        ({"type": "string"}, "text"),
+        ({"type": "bytes"}, "bytea"),
+        ({"type": "int32", "name": "io.debezium.time.Date"}, "date"),
+        ({"type": "int64", "name": "io.debezium.time.MicroTimestamp"}, "timestamp"),
+        ({"type": "string", "name": "io.debezium.time.ZonedTimestamp"}, "timestamptz"),
+        ({"type": "string", "name": "io.debezium.data.Uuid"}, "uuid"),
+        ({"type": "string", "name": "io.debezium.data.Json"}, "jsonb"),
+        (
+            {
+                "type": "bytes",
+                "name": "org.apache.kafka.connect.data.Decimal",
+                "parameters": {"scale": "2", "connect.decimal.precision": "12"},
+            },
+            "numeric(12,2)",
+        ),
+        ({"type": "struct", "name": "io.debezium.data.VariableScaleDecimal"}, "numeric"),
+        (
+            {
+                "type": "string",
+                "parameters": {
+                    "__debezium.source.column.type": "VARCHAR",
+                    "__debezium.source.column.length": "40",
+                },
+            },
+            "varchar(40)",
+        ),
+    ],
+)
+def test_connect_types_map_to_postgres(field: dict[str, object], expected: str) -> None:
+    assert pg_type(field) == expected
+
+
+def test_the_spec_own_events_describe_the_spec() -> None:
+    spec = _orders()
+    event = next(
+        r for r in workload(spec, random.Random(1), keys=3, events=5, embed_schema=True) if r.value
+    )
+    fields = row_fields(event.value)
+    assert fields is not None
+    assert not differs(spec, fields)
+    _, plan = plan_from_ddl(spec, create_table_from_fields(spec, fields))
+    assert plan.supported
+    assert not plan.changes, plan.describe()
+
+
+def test_events_without_a_schema_give_nothing() -> None:
+    spec = _orders()
+    event = next(r for r in workload(spec, random.Random(1), keys=3, events=5) if r.value)
+    assert row_fields(event.value) is None
+    assert row_fields(None) is None
+    assert row_fields(b"{") is None
