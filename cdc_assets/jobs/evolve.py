@@ -2,10 +2,11 @@
 (pull detection), the daily schedule of the drift check, and the sensor that acts on its findings.
 
 Pull compares, per table, the source's shape (the newest record of Debezium's schema-change topic
-for MySQL/MariaDB) with the spec, and the live Iceberg schemas with the spec. A table that drifted
-gets an evolution run (trigger `pull`); push and pull seeing the same change apply it once, because
-an evolution whose proposal equals the current spec is a recorded no-op. A clean table gets its
-routine maintenance when the run asked for it (`maintain_when_clean`).
+for MySQL/MariaDB, the schema embedded in the newest row events for PostgreSQL) with the spec,
+and the live Iceberg schemas with the spec. A table that drifted gets an evolution run (trigger
+`pull`); push and pull seeing the same change apply it once, because an evolution whose proposal
+equals the current spec is a recorded no-op. A clean table gets its routine maintenance when the
+run asked for it (`maintain_when_clean`).
 """
 
 from pathlib import Path
@@ -22,9 +23,10 @@ from cdc_assets.errors import CdcAssetsError, SpecError
 from cdc_assets.jobs.maintenance import maintenance_run_config
 from cdc_assets.pipeline.converge import proposal, spec_path
 from cdc_assets.pipeline.health import iceberg_differences
-from cdc_assets.pipeline.schema_topic import newest_schema_change
+from cdc_assets.pipeline.schema_topic import newest_row_schema, newest_schema_change
 from cdc_assets.resources.iceberg import IcebergCatalogResource
 from cdc_assets.resources.kafka import KafkaResource
+from cdc_assets.spec.connect_schema import create_table_from_fields
 from cdc_assets.spec.load import load_spec
 from cdc_assets.spec.models import TableSpec
 
@@ -63,10 +65,17 @@ def drift_of(
             source_ddl=seen.change.create_table,
             audit_ddl=[seen.change.ddl],
         )
-        try:
-            plan = proposal(
-                current, source_ddl=seen.change.create_table, audit_ddl=[seen.change.ddl]
+    elif current.source.connector == "postgresql":
+        fields = newest_row_schema(kafka, current)
+        if fields is not None:
+            found.update(
+                source=f"schema embedded in the newest events of {current.source.topic}",
+                source_ddl=create_table_from_fields(current, fields),
+                audit_ddl=[],
             )
+    if found.get("source_ddl"):
+        try:
+            plan = proposal(current, source_ddl=found["source_ddl"], audit_ddl=found["audit_ddl"])
             found["plan"] = plan.describe()
             drift = bool(plan.changes or plan.rejections)
         except CdcAssetsError as err:

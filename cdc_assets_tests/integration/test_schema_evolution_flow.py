@@ -349,6 +349,10 @@ def test_postgres_new_field_in_row_events_is_pushed_from_the_embedded_schema(
     defs, ingested = ingest_job(v1)
     cdc = ingested.asset_materializations_for_node("cdc__orders")[-1].metadata
     assert cdc["unknown_fields"].value == ["coupon"]
+    # pull sees it too, from the same embedded schema
+    (observed,) = _drift(defs, instance)
+    assert observed["drift"].value is True
+    assert "add column coupon text" in observed["plan"].value
     (request,) = _tick(defs, "schema_changes", instance, resources).run_requests
     run = defs.resolve_job_def("evolve_schemas").execute_in_process(
         instance=instance,
@@ -363,10 +367,17 @@ def test_postgres_new_field_in_row_events_is_pushed_from_the_embedded_schema(
     layout = base_layout(evolved)
     rows = read_table(iceberg, layout.namespace, layout.name)
     assert sum(r["coupon"] is not None for r in rows) > 5
-    # applied: the next tick proposes nothing
-    assert not _tick(
-        build_defs(specs=[evolved], settings=settings, resource_overrides=resources),
-        "schema_changes",
-        instance,
-        resources,
-    ).run_requests
+    # applied: the next tick proposes nothing, and pull sees no drift
+    defs = build_defs(specs=[evolved], settings=settings, resource_overrides=resources)
+    assert not _tick(defs, "schema_changes", instance, resources).run_requests
+    (observed,) = _drift(defs, instance)
+    assert observed["drift"].value is False
+
+
+def _drift(defs: dg.Definitions, instance: Any) -> list[Any]:
+    run = defs.resolve_job_def("check_schema_drift").execute_in_process(instance=instance)
+    return [
+        e.event_specific_data.asset_observation.metadata  # type: ignore[union-attr]
+        for e in run.all_events
+        if e.event_type == dg.DagsterEventType.ASSET_OBSERVATION
+    ]
