@@ -21,6 +21,7 @@ import dagster as dg
 import pytest
 from confluent_kafka.admin import NewTopic
 
+from cdc_assets.checks.runner import run_checks
 from cdc_assets.definitions import build_defs
 from cdc_assets.demo.events import DebeziumEventFactory, KafkaRecord, produce, workload
 from cdc_assets.pipeline.evolve import read_history
@@ -164,6 +165,15 @@ def test_column_added_mid_stream_reaches_base_once(
     got = {k: base[k]["nickname"] for k in expected if k in base}
     assert got == {k: v for k, v in expected.items() if k in base}
     assert sum(v is not None for v in got.values()) > 5
+    # the null_counts check sees the new column null exactly where no value could arrive
+    outcomes, _ = run_checks(
+        table.defs(resources), instance, checks=["null_counts", "schema_drift"]
+    )
+    by_name = {o.check: o for o in outcomes}
+    assert by_name["schema_drift"].passed
+    nulls = by_name["null_counts"].metadata["null_counts"]["nickname"]
+    assert nulls == sum(r["nickname"] is None for r in base.values())
+    assert nulls == len(base) - sum(v is not None for v in got.values())
     print(f"schema change event -> values in base: {latency:.1f} s")
     assert latency < 120
 
