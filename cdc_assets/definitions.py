@@ -46,7 +46,10 @@ def build_defs(
     upsert_job = build_upsert_job()
     maintenance_job = build_maintenance_job(specs)
     evolve_job = build_evolve_job()
-    drift_job = build_drift_job(specs, settings.specs_dir)
+    source_urls = {
+        s.name: url for s in specs if (url := settings.source_url(s.source.database)) is not None
+    }
+    drift_job = build_drift_job(specs, settings.specs_dir, source_urls)
     return dg.Definitions(
         assets=assets,
         asset_checks=[

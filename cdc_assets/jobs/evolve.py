@@ -9,6 +9,7 @@ equals the current spec is a recorded no-op. A clean table gets its routine main
 run asked for it (`maintain_when_clean`).
 """
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +25,10 @@ from cdc_assets.jobs.maintenance import maintenance_run_config
 from cdc_assets.pipeline.converge import proposal, spec_path
 from cdc_assets.pipeline.health import iceberg_differences
 from cdc_assets.pipeline.schema_topic import newest_row_schema, newest_schema_change
+from cdc_assets.pipeline.source_schema import source_create_table
 from cdc_assets.resources.iceberg import IcebergCatalogResource
 from cdc_assets.resources.kafka import KafkaResource
+from cdc_assets.resources.spark import SparkResource
 from cdc_assets.spec.connect_schema import create_table_from_fields
 from cdc_assets.spec.load import load_spec
 from cdc_assets.spec.models import TableSpec
@@ -52,14 +55,30 @@ class DriftConfig(dg.Config):
 
 
 def drift_of(
-    spec: TableSpec, specs_dir: Path, kafka: KafkaResource, catalog: Any
+    spec: TableSpec,
+    specs_dir: Path,
+    kafka: KafkaResource,
+    catalog: Any,
+    spark: Callable[[], Any] | None = None,
+    source_url: str | None = None,
 ) -> dict[str, Any]:
-    """What the drift check reports for one table (observation metadata)."""
+    """What the drift check reports for one table (observation metadata). The source's shape
+    comes from its information_schema when it is reachable, else from the newest events."""
     current = load_spec(spec_path(specs_dir, spec.name))
     found: dict[str, Any] = {"spec_version": current.spec_version, "source": "none"}
     drift = False
     seen = newest_schema_change(kafka, current)
-    if seen is not None:
+    live = None
+    if spark is not None and source_url is not None:
+        live = source_create_table(spark(), source_url, current)
+    if live is not None:
+        found.update(
+            source=f"information_schema of {current.source.database}",
+            source_ddl=live,
+            # the schema-change topic's newest DDL, where there is one, proves renames
+            audit_ddl=[seen.change.ddl] if seen is not None else [],
+        )
+    elif seen is not None:
         found.update(
             source=f"schema-change topic {seen.topic} offset {seen.partition}:{seen.offset}",
             source_ddl=seen.change.create_table,
@@ -87,7 +106,10 @@ def drift_of(
     return found
 
 
-def build_drift_job(specs: list[TableSpec], specs_dir: Path) -> dg.JobDefinition:
+def build_drift_job(
+    specs: list[TableSpec], specs_dir: Path, source_urls: dict[str, str] | None = None
+) -> dg.JobDefinition:
+    """``source_urls``: spec name -> JDBC URL of the reachable sources."""
     names = {s.name for s in specs}
 
     @dg.op(name="check_drift", out=dg.Out(dg.Nothing))
@@ -96,6 +118,7 @@ def build_drift_job(specs: list[TableSpec], specs_dir: Path) -> dg.JobDefinition
         config: DriftConfig,
         kafka: KafkaResource,
         iceberg: IcebergCatalogResource,
+        spark: SparkResource,
     ) -> None:
         unknown = sorted(set(config.tables) - names)
         if unknown:
@@ -104,7 +127,8 @@ def build_drift_job(specs: list[TableSpec], specs_dir: Path) -> dg.JobDefinition
         for spec in specs:
             if config.tables and spec.name not in config.tables:
                 continue
-            found = drift_of(spec, specs_dir, kafka, catalog)
+            url = (source_urls or {}).get(spec.name)
+            found = drift_of(spec, specs_dir, kafka, catalog, spark.get_session, url)
             context.log_event(
                 dg.AssetObservation(
                     asset_key=dg.AssetKey(["schema", spec.name]),
