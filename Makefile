@@ -4,9 +4,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt 2>/dev/null | sha256sum | cut -c1-12)
 
-.PHONY: setup jars run test test-unit test-defs test-integration lint format typecheck dev screenshot bench clean
+.PHONY: setup sources-setup jars run test test-unit test-defs test-integration lint format typecheck dev screenshot bench clean
 
-setup: $(STAMP) jars
+setup: $(STAMP) jars sources-setup
 
 $(STAMP): pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null || { echo "python3 not found: install Python 3.11"; exit 1; }
@@ -17,6 +17,10 @@ $(STAMP): pyproject.toml constraints.txt
 
 jars: $(STAMP)
 	$(BIN)/cdc-assets jars
+
+# MariaDB and PostgreSQL from Debian's packages for `cdc-assets stack up --sources` (root only)
+sources-setup:
+	sh scripts/install_sources.sh
 
 run: setup
 	$(BIN)/cdc-assets run

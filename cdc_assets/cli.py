@@ -22,9 +22,9 @@ console = Console(highlight=False, width=None if sys.stdout.isatty() else 140)
 
 
 def _cmd_jars(settings: Settings, _: argparse.Namespace) -> int:
-    from cdc_assets.resources.jars import ensure_jars, jar_cache_size
+    from cdc_assets.resources.jars import KINDS, ensure_jars, jar_cache_size
 
-    for kind in ("spark", "kafka"):
+    for kind in KINDS:
         jars = ensure_jars(kind, settings)
         console.print(f"{kind}: {len(jars)} jars in {settings.jars_dir / kind}")
     console.print(f"jar cache: {jar_cache_size(settings) / 2**20:.1f} MiB")
@@ -35,9 +35,14 @@ def _cmd_stack(settings: Settings, args: argparse.Namespace) -> int:
     from cdc_assets.resources import local_stack
 
     if args.action == "up":
-        state = local_stack.stack_up(settings)
+        state = local_stack.stack_up(settings, sources=args.sources)
         console.print(f"stack up: kafka {state.bootstrap_servers} (pid {state.kafka_pid})")
         console.print(f"catalog {state.catalog_file}, warehouse {state.warehouse}")
+        if args.sources:
+            from cdc_assets.resources import source_stack
+
+            for line in source_stack.status(settings).render():
+                console.print(line, markup=False)
         return 0
     if args.action == "down":
         local_stack.stack_down(settings, purge=args.purge)
@@ -556,6 +561,11 @@ def build_parser() -> argparse.ArgumentParser:
     stack = sub.add_parser("stack", help="local Kafka broker + Iceberg catalog + warehouse")
     stack.add_argument("action", choices=["up", "status", "down"])
     stack.add_argument("--purge", action="store_true", help="with down: delete all stack state")
+    stack.add_argument(
+        "--sources",
+        action="store_true",
+        help="with up: also MariaDB, PostgreSQL, Kafka Connect and the Debezium connectors",
+    )
     stack.set_defaults(fn=_cmd_stack)
     specs = sub.add_parser("specs", help="validate, import (from DDL) and diff table specs")
     specs_sub = specs.add_subparsers(dest="action", required=True)

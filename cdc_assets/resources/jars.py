@@ -19,7 +19,7 @@ from cdc_assets.errors import JarSetupError, ToolMissingError
 from cdc_assets.settings import Settings
 
 JVM_DIR = Path(__file__).parent.parent / "jvm"
-KINDS = ("spark", "kafka")
+KINDS = ("spark", "kafka", "connect")
 STAMP_NAME = ".stamp"
 _MAVEN_TAIL_LINES = 40
 
@@ -39,7 +39,7 @@ def require_tool(name: str) -> str:
 
 
 def pom_path(kind: str) -> Path:
-    """The pom describing the jars of ``kind`` ("spark" or "kafka")."""
+    """The pom describing the jars of ``kind`` (one of KINDS)."""
     if kind not in KINDS:
         raise ValueError(f"unknown jar kind {kind!r}; expected one of {', '.join(KINDS)}")
     return JVM_DIR / kind / "pom.xml"

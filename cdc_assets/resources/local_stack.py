@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from cdc_assets.errors import StackError
-from cdc_assets.resources import kafka_broker
+from cdc_assets.resources import kafka_broker, source_stack
 from cdc_assets.resources.jars import kafka_classpath
 from cdc_assets.settings import ENV_KAFKA_BOOTSTRAP, ENV_KAFKA_PORT, Settings
 
@@ -81,6 +81,8 @@ class StackStatus:
     kafka: KafkaStatus
     catalog: CatalogStatus
     warehouse: WarehouseStatus
+    # MariaDB, PostgreSQL, Kafka Connect: only when once started with `stack up --sources`.
+    sources: source_stack.SourcesStatus = field(default_factory=source_stack.SourcesStatus)
 
     @property
     def healthy(self) -> bool:
@@ -89,6 +91,7 @@ class StackStatus:
             and self.catalog.exists
             and self.catalog.error is None
             and self.warehouse.exists
+            and self.sources.healthy
         )
 
     def render(self) -> str:
@@ -115,11 +118,15 @@ class StackStatus:
         if kafka.state == "dead" and kafka.log_tail:
             lines.append(f"  last {len(kafka.log_tail)} lines of the Kafka log:")
             lines.extend(f"    {line}" for line in kafka.log_tail)
+        lines.extend(self.sources.render())
         return "\n".join(lines)
 
 
-def stack_up(settings: Settings) -> StackState:
-    """Start the local stack, or return the running one; a dead broker is cleaned and restarted."""
+def stack_up(settings: Settings, *, sources: bool = False) -> StackState:
+    """Start the local stack, or return the running one; a dead broker is cleaned and restarted.
+
+    ``sources`` also starts MariaDB, PostgreSQL, Kafka Connect and the Debezium connectors
+    (source_stack.up; what it started is in sources.json, see source_stack.status)."""
     settings.stack_dir.mkdir(parents=True, exist_ok=True)
     with _locked(settings):
         classpath = kafka_classpath(settings)
@@ -136,6 +143,8 @@ def stack_up(settings: Settings) -> StackState:
                     f"{ENV_KAFKA_PORT} asks for {settings.kafka_port}: run `cdc-assets stack down` "
                     "first"
                 )
+            if sources:
+                source_stack.up(settings, existing.bootstrap_servers)
             return existing
         _stop_brokers(settings, files)
 
@@ -170,14 +179,19 @@ def stack_up(settings: Settings) -> StackState:
         state = read_state(settings)
         if state is None:
             raise StackError(f"{_state_file(settings)} vanished while the stack was starting")
+        if sources:
+            source_stack.up(settings, state.bootstrap_servers)
         return state
 
 
 def stack_down(settings: Settings, *, purge: bool = False) -> None:
-    """Stop the broker (SIGTERM, then SIGKILL after 30 s); ``purge`` also deletes the stack dir."""
+    """Stop the broker (SIGTERM, then SIGKILL after 30 s); ``purge`` also deletes the stack dir.
+
+    Sources started by `stack up --sources` stop first (the worker needs the broker to stop)."""
     if not settings.stack_dir.exists():
         return
     with _locked(settings):
+        source_stack.down(settings)
         _stop_brokers(settings, _broker_files(settings))
         if purge:
             shutil.rmtree(settings.stack_dir)
@@ -193,6 +207,7 @@ def stack_status(settings: Settings) -> StackStatus:
         warehouse=WarehouseStatus(
             path=warehouse, exists=warehouse.is_dir(), size_bytes=_dir_size(warehouse)
         ),
+        sources=source_stack.status(settings),
     )
 
 

@@ -430,6 +430,9 @@ def _check_type(d: DdlColumn, connector: str) -> None:
 
 def _type_key(text: str, connector: str) -> tuple[object, ...]:
     t = parse_source_type(text, connector)
+    if connector == "mariadb" and t.kind == "LONGTEXT":
+        # MariaDB's JSON is an alias of LONGTEXT: its catalog and Debezium report that name.
+        return ("JSON", None, None, None)
     return (t.kind, t.length, t.precision, t.scale)
 
 

@@ -42,6 +42,9 @@ def _type_text(column: Mapping[str, Any]) -> str:
         values = ", ".join("'" + str(v).replace("'", "''") + "'" for v in enum_values)
         return f"{base.upper()}({values})"
     length, scale = column.get("length"), column.get("scale")
+    if base == "tinyint" and length == 1 and not suffix:
+        # MySQL's BOOLEAN is tinyint(1): Debezium reports the column under that name.
+        return "BOOLEAN"
     if base in _SIZED and length is not None and length > 0:
         size = (
             f"{length},{scale}"
@@ -64,7 +67,8 @@ def create_table_text(table: str, change_table: Mapping[str, Any]) -> str:
         line = f"  {_quote(col['name'])} {_type_text(col)}"
         if not col.get("optional", True):
             line += " NOT NULL"
-        if col.get("hasDefaultValue") and col.get("defaultValueExpression") is not None:
+        # Older records have no hasDefaultValue; a default expression is enough.
+        if col.get("hasDefaultValue", True) and col.get("defaultValueExpression") is not None:
             line += " DEFAULT '" + str(col["defaultValueExpression"]).replace("'", "''") + "'"
         if col.get("comment"):
             line += " COMMENT '" + str(col["comment"]).replace("'", "''") + "'"

@@ -1,0 +1,374 @@
+"""A Kafka Connect worker with the Debezium connectors, against the local stack's broker.
+
+One distributed worker (Apache Kafka's own jars and Debezium's, fetched by Maven into the jar
+cache as the "connect" kind) whose REST API listens on 127.0.0.1 on a free port; its internal
+topics have one replica. The connectors are registered from the JSON files in
+``cdc_assets/sources/connectors/``, whose ``{{placeholders}}`` (host, ports, user, password,
+bootstrap) are filled at registration; then each connector's task must be RUNNING.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import signal
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cdc_assets.errors import StackError
+from cdc_assets.resources import local_process, sources
+from cdc_assets.resources.jars import ensure_jars, require_tool
+from cdc_assets.resources.kafka_broker import HOST, log_tail
+from cdc_assets.settings import Settings
+
+CONNECTORS_DIR = sources.SOURCES_DIR / "connectors"
+CONNECTOR_FILES = ("mariadb.json", "postgres.json")
+MAIN_CLASS = "org.apache.kafka.connect.cli.ConnectDistributed"
+WORKER_HEAP = "-Xmx512m"
+GROUP_ID = "cdc-assets-connect"
+LOG4J_TEMPLATE = Path(__file__).with_name("connect-log4j2.properties")
+READY_TIMEOUT_S = 120.0
+RUNNING_TIMEOUT_S = 120.0
+STOP_TIMEOUT_S = 30.0
+_PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
+
+
+@dataclass(frozen=True)
+class ConnectFiles:
+    base: Path
+    worker_properties: Path
+    log4j_config: Path
+    log_file: Path
+
+
+def connect_files(settings: Settings) -> ConnectFiles:
+    base = settings.stack_dir / "connect"
+    return ConnectFiles(
+        base=base,
+        worker_properties=base / "worker.properties",
+        log4j_config=base / "log4j2.properties",
+        log_file=settings.stack_dir / "logs" / "connect.log",
+    )
+
+
+def connect_classpath(settings: Settings) -> str:
+    """Java ``-cp`` value for the worker: Kafka Connect and the Debezium connectors."""
+    ensure_jars("connect", settings)
+    return str(settings.jars_dir / "connect" / "*")
+
+
+def render_worker_properties(*, bootstrap: str, port: int) -> str:
+    """A distributed worker alone in its group, JSON with schemas for keys and values."""
+    lines = [
+        f"bootstrap.servers={bootstrap}",
+        f"group.id={GROUP_ID}",
+        "key.converter=org.apache.kafka.connect.json.JsonConverter",
+        "key.converter.schemas.enable=true",
+        "value.converter=org.apache.kafka.connect.json.JsonConverter",
+        "value.converter.schemas.enable=true",
+        "config.storage.topic=_cdc-connect-configs",
+        "offset.storage.topic=_cdc-connect-offsets",
+        "status.storage.topic=_cdc-connect-status",
+        # A single broker holds one replica; one partition is plenty for one worker.
+        "config.storage.replication.factor=1",
+        "offset.storage.replication.factor=1",
+        "offset.storage.partitions=1",
+        "status.storage.replication.factor=1",
+        "status.storage.partitions=1",
+        f"listeners=http://{HOST}:{port}",
+        f"rest.advertised.host.name={HOST}",
+        f"rest.advertised.port={port}",
+        # The connectors are on the classpath and declare themselves in ServiceLoader manifests.
+        "plugin.discovery=service_load",
+        "offset.flush.interval.ms=1000",
+        # Nobody else joins: a restarted worker takes its connectors back at once instead of
+        # waiting five minutes for the member that left.
+        "scheduled.rebalance.max.delay.ms=0",
+        "task.shutdown.graceful.timeout.ms=5000",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def worker_command(classpath: str, files: ConnectFiles) -> list[str]:
+    return [
+        require_tool("java"),
+        "-Xms64m",
+        WORKER_HEAP,
+        "-Djava.awt.headless=true",
+        "-cp",
+        classpath,
+        f"-Dlog4j2.configurationFile={files.log4j_config}",
+        MAIN_CLASS,
+        str(files.worker_properties),
+    ]
+
+
+def start_worker(settings: Settings, bootstrap: str) -> int:
+    """Start the worker (or keep the running one on the same broker); its REST port."""
+    files = connect_files(settings)
+    entry = sources.load_state(settings).get("connect")
+    marker = str(files.worker_properties)
+    if isinstance(entry, dict) and entry.get("bootstrap") == bootstrap:
+        pid, port = entry.get("pid"), entry.get("port")
+        alive = isinstance(pid, int) and local_process.runs(pid, marker)
+        if alive and isinstance(port, int) and _healthy(port):
+            return port
+    stop_worker(settings)
+    classpath = connect_classpath(settings)
+    files.base.mkdir(parents=True, exist_ok=True)
+    port = sources.choose_port(settings, "connect")
+    files.worker_properties.write_text(
+        render_worker_properties(bootstrap=bootstrap, port=port), encoding="utf-8"
+    )
+    shutil.copyfile(LOG4J_TEMPLATE, files.log4j_config)
+    if files.log_file.exists():  # keep the previous run's log, as the broker does
+        files.log_file.replace(files.log_file.with_name(files.log_file.name + ".1"))
+    pid = local_process.start_detached(
+        worker_command(classpath, files), files.log_file, cwd=files.base
+    )
+    sources.remember_port(settings, "connect", port)
+    sources.update_state(settings, connect={"pid": pid, "port": port, "bootstrap": bootstrap})
+    try:
+        _wait_healthy(pid, port, files.log_file)
+    except BaseException:
+        stop_worker(settings)
+        raise
+    return port
+
+
+def stop_worker(settings: Settings) -> None:
+    """Stop the worker (recorded or stray); connector configs and offsets stay in Kafka."""
+    marker = str(connect_files(settings).worker_properties)
+    pids = set(local_process.find_pids("java", marker))
+    entry = (
+        sources.load_state(settings).get("connect")
+        if sources.state_path(settings).exists()
+        else None
+    )
+    recorded = entry.get("pid") if isinstance(entry, dict) else None
+    if isinstance(recorded, int) and local_process.runs(recorded, marker):
+        pids.add(recorded)
+    for pid in sorted(pids):
+        local_process.stop(pid, "Kafka Connect worker", sig=signal.SIGTERM, timeout=STOP_TIMEOUT_S)
+    if sources.state_path(settings).exists():
+        sources.update_state(settings, connect=None)
+
+
+def worker_status(settings: Settings) -> sources.ServerStatus:
+    files = connect_files(settings)
+    return sources.server_status(settings, "connect", str(files.worker_properties), files.log_file)
+
+
+# --- connectors ------------------------------------------------------------------------------
+
+
+def connector_configs(values: dict[str, str]) -> list[dict[str, Any]]:
+    """The connector definitions kept in the repo, placeholders filled from ``values``."""
+    definitions = []
+    for name in CONNECTOR_FILES:
+        path = CONNECTORS_DIR / name
+        definition = json.loads(path.read_text(encoding="utf-8"))
+        config = {}
+        for key, value in definition["config"].items():
+            text = str(value)
+            unknown = [p for p in _PLACEHOLDER.findall(text) if p not in values]
+            if unknown:
+                raise StackError(f"{path}: {key} uses unknown placeholder {unknown[0]!r}")
+            config[key] = _PLACEHOLDER.sub(lambda m: values[m.group(1)], text)
+        definitions.append({"name": definition["name"], "config": config})
+    return definitions
+
+
+def placeholder_values(settings: Settings, bootstrap: str) -> dict[str, str]:
+    data = sources.load_state(settings)
+    ports = data.get("ports", {})
+    return {
+        "host": HOST,
+        "user": sources.CDC_USER,
+        "password": sources.cdc_password(settings),
+        "bootstrap": bootstrap,
+        "mariadb_port": str(ports.get("mariadb", "")),
+        "postgres_port": str(ports.get("postgres", "")),
+    }
+
+
+def register_connectors(settings: Settings, bootstrap: str, port: int) -> list[str]:
+    """PUT every connector's config (idempotent) and wait until each task is RUNNING."""
+    definitions = connector_configs(placeholder_values(settings, bootstrap))
+    for definition in definitions:
+        _request_retrying(
+            port, "PUT", f"/connectors/{definition['name']}/config", definition["config"]
+        )
+    names = [d["name"] for d in definitions]
+    for name in names:
+        wait_running(port, name, log_file=connect_files(settings).log_file)
+    sources.update_state(settings, connectors=names)
+    wait_snapshots_done(bootstrap, [heartbeat_topic(d["config"]) for d in definitions])
+    return names
+
+
+def heartbeat_topic(config: dict[str, str]) -> str:
+    """Where a connector writes its heartbeats (Debezium's default naming)."""
+    prefix = config.get("topic.heartbeat.prefix", "__debezium-heartbeat")
+    return f"{prefix}.{config['topic.prefix']}"
+
+
+def wait_snapshots_done(
+    bootstrap: str, topics: list[str], *, timeout: float = RUNNING_TIMEOUT_S
+) -> None:
+    """Block until every heartbeat topic holds a record. A task is RUNNING before its snapshot
+    starts; the first heartbeat comes when the snapshot is done (MariaDB) or streaming runs
+    (PostgreSQL), so a change made after this returns is streamed (op c/u/d), not read (r)."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "cdc-assets-stack",
+            "enable.auto.commit": False,
+        }
+    )
+    pending = list(topics)
+    deadline = time.monotonic() + timeout
+    try:
+        while pending:
+            topic = pending[0]
+            try:
+                _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=5)
+            except KafkaException:
+                high = 0  # the topic does not exist before the first heartbeat
+            if high > 0:
+                pending.pop(0)
+                continue
+            if time.monotonic() >= deadline:
+                raise StackError(
+                    f"no Debezium heartbeat on {', '.join(pending)} within {timeout:.0f} s: "
+                    "a connector's snapshot did not finish; see the Kafka Connect log"
+                )
+            time.sleep(0.5)
+    finally:
+        consumer.close()
+
+
+def connector_status(port: int, name: str) -> dict[str, Any]:
+    """Kafka Connect's status of one connector (state of the connector and of each task)."""
+    status, body = rest(port, "GET", f"/connectors/{name}/status")
+    if status != 200 or not isinstance(body, dict):
+        raise StackError(f"status of connector {name}: HTTP {status} {body}")
+    return body
+
+
+def wait_running(
+    port: int, name: str, *, timeout: float = RUNNING_TIMEOUT_S, log_file: Path | None = None
+) -> None:
+    """Block until the connector and all its tasks are RUNNING; StackError with the trace if one
+    FAILED or when the time is up."""
+    deadline = time.monotonic() + timeout
+    last: object = "no status yet"
+    while time.monotonic() < deadline:
+        status, body = rest(port, "GET", f"/connectors/{name}/status")
+        if status == 200 and isinstance(body, dict):
+            last = body
+            connector = body.get("connector", {})
+            tasks = body.get("tasks", [])
+            failed = [t for t in [connector, *tasks] if t.get("state") == "FAILED"]
+            if failed:
+                trace = failed[0].get("trace", "(no trace)")
+                raise StackError(f"connector {name} FAILED:\n{trace}")
+            if (
+                connector.get("state") == "RUNNING"
+                and tasks
+                and all(t.get("state") == "RUNNING" for t in tasks)
+            ):
+                return
+        time.sleep(0.5)
+    tail = "\n".join(log_tail(log_file, 30)) if log_file else ""
+    raise StackError(
+        f"connector {name} not RUNNING within {timeout:.0f} s (last status: {last})"
+        + (f"; last 30 lines of {log_file}:\n{tail}" if tail else "")
+    )
+
+
+def connectors_summary(settings: Settings) -> list[str]:
+    """One line per registered connector (for `stack status`); empty when the worker is down."""
+    entry = sources.load_state(settings).get("connect")
+    port = entry.get("port") if isinstance(entry, dict) else None
+    if not isinstance(port, int) or not _healthy(port):
+        return []
+    lines = []
+    for name in sources.load_state(settings).get("connectors", []):
+        try:
+            body = connector_status(port, name)
+        except StackError as exc:
+            lines.append(f"{name}: {exc}")
+            continue
+        tasks = ", ".join(f"task {t.get('id')} {t.get('state')}" for t in body.get("tasks", []))
+        lines.append(f"{name}: {body.get('connector', {}).get('state')} ({tasks or 'no tasks'})")
+    return lines
+
+
+def rest(port: int, method: str, path: str, body: object = None) -> tuple[int, Any]:
+    """One call of the worker's REST API: (HTTP status, parsed JSON or text); (0, error) when
+    nothing answers."""
+    data = None if body is None else json.dumps(body).encode("utf-8")
+    request = urllib.request.Request(
+        f"http://{HOST}:{port}{path}",
+        data=data,
+        method=method,
+        headers={"Content-Type": "application/json", "Accept": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, _parse(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, _parse(exc.read())
+    except (urllib.error.URLError, OSError) as exc:
+        return 0, str(exc)
+
+
+def _parse(raw: bytes) -> Any:
+    text = raw.decode("utf-8", errors="replace")
+    try:
+        return json.loads(text) if text else None
+    except json.JSONDecodeError:
+        return text
+
+
+def _healthy(port: int) -> bool:
+    status, _ = rest(port, "GET", "/health")
+    return status == 200
+
+
+def _wait_healthy(pid: int, port: int, log_file: Path) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    last: object = "REST API not listening yet"
+    while time.monotonic() < deadline:
+        if not local_process.pid_alive(pid):
+            raise StackError(local_process.died_message("Kafka Connect worker", pid, log_file))
+        status, body = rest(port, "GET", "/health")
+        if status == 200:
+            return
+        last = body if status else last
+        time.sleep(0.5)
+    raise StackError(
+        f"Kafka Connect worker (pid {pid}) not healthy on {HOST}:{port} within "
+        f"{READY_TIMEOUT_S:.0f} s ({last}); last 30 lines of {log_file}:\n"
+        + "\n".join(log_tail(log_file, 30))
+    )
+
+
+def _request_retrying(port: int, method: str, path: str, body: object) -> Any:
+    """A config change; retried while the worker rebalances (409) or its herder is busy (5xx)."""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while True:
+        status, answer = rest(port, method, path, body)
+        if 200 <= status < 300:
+            return answer
+        if status not in (0, 409, 500, 503) or time.monotonic() >= deadline:
+            raise StackError(f"Kafka Connect {method} {path}: HTTP {status} {answer}")
+        time.sleep(1.0)

@@ -1,0 +1,142 @@
+"""Detached local server processes of the stack's sources (MariaDB, PostgreSQL, Kafka Connect).
+
+Start in a session of its own with output appended to a log, recognise by command line (guards
+pid reuse), stop by signal with a SIGKILL fallback. kafka_broker keeps its own copy for the broker.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from cdc_assets.errors import StackError
+from cdc_assets.resources.kafka_broker import log_tail
+
+# Popen objects of the processes this interpreter started: polling reaps one that died, which
+# would otherwise linger as a zombie that os.kill(pid, 0) still reports as alive.
+_STARTED: dict[int, subprocess.Popen[bytes]] = {}
+
+
+def start_detached(
+    command: Sequence[str],
+    log_file: Path,
+    *,
+    cwd: Path,
+    user: str | None = None,
+    env: dict[str, str] | None = None,
+) -> int:
+    """Start ``command`` in its own session, stdout and stderr appended to ``log_file``."""
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with log_file.open("ab") as log:
+        try:
+            proc = subprocess.Popen(
+                list(command),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                cwd=cwd,
+                env=env,
+                user=user,
+                group=user,
+                extra_groups=[] if user else None,
+            )
+        except OSError as exc:
+            raise StackError(f"cannot start {command[0]}: {exc}") from exc
+    _STARTED[proc.pid] = proc
+    return proc.pid
+
+
+def exit_code(pid: int) -> int | None:
+    proc = _STARTED.get(pid)
+    return None if proc is None else proc.poll()
+
+
+def pid_alive(pid: int) -> bool:
+    """True when ``pid`` is a running (not zombie) process."""
+    proc = _STARTED.get(pid)
+    if proc is not None:
+        return proc.poll() is None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return True
+    fields = stat.rsplit(")", 1)[-1].split()
+    return not (fields and fields[0] in ("Z", "X"))
+
+
+def cmdline(pid: int) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+
+
+def runs(pid: int | None, marker: str) -> bool:
+    """True when ``pid`` is alive and one of its arguments contains ``marker``."""
+    if pid is None or not pid_alive(pid):
+        return False
+    return any(marker in arg for arg in cmdline(pid))
+
+
+def find_pids(program: str, marker: str) -> list[int]:
+    """Live processes whose executable name ends with ``program`` and that mention ``marker``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        args = cmdline(pid)
+        ours = bool(args) and Path(args[0]).name.endswith(program)
+        if ours and any(marker in a for a in args) and pid_alive(pid):
+            found.append(pid)
+    return sorted(found)
+
+
+def stop(pid: int, what: str, *, sig: signal.Signals = signal.SIGTERM, timeout: float = 30) -> None:
+    """Send ``sig`` to the process group of ``pid``, SIGKILL after ``timeout``; wait until gone."""
+    _signal_group(pid, sig)
+    if _wait_gone(pid, timeout):
+        return
+    _signal_group(pid, signal.SIGKILL)
+    if not _wait_gone(pid, 10.0):
+        raise StackError(f"{what} process {pid} survived SIGKILL")
+
+
+def died_message(what: str, pid: int, log_file: Path, lines: int = 30) -> str:
+    code = exit_code(pid)
+    how = f"exited with code {code}" if code is not None else "exited"
+    tail = "\n".join(log_tail(log_file, lines))
+    return f"{what} (pid {pid}) {how} during startup; last {lines} lines of {log_file}:\n{tail}"
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    try:
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, sig)
+        else:
+            os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _wait_gone(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while True:
+        if not pid_alive(pid):
+            _STARTED.pop(pid, None)
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)

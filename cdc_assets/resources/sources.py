@@ -1,0 +1,698 @@
+"""The local stack's source databases: a private MariaDB server and a private PostgreSQL cluster.
+
+Both come from Debian's packages (`make sources-setup`), keep their data under the stack dir
+(``mariadb/``, ``postgres/``), listen on 127.0.0.1 on ports picked free at start, and are set up
+once for Debezium: MariaDB with a ROW binlog and strict GTIDs, PostgreSQL with logical WAL and a
+pgoutput publication, a ``cdc`` user with replication rights, and the example tables created from
+the DDL files in ``cdc_assets/sources/sql/``. ``sources.json`` records ports, pids and the
+``cdc`` password (also read by the Kafka Connect module).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from cdc_assets.errors import StackError
+from cdc_assets.resources import local_process
+from cdc_assets.resources.kafka_broker import (
+    HOST,
+    log_tail,
+    pick_free_port,
+    port_answers,
+    port_is_free,
+)
+from cdc_assets.settings import Settings
+
+SOURCES_DIR = Path(__file__).parent.parent / "sources"
+SQL_DIR = SOURCES_DIR / "sql"
+STATE_FILE = "sources.json"
+SETUP_MARKER = "setup.done"
+CDC_USER = "cdc"
+PG_SUPERUSER = "postgres"
+# initdb and postgres refuse to run as root: as root they run as the package's system user.
+PG_SYSTEM_USER = "postgres"
+PUBLICATION = "cdc_publication"
+READY_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 30.0
+INSTALL_HINT = "run `make sources-setup` (as root), or `apt-get install -y {packages}`"
+
+ServerName = Literal["mariadb", "postgres"]
+RunState = Literal["running", "dead", "stopped"]
+
+
+@dataclass(frozen=True)
+class ExampleTable:
+    """One example table: its spec, the server and database it lives in, its DDL file."""
+
+    spec_name: str
+    server: ServerName
+    database: str
+    schema: str | None = None
+
+    @property
+    def ddl_file(self) -> Path:
+        return SQL_DIR / f"{self.spec_name}.sql"
+
+    def ddl(self) -> str:
+        return self.ddl_file.read_text(encoding="utf-8")
+
+
+EXAMPLE_TABLES = (
+    ExampleTable("users", "mariadb", "app"),
+    ExampleTable("order_items", "mariadb", "shop"),
+    ExampleTable("orders", "postgres", "shop", schema="public"),
+)
+
+
+@dataclass(frozen=True)
+class ServerStatus:
+    name: ServerName | Literal["connect"]
+    state: RunState
+    pid: int | None
+    port: int | None
+    reason: str
+    log_tail: list[str] = field(default_factory=list)
+
+
+# --- state file ------------------------------------------------------------------------------
+
+
+def state_path(settings: Settings) -> Path:
+    return settings.stack_dir / STATE_FILE
+
+
+def load_state(settings: Settings) -> dict[str, Any]:
+    """sources.json as a dict ({} when the sources were never started)."""
+    path = state_path(settings)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except json.JSONDecodeError as exc:
+        raise StackError(
+            f"{path} is not valid JSON ({exc}); `cdc-assets stack down` resets it"
+        ) from exc
+    if not isinstance(data, dict):
+        raise StackError(f"{path} does not hold a JSON object; `cdc-assets stack down` resets it")
+    return data
+
+
+def save_state(settings: Settings, data: dict[str, Any]) -> None:
+    path = state_path(settings)
+    tmp = path.with_name(path.name + ".tmp")
+    # It holds the cdc user's password: readable by the owner only.
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def update_state(settings: Settings, **entries: Any) -> dict[str, Any]:
+    """Set (or, with None, remove) top-level entries of sources.json; return the new content."""
+    data = load_state(settings)
+    for key, value in entries.items():
+        if value is None:
+            data.pop(key, None)
+        else:
+            data[key] = value
+    save_state(settings, data)
+    return data
+
+
+def cdc_password(settings: Settings) -> str:
+    """The ``cdc`` user's password, generated once per stack and kept in sources.json."""
+    data = load_state(settings)
+    password = data.get("password")
+    if not isinstance(password, str) or not password:
+        password = secrets.token_hex(16)
+        update_state(settings, password=password)
+    return password
+
+
+def choose_port(settings: Settings, name: str) -> int:
+    """A port for server ``name``: its previous one if free, else a free one that no other
+    server of the stack remembers."""
+    ports = load_state(settings).get("ports")
+    ports = ports if isinstance(ports, dict) else {}
+    previous = ports.get(name)
+    avoid = {p for k, p in ports.items() if k != name and isinstance(p, int)}
+    if isinstance(previous, int) and previous not in avoid and port_is_free(previous):
+        return previous
+    return pick_free_port(avoid)
+
+
+def remember_port(settings: Settings, name: str, port: int) -> None:
+    ports = load_state(settings).get("ports")
+    known: dict[str, Any] = ports if isinstance(ports, dict) else {}
+    update_state(settings, ports={**known, name: port})
+
+
+# --- tools -----------------------------------------------------------------------------------
+
+
+def _admin_user() -> str:
+    """The OS user, who is MariaDB's socket-authenticated admin after mariadb-install-db."""
+    return pwd.getpwuid(os.geteuid()).pw_name
+
+
+def _find(name: str, *fallbacks: str) -> str | None:
+    found = shutil.which(name)
+    if found:
+        return found
+    return next((f for f in fallbacks if os.access(f, os.X_OK)), None)
+
+
+@dataclass(frozen=True)
+class MariaDbTools:
+    server: str
+    install_db: str
+    client: str
+
+
+def mariadb_tools() -> MariaDbTools:
+    server = _find("mariadbd", "/usr/sbin/mariadbd")
+    install_db = _find("mariadb-install-db", "/usr/bin/mariadb-install-db")
+    client = _find("mariadb", "/usr/bin/mariadb")
+    if server is None or install_db is None or client is None:
+        missing = [
+            n for n, p in (("mariadbd", server), ("mariadb-install-db", install_db)) if not p
+        ]
+        missing += [] if client else ["mariadb"]
+        raise StackError(
+            f"MariaDB is not installed ({', '.join(missing)} not found): "
+            + INSTALL_HINT.format(packages="mariadb-server mariadb-client")
+        )
+    return MariaDbTools(server, install_db, client)
+
+
+def postgres_bindir() -> Path:
+    """The bin directory of the newest PostgreSQL on this machine (Debian: /usr/lib/postgresql)."""
+
+    def version(path: Path) -> tuple[int, ...]:
+        return tuple(int(p) for p in re.findall(r"\d+", path.parent.name))
+
+    candidates = sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=version, reverse=True)
+    initdb = shutil.which("initdb")
+    if initdb:
+        candidates.append(Path(initdb).parent)
+    for bindir in candidates:
+        if all((bindir / tool).is_file() for tool in ("initdb", "postgres", "psql", "pg_isready")):
+            return bindir
+    raise StackError(
+        "PostgreSQL is not installed (initdb, postgres, psql, pg_isready not found under "
+        "/usr/lib/postgresql/*/bin or on PATH): " + INSTALL_HINT.format(packages="postgresql")
+    )
+
+
+# --- MariaDB ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MariaDbFiles:
+    base: Path
+    data_dir: Path
+    socket: Path
+    pid_file: Path
+    log_file: Path
+
+    @property
+    def marker(self) -> str:
+        return f"--datadir={self.data_dir}"
+
+
+def mariadb_files(settings: Settings) -> MariaDbFiles:
+    base = settings.stack_dir / "mariadb"
+    return MariaDbFiles(
+        base=base,
+        data_dir=base / "data",
+        socket=base / "mysqld.sock",
+        pid_file=base / "mariadbd.pid",
+        log_file=settings.stack_dir / "logs" / "mariadb.log",
+    )
+
+
+def mariadb_command(tools: MariaDbTools, files: MariaDbFiles, port: int) -> list[str]:
+    """mariadbd on loopback with what the Debezium MariaDB connector needs from the binlog."""
+    command = [
+        tools.server,
+        "--no-defaults",  # /etc/mysql/ belongs to the system service, not to this server
+        f"--datadir={files.data_dir}",
+        f"--socket={files.socket}",
+        f"--pid-file={files.pid_file}",
+        f"--bind-address={HOST}",
+        f"--port={port}",
+        "--skip-name-resolve",
+        "--server-id=1",
+        "--log-bin=mariadb-bin",
+        "--binlog-format=ROW",
+        "--binlog-row-image=FULL",
+        "--gtid-strict-mode=ON",
+        "--log-slave-updates=ON",
+        "--character-set-server=utf8mb4",
+        "--collation-server=utf8mb4_general_ci",
+        "--default-time-zone=+00:00",
+        "--innodb-buffer-pool-size=64M",
+        "--performance-schema=OFF",
+        "--max-connections=60",
+    ]
+    if os.geteuid() == 0:
+        command.append("--user=root")
+    return command
+
+
+def mariadb_client_command(settings: Settings, database: str | None = None) -> list[str]:
+    """The `mariadb` client as the admin user over the server's socket (SQL on stdin)."""
+    tools = mariadb_tools()
+    files = mariadb_files(settings)
+    command = [
+        tools.client,
+        "--no-defaults",
+        f"--socket={files.socket}",
+        f"--user={_admin_user()}",
+        "--batch",
+        "--skip-column-names",
+    ]
+    return [*command, database] if database else command
+
+
+def mariadb_execute(settings: Settings, sql: str, database: str | None = None) -> str:
+    """Run SQL on the local MariaDB as admin; its output (tab-separated rows)."""
+    return _run_client("MariaDB", mariadb_client_command(settings, database), sql)
+
+
+def start_mariadb(settings: Settings) -> int:
+    """Start (initialising once) the private MariaDB server; return its port."""
+    tools = mariadb_tools()
+    files = mariadb_files(settings)
+    running = _running_entry(settings, "mariadb", files.marker)
+    if running is not None:
+        return running
+    _stop_server(settings, "mariadb", files.marker, signal.SIGTERM)
+    fresh = not (files.base / SETUP_MARKER).exists()
+    if fresh:
+        shutil.rmtree(files.base, ignore_errors=True)  # a half-finished setup starts over
+        files.base.mkdir(parents=True)
+        _run_tool(
+            "mariadb-install-db",
+            [
+                tools.install_db,
+                "--no-defaults",
+                f"--datadir={files.data_dir}",
+                "--skip-test-db",
+                "--skip-name-resolve",
+                *(["--user=root"] if os.geteuid() == 0 else []),
+            ],
+            files.log_file,
+        )
+    port = choose_port(settings, "mariadb")
+    files.socket.unlink(missing_ok=True)
+    pid = local_process.start_detached(
+        mariadb_command(tools, files, port), files.log_file, cwd=files.base
+    )
+    _record_server(settings, "mariadb", pid, port, socket=str(files.socket))
+    try:
+        _wait_ready(
+            "MariaDB",
+            pid,
+            files.log_file,
+            lambda: port_answers(port) and files.socket.exists(),
+        )
+        if fresh:
+            _setup_mariadb(settings)
+            (files.base / SETUP_MARKER).write_text("ok\n", encoding="utf-8")
+    except BaseException:
+        _stop_server(settings, "mariadb", files.marker, signal.SIGTERM)
+        raise
+    return port
+
+
+def _setup_mariadb(settings: Settings) -> None:
+    password = cdc_password(settings)
+    statements = [
+        f"CREATE USER '{CDC_USER}'@'{HOST}' IDENTIFIED BY '{password}';",
+        # What the Debezium MariaDB connector needs for a snapshot and the binlog stream.
+        "GRANT SELECT, RELOAD, SHOW DATABASES, LOCK TABLES, REPLICATION SLAVE, BINLOG MONITOR "
+        f"ON *.* TO '{CDC_USER}'@'{HOST}';",
+    ]
+    for table in EXAMPLE_TABLES:
+        if table.server == "mariadb":
+            statements += [
+                f"CREATE DATABASE IF NOT EXISTS `{table.database}`;",
+                f"USE `{table.database}`;",
+                table.ddl(),
+            ]
+    mariadb_execute(settings, "\n".join(statements))
+
+
+# --- PostgreSQL ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PostgresFiles:
+    base: Path
+    data_dir: Path
+    socket_dir: Path
+    log_file: Path
+
+    @property
+    def marker(self) -> str:
+        return str(self.data_dir)
+
+
+def postgres_files(settings: Settings) -> PostgresFiles:
+    base = settings.stack_dir / "postgres"
+    return PostgresFiles(
+        base=base,
+        data_dir=base / "data",
+        socket_dir=base / "run",
+        log_file=settings.stack_dir / "logs" / "postgres.log",
+    )
+
+
+def _pg_user() -> str | None:
+    """The user to run initdb and postgres as: the package's system user when we are root."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        pwd.getpwnam(PG_SYSTEM_USER)
+    except KeyError:
+        raise StackError(
+            f"running as root, the local PostgreSQL needs the system user {PG_SYSTEM_USER!r} "
+            "(created by Debian's postgresql package): "
+            + INSTALL_HINT.format(packages="postgresql")
+        ) from None
+    return PG_SYSTEM_USER
+
+
+def postgres_command(bindir: Path, files: PostgresFiles, port: int) -> list[str]:
+    """postgres on loopback with logical WAL for Debezium's pgoutput."""
+    settings = {
+        "listen_addresses": HOST,
+        "port": str(port),
+        "unix_socket_directories": str(files.socket_dir),
+        "wal_level": "logical",
+        "max_replication_slots": "4",
+        "max_wal_senders": "4",
+        "max_connections": "40",
+        "shared_buffers": "32MB",
+        "TimeZone": "UTC",
+        "log_timezone": "UTC",
+        "logging_collector": "off",
+    }
+    command = [str(bindir / "postgres"), "-D", str(files.data_dir)]
+    for key, value in settings.items():
+        command += ["-c", f"{key}={value}"]
+    return command
+
+
+def psql_command(settings: Settings, database: str = "postgres") -> list[str]:
+    """psql as the superuser over the cluster's socket (SQL on stdin, stop at the first error)."""
+    files = postgres_files(settings)
+    port = _port_of(settings, "postgres")
+    if port is None:
+        raise StackError(
+            "the local PostgreSQL was never started: run `cdc-assets stack up --sources`"
+        )
+    return [
+        str(postgres_bindir() / "psql"),
+        "-X",
+        "-q",
+        "-A",
+        "-t",
+        "-v",
+        "ON_ERROR_STOP=1",
+        "-h",
+        str(files.socket_dir),
+        "-p",
+        str(port),
+        "-U",
+        PG_SUPERUSER,
+        "-d",
+        database,
+    ]
+
+
+def postgres_execute(settings: Settings, sql: str, database: str = "postgres") -> str:
+    """Run SQL on the local PostgreSQL as superuser; its unaligned output."""
+    return _run_client("PostgreSQL", psql_command(settings, database), sql)
+
+
+def start_postgres(settings: Settings) -> int:
+    """Start (initialising once) the private PostgreSQL cluster; return its port."""
+    bindir = postgres_bindir()
+    files = postgres_files(settings)
+    run_as = _pg_user()
+    running = _running_entry(settings, "postgres", files.marker)
+    if running is not None:
+        return running
+    _stop_server(settings, "postgres", files.marker, signal.SIGINT)
+    fresh = not (files.base / SETUP_MARKER).exists()
+    if fresh:
+        shutil.rmtree(files.base, ignore_errors=True)
+        files.base.mkdir(parents=True)
+        files.data_dir.mkdir(mode=0o700)
+        files.socket_dir.mkdir()
+        if run_as is not None:
+            account = pwd.getpwnam(run_as)
+            for path in (files.data_dir, files.socket_dir):
+                os.chown(path, account.pw_uid, account.pw_gid)
+            _check_reachable(files.data_dir, run_as)
+        _run_tool(
+            "initdb",
+            [
+                str(bindir / "initdb"),
+                "-D",
+                str(files.data_dir),
+                "-U",
+                PG_SUPERUSER,
+                "-E",
+                "UTF8",
+                "--locale=C",
+                "--auth-local=trust",
+                "--auth-host=scram-sha-256",
+                "--no-instructions",
+            ],
+            files.log_file,
+            user=run_as,
+        )
+    elif run_as is not None:
+        _check_reachable(files.data_dir, run_as)
+    port = choose_port(settings, "postgres")
+    pid = local_process.start_detached(
+        postgres_command(bindir, files, port), files.log_file, cwd=files.base, user=run_as
+    )
+    _record_server(settings, "postgres", pid, port, socket=str(files.socket_dir))
+    isready = [str(bindir / "pg_isready"), "-q", "-h", str(files.socket_dir), "-p", str(port)]
+    try:
+        _wait_ready(
+            "PostgreSQL",
+            pid,
+            files.log_file,
+            lambda: subprocess.run(isready, check=False).returncode == 0,
+        )
+        if fresh:
+            _setup_postgres(settings)
+            (files.base / SETUP_MARKER).write_text("ok\n", encoding="utf-8")
+    except BaseException:
+        _stop_server(settings, "postgres", files.marker, signal.SIGINT)
+        raise
+    return port
+
+
+def _setup_postgres(settings: Settings) -> None:
+    password = cdc_password(settings)
+    tables = [t for t in EXAMPLE_TABLES if t.server == "postgres"]
+    postgres_execute(
+        settings, f"CREATE ROLE {CDC_USER} WITH LOGIN REPLICATION PASSWORD '{password}';"
+    )
+    for database in sorted({t.database for t in tables}):
+        postgres_execute(settings, f'CREATE DATABASE "{database}";')
+        in_db = [t for t in tables if t.database == database]
+        names = ", ".join(f"{t.schema or 'public'}.{t.spec_name}" for t in in_db)
+        statements = [t.ddl() for t in in_db]
+        statements += [
+            f"GRANT SELECT ON {names} TO {CDC_USER};",
+            # Created here so that the connector needs no ownership of the tables.
+            f"CREATE PUBLICATION {PUBLICATION} FOR TABLE {names};",
+        ]
+        postgres_execute(settings, "\n".join(statements), database)
+
+
+def _check_reachable(path: Path, user: str) -> None:
+    done = subprocess.run(["test", "-w", str(path)], user=user, check=False)
+    if done.returncode != 0:
+        raise StackError(
+            f"PostgreSQL runs as the system user {user!r} (initdb and postgres refuse root), "
+            f"which cannot reach {path}: allow others to traverse the directories above it "
+            "(chmod o+x) or set CDC_ASSETS_HOME to a directory it can reach"
+        )
+
+
+# --- both ------------------------------------------------------------------------------------
+
+
+def start_sources(settings: Settings) -> dict[str, int]:
+    """Start MariaDB and PostgreSQL (set up on first start); their ports."""
+    settings.stack_dir.mkdir(parents=True, exist_ok=True)
+    (settings.stack_dir / "logs").mkdir(exist_ok=True)
+    cdc_password(settings)
+    return {"mariadb": start_mariadb(settings), "postgres": start_postgres(settings)}
+
+
+def stop_sources(settings: Settings) -> None:
+    """Stop both servers (recorded or stray); their data stays."""
+    _stop_server(settings, "mariadb", mariadb_files(settings).marker, signal.SIGTERM)
+    # SIGINT is PostgreSQL's fast shutdown; SIGTERM would wait for clients to disconnect.
+    _stop_server(settings, "postgres", postgres_files(settings).marker, signal.SIGINT)
+
+
+def sources_status(settings: Settings) -> list[ServerStatus]:
+    """Status of each server that was ever started in this stack."""
+    try:
+        data = load_state(settings)
+    except StackError as exc:
+        return [ServerStatus("mariadb", "dead", None, None, str(exc))]
+    statuses = []
+    markers = {
+        "mariadb": (mariadb_files(settings).marker, mariadb_files(settings).log_file),
+        "postgres": (postgres_files(settings).marker, postgres_files(settings).log_file),
+    }
+    for name, (marker, log_file) in markers.items():
+        if name not in data.get("ports", {}):
+            continue
+        statuses.append(server_status(settings, name, marker, log_file))  # type: ignore[arg-type]
+    return statuses
+
+
+def jdbc_urls(settings: Settings) -> list[tuple[str, ServerName, str]]:
+    """(database, server, JDBC URL as the cdc user) of each example database, for
+    ``CDC_ASSETS_SOURCE_URL_<DATABASE>``. Note: ``shop`` is on both servers."""
+    password = cdc_password(settings)
+    scheme = {"mariadb": "jdbc:mariadb", "postgres": "jdbc:postgresql"}
+    urls = []
+    for server, database in sorted({(t.server, t.database) for t in EXAMPLE_TABLES}):
+        port = _port_of(settings, server)
+        if port is not None:
+            url = f"{scheme[server]}://{HOST}:{port}/{database}?user={CDC_USER}&password={password}"
+            urls.append((database, server, url))
+    return urls
+
+
+def server_status(
+    settings: Settings, name: ServerName | Literal["connect"], marker: str, log_file: Path
+) -> ServerStatus:
+    entry = load_state(settings).get(name)
+    if not isinstance(entry, dict):
+        return ServerStatus(name, "stopped", None, None, "not running")
+    pid, port = entry.get("pid"), entry.get("port")
+    if not isinstance(pid, int) or not local_process.runs(pid, marker):
+        return ServerStatus(
+            name,
+            "dead",
+            pid if isinstance(pid, int) else None,
+            port,
+            f"process {pid} is not running; `cdc-assets stack up --sources` restarts it",
+            log_tail(log_file, 10),
+        )
+    if not isinstance(port, int) or not port_answers(port):
+        return ServerStatus(
+            name,
+            "dead",
+            pid,
+            port,
+            f"pid {pid} is alive but port {port} does not answer",
+            log_tail(log_file, 10),
+        )
+    return ServerStatus(name, "running", pid, port, f"pid {pid} on {HOST}:{port}")
+
+
+def _port_of(settings: Settings, name: str) -> int | None:
+    entry = load_state(settings).get(name)
+    port = entry.get("port") if isinstance(entry, dict) else None
+    if isinstance(port, int):
+        return port
+    remembered = load_state(settings).get("ports", {}).get(name)
+    return remembered if isinstance(remembered, int) else None
+
+
+def _running_entry(settings: Settings, name: str, marker: str) -> int | None:
+    """The port of the recorded server when it runs and answers, else None."""
+    entry = load_state(settings).get(name)
+    if not isinstance(entry, dict):
+        return None
+    pid, port = entry.get("pid"), entry.get("port")
+    alive = isinstance(pid, int) and local_process.runs(pid, marker)
+    return port if alive and isinstance(port, int) and port_answers(port) else None
+
+
+def _record_server(settings: Settings, name: str, pid: int, port: int, **extra: str) -> None:
+    remember_port(settings, name, port)
+    update_state(settings, **{name: {"pid": pid, "port": port, **extra}})
+
+
+def _stop_server(settings: Settings, name: str, marker: str, sig: signal.Signals) -> None:
+    program = {"mariadb": "mariadbd", "postgres": "postgres"}[name]
+    pids = set(local_process.find_pids(program, marker))
+    entry = load_state(settings).get(name)
+    recorded = entry.get("pid") if isinstance(entry, dict) else None
+    if isinstance(recorded, int) and local_process.runs(recorded, marker):
+        pids.add(recorded)
+    for pid in sorted(pids):
+        local_process.stop(pid, f"local {name}", sig=sig, timeout=STOP_TIMEOUT_S)
+    if state_path(settings).exists():
+        update_state(settings, **{name: None})
+
+
+def _wait_ready(what: str, pid: int, log_file: Path, ready: Any) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if not local_process.pid_alive(pid):
+            raise StackError(local_process.died_message(what, pid, log_file))
+        if ready():
+            return
+        time.sleep(0.2)
+    raise StackError(
+        f"{what} (pid {pid}) was not ready within {READY_TIMEOUT_S:.0f} s; last 30 lines of "
+        f"{log_file}:\n" + "\n".join(log_tail(log_file, 30))
+    )
+
+
+def _run_tool(what: str, command: list[str], log_file: Path, *, user: str | None = None) -> None:
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        command,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        check=False,
+        user=user,
+        group=user,
+        extra_groups=[] if user else None,
+        cwd=log_file.parent,
+    )
+    with log_file.open("a", encoding="utf-8") as log:
+        log.write(done.stdout)
+    if done.returncode != 0:
+        tail = "\n".join(done.stdout.splitlines()[-30:])
+        raise StackError(f"{what} failed (exit {done.returncode}):\n{tail}")
+
+
+def _run_client(what: str, command: list[str], sql: str) -> str:
+    done = subprocess.run(command, input=sql, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise StackError(
+            f"{what} client failed (exit {done.returncode}): {done.stderr.strip()}\nSQL:\n{sql}"
+        )
+    return done.stdout
