@@ -47,7 +47,9 @@ def build_defs(
     maintenance_job = build_maintenance_job(specs)
     evolve_job = build_evolve_job()
     source_urls = {
-        s.name: url for s in specs if (url := settings.source_url(s.source.database)) is not None
+        s.name: url
+        for s in specs
+        if (url := settings.source_url(s.source.database, s.source.connector)) is not None
     }
     drift_job = build_drift_job(specs, settings.specs_dir, source_urls)
     return dg.Definitions(
@@ -55,7 +57,9 @@ def build_defs(
         asset_checks=[
             check
             for spec in specs
-            for check in build_table_checks(spec, settings.source_url(spec.source.database))
+            for check in build_table_checks(
+                spec, settings.source_url(spec.source.database, spec.source.connector)
+            )
         ],
         jobs=[
             build_onboard_job(specs),

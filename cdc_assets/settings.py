@@ -20,14 +20,18 @@ ENV_WAREHOUSE = "CDC_ASSETS_WAREHOUSE"
 ENV_KAFKA_BOOTSTRAP = "CDC_ASSETS_KAFKA_BOOTSTRAP"
 ENV_KAFKA_PORT = "CDC_ASSETS_KAFKA_PORT"
 ENV_PARTITIONS_START = "CDC_ASSETS_PARTITIONS_START"
-# CDC_ASSETS_SOURCE_URL_<DATABASE>: a JDBC URL of a source database, for the checks that compare
-# with the source (row counts, schema drift). Unset means the source is not reachable from here.
+# CDC_ASSETS_SOURCE_URL_<CONNECTOR>_<DATABASE> or CDC_ASSETS_SOURCE_URL_<DATABASE>: a JDBC URL of a
+# source database, for the checks that compare with the source (row counts, schema drift) and the
+# drift check. Unset means the source is not reachable from here.
 ENV_SOURCE_URL_PREFIX = "CDC_ASSETS_SOURCE_URL_"
 
 
-def source_url_variable(database: str) -> str:
-    """The environment variable holding the JDBC URL of a source database."""
-    return ENV_SOURCE_URL_PREFIX + re.sub(r"[^A-Za-z0-9]", "_", database).upper()
+def source_url_variable(database: str, connector: str | None = None) -> str:
+    """The environment variable holding the JDBC URL of a source database; with ``connector``,
+    the variable that names the server kind too (``..._POSTGRESQL_SHOP``), for a database name
+    that exists on two servers."""
+    name = database if connector is None else f"{connector}_{database}"
+    return ENV_SOURCE_URL_PREFIX + re.sub(r"[^A-Za-z0-9]", "_", name).upper()
 
 
 @dataclass(frozen=True)
@@ -46,7 +50,12 @@ class Settings:
     partitions_start: str = "2026-01-01-00:00"
     source_urls: dict[str, str] = field(default_factory=dict)  # variable name -> JDBC URL
 
-    def source_url(self, database: str) -> str | None:
+    def source_url(self, database: str, connector: str | None = None) -> str | None:
+        """The JDBC URL of a source database: the connector-qualified variable first."""
+        if connector is not None:
+            url = self.source_urls.get(source_url_variable(database, connector))
+            if url:
+                return url
         return self.source_urls.get(source_url_variable(database))
 
     @property

@@ -78,6 +78,10 @@ def read_jdbc(spark: Any, url: str, table: str, properties: dict[str, str] | Non
     reader = spark.read.format("jdbc").option("url", url).option("dbtable", table)
     driver = next((d for prefix, d in JDBC_DRIVERS.items() if url.startswith(prefix)), None)
     props = {**({"driver": driver} if driver else {}), **(properties or {})}
+    if url.startswith("jdbc:mariadb:"):
+        # Spark has no dialect for this scheme and quotes column names with double quotes,
+        # which MariaDB reads as strings unless ANSI_QUOTES is on.
+        props.setdefault("sessionInitStatement", "SET SESSION sql_mode = 'ANSI_QUOTES'")
     for key, value in props.items():
         reader = reader.option(key, value)
     return reader.load()

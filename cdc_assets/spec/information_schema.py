@@ -40,18 +40,23 @@ def columns_query(spec: TableSpec) -> str:
 def primary_key_query(spec: TableSpec) -> str:
     """The primary key's columns, in key order."""
     src = spec.source
-    schema = src.schema_ or "public" if src.connector == "postgresql" else src.database
-    constraint = (
-        "tc.constraint_type = 'PRIMARY KEY'"
-        if src.connector == "postgresql"
-        else "tc.constraint_name = 'PRIMARY'"
-    )
+    if src.connector == "postgresql":
+        # information_schema shows key columns only to the table's owner: read the catalog.
+        return (
+            "SELECT a.attname AS name FROM pg_index i "
+            "JOIN pg_class c ON c.oid = i.indrelid "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = ANY(i.indkey) "
+            f"WHERE i.indisprimary AND n.nspname = {_lit(src.schema_ or 'public')} "
+            f"AND c.relname = {_lit(src.table)} "
+            "ORDER BY array_position(i.indkey::int2[], a.attnum)"
+        )
+    # MariaDB shows table_constraints only to users with more than SELECT; key_column_usage
+    # names the primary key PRIMARY on its own.
     return (
-        "SELECT k.column_name AS name FROM information_schema.table_constraints tc "
-        "JOIN information_schema.key_column_usage k ON k.constraint_name = tc.constraint_name "
-        "AND k.table_schema = tc.table_schema AND k.table_name = tc.table_name "
-        f"WHERE {constraint} AND tc.table_schema = {_lit(schema)} "
-        f"AND tc.table_name = {_lit(src.table)} ORDER BY k.ordinal_position"
+        "SELECT column_name AS name FROM information_schema.key_column_usage "
+        f"WHERE constraint_name = 'PRIMARY' AND table_schema = {_lit(src.database)} "
+        f"AND table_name = {_lit(src.table)} ORDER BY ordinal_position"
     )
 
 

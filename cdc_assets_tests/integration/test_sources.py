@@ -59,7 +59,7 @@ def home() -> Iterator[Settings]:
 
 
 @pytest.fixture(scope="module")
-def stack(home: Settings) -> StackState:
+def sources_stack(home: Settings) -> StackState:
     return stack_up(home, sources=True)
 
 
@@ -142,7 +142,7 @@ def ledger_rows(spec: TableSpec, msgs: list[Message]) -> list[dict[str, object]]
 # --- tests -----------------------------------------------------------------------------------
 
 
-def test_stack_up_sources_runs_everything(home: Settings, stack: StackState) -> None:
+def test_stack_up_sources_runs_everything(home: Settings, sources_stack: StackState) -> None:
     status = stack_status(home)
     assert status.healthy, status.render()
     names = {s.name: s.state for s in status.sources.servers}
@@ -183,7 +183,7 @@ def test_stack_up_sources_runs_everything(home: Settings, stack: StackState) -> 
 
 
 def test_example_tables_exist_as_the_specs_say(
-    home: Settings, stack: StackState, specs: dict[str, TableSpec]
+    home: Settings, sources_stack: StackState, specs: dict[str, TableSpec]
 ) -> None:
     # The live PostgreSQL table, read back from its catalog as a CREATE TABLE, is the spec.
     columns = sources.postgres_execute(
@@ -214,9 +214,9 @@ def test_example_tables_exist_as_the_specs_say(
 
 
 def test_mariadb_users_changes_reach_the_ledger(
-    home: Settings, stack: StackState, specs: dict[str, TableSpec]
+    home: Settings, sources_stack: StackState, specs: dict[str, TableSpec]
 ) -> None:
-    spec, topic, bootstrap = specs["users"], "app.app.users", stack.bootstrap_servers
+    spec, topic, bootstrap = specs["users"], "app.app.users", sources_stack.bootstrap_servers
     start = end_offset(bootstrap, topic)
     sources.mariadb_execute(
         home,
@@ -265,9 +265,13 @@ def test_mariadb_users_changes_reach_the_ledger(
 
 
 def test_mariadb_order_items_changes_and_the_schema_change_topic(
-    home: Settings, stack: StackState, specs: dict[str, TableSpec]
+    home: Settings, sources_stack: StackState, specs: dict[str, TableSpec]
 ) -> None:
-    spec, topic, bootstrap = specs["order_items"], "shop.shop.order_items", stack.bootstrap_servers
+    spec, topic, bootstrap = (
+        specs["order_items"],
+        "shop.shop.order_items",
+        sources_stack.bootstrap_servers,
+    )
     start = end_offset(bootstrap, topic)
     ddl_start = end_offset(bootstrap, "mariadb")
     sources.mariadb_execute(
@@ -320,9 +324,9 @@ def test_mariadb_order_items_changes_and_the_schema_change_topic(
 
 
 def test_postgres_orders_changes_reach_the_ledger(
-    home: Settings, stack: StackState, specs: dict[str, TableSpec]
+    home: Settings, sources_stack: StackState, specs: dict[str, TableSpec]
 ) -> None:
-    spec, topic, bootstrap = specs["orders"], "shop.public.orders", stack.bootstrap_servers
+    spec, topic, bootstrap = specs["orders"], "shop.public.orders", sources_stack.bootstrap_servers
     start = end_offset(bootstrap, topic)
     # 400 md5 digests are about 12 KiB that pglz cannot shrink below 2 KiB: stored out of line
     # (TOAST), so an update that leaves `note` alone does not send it.
@@ -376,9 +380,9 @@ def test_postgres_orders_changes_reach_the_ledger(
 
 
 def test_transaction_metadata_and_heartbeat_topics(
-    home: Settings, stack: StackState, specs: dict[str, TableSpec]
+    home: Settings, sources_stack: StackState, specs: dict[str, TableSpec]
 ) -> None:
-    bootstrap = stack.bootstrap_servers
+    bootstrap = sources_stack.bootstrap_servers
     starts = {t: end_offset(bootstrap, t) for t in ("mariadb.transaction", "shop.transaction")}
     users_start = end_offset(bootstrap, "app.app.users")
     orders_start = end_offset(bootstrap, "shop.public.orders")
@@ -426,11 +430,11 @@ KNOWN_SCHEMA_DIFFERENCES = {
 
 
 def test_generated_events_have_the_shape_of_real_ones(
-    home: Settings, stack: StackState, specs: dict[str, TableSpec]
+    home: Settings, sources_stack: StackState, specs: dict[str, TableSpec]
 ) -> None:
     """Every field our generator writes exists in the real event, and each column has the same
     Connect type, semantic name and parameters (real events add ts_us/ts_ns, docs, defaults)."""
-    bootstrap = stack.bootstrap_servers
+    bootstrap = sources_stack.bootstrap_servers
     starts = {name: end_offset(bootstrap, spec.source.topic) for name, spec in specs.items()}
     sources.mariadb_execute(
         home, "INSERT INTO users (id, email, created_ms) VALUES (301, 's@example.org', 1);", "app"
@@ -477,11 +481,11 @@ def test_generated_events_have_the_shape_of_real_ones(
 
 
 def test_snapshot_schema_change_records_plan_no_change(
-    home: Settings, stack: StackState, specs: dict[str, TableSpec]
+    home: Settings, sources_stack: StackState, specs: dict[str, TableSpec]
 ) -> None:
     """The CREATE TABLE records of the connector's first snapshot describe the tables as created
     from the specs' DDL, so the push path should plan no change for them."""
-    bootstrap = stack.bootstrap_servers
+    bootstrap = sources_stack.bootstrap_servers
     records = read(bootstrap, "mariadb", 0, end_offset(bootstrap, "mariadb"))
     plans = []
     for msg in records:
@@ -491,3 +495,31 @@ def test_snapshot_schema_change_records_plan_no_change(
                 plans.append(plan)
     assert len(plans) == 2
     assert all(p.supported and not p.changes for p in plans), [p.describe() for p in plans]
+
+
+def test_live_sources_information_schema_and_row_counts(
+    home: Settings, sources_stack: StackState, specs: dict[str, TableSpec], spark: Any
+) -> None:
+    """Pull detection and the source checks read the real databases through Spark's JDBC: the
+    information_schema of each example table describes its spec (no change), and the row-count
+    and column reads agree with the database's own client."""
+    from cdc_assets.pipeline.health import source_columns, source_row_count
+    from cdc_assets.pipeline.source_schema import source_create_table
+    from cdc_assets.schema.changes import AddColumn, WidenType
+
+    urls = {(db, server): url for db, server, url in sources.jdbc_urls(home)}
+    for spec in specs.values():
+        server = "postgres" if spec.source.connector == "postgresql" else "mariadb"
+        url = urls[(spec.source.database, server)]
+        ddl = source_create_table(spark, url, spec)
+        assert ddl is not None
+        sensitive = [c.name for c in spec.columns if c.sensitive]
+        _, plan = plan_from_ddl(spec, ddl, sensitive=sensitive)
+        assert plan.supported, plan.describe()
+        assert not [c for c in plan.changes if isinstance(c, AddColumn | WidenType)], (
+            plan.describe()
+        )
+        assert [c.lower() for c in source_columns(spark, url, spec)] == [
+            c.name for c in spec.columns
+        ]
+        assert source_row_count(spark, url, spec) >= 0
