@@ -543,6 +543,36 @@ def _cmd_evolve(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_backfill(settings: Settings, args: argparse.Namespace) -> int:
+    """Phase 3 of an evolution on its own: recover columns from the ledger's row images."""
+    from datetime import datetime
+
+    from cdc_assets.pipeline.evolve import backfill_from_ledger
+    from cdc_assets.resources import build_resources
+
+    spec = _find_spec(settings, args.table)
+    known = {c.sink_name for c in spec.columns}
+    unknown = sorted(set(args.column) - known)
+    if unknown:
+        console.print(f"[red]error:[/red] {spec.name} has no column(s) {unknown}")
+        return 2
+    res = build_resources(settings)
+    result = backfill_from_ledger(
+        res["spark"].get_session(),
+        settings.catalog_name,
+        res["iceberg"].load_catalog(),
+        spec,
+        args.column,
+        since=datetime.fromisoformat(args.since) if args.since else None,
+    )
+    console.print(
+        f"{spec.name}: {result.ledger_rows_updated} ledger rows and {result.base_rows_updated} "
+        f"base rows got {', '.join(args.column)}; {result.redriven} dead letters redriven "
+        f"({result.seconds:.1f}s)"
+    )
+    return 0
+
+
 def _cmd_report(settings: Settings, _: argparse.Namespace) -> int:
     console.print(report_tables(settings))
     return 0
@@ -633,6 +663,15 @@ def build_parser() -> argparse.ArgumentParser:
     proposed.add_argument("--ddl", help="the source table's CREATE TABLE (SQL file)")
     evolve.add_argument("--audit", action="append", help="DDL that ran since (file, repeatable)")
     evolve.set_defaults(fn=_cmd_evolve)
+    backfill = sub.add_parser(
+        "backfill", help="recover columns of the current spec from the ledger's row images"
+    )
+    backfill.add_argument("table", help="spec name")
+    backfill.add_argument(
+        "--column", action="append", required=True, help="sink column name (repeatable)"
+    )
+    backfill.add_argument("--since", help="ISO time; default: the whole ledger")
+    backfill.set_defaults(fn=_cmd_backfill)
     redrive = sub.add_parser("redrive", help="replay a table's dead letters after a fix")
     redrive.add_argument("table", help="spec name")
     redrive.add_argument("--reason", help="only dead letters whose reason contains this text")

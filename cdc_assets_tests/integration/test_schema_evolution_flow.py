@@ -22,6 +22,7 @@ import pytest
 from confluent_kafka.admin import NewTopic
 
 from cdc_assets.checks.runner import run_checks
+from cdc_assets.cli import main
 from cdc_assets.definitions import build_defs
 from cdc_assets.demo.events import DebeziumEventFactory, KafkaRecord, produce, workload
 from cdc_assets.pipeline.evolve import read_history
@@ -176,6 +177,14 @@ def test_column_added_mid_stream_reaches_base_once(
     assert nulls == len(base) - sum(v is not None for v in got.values())
     print(f"schema change event -> values in base: {latency:.1f} s")
     assert latency < 120
+
+    # phase 3 on its own (the recovery after a crash between the spec write and the backfill)
+    # finds nothing left to recover
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CDC_ASSETS_HOME", str(table.settings.home))
+        mp.setenv("CDC_ASSETS_SPECS", str(table.specs_dir))
+        assert main(["backfill", "users", "--column", "nickname"]) == 0
+        assert main(["backfill", "users", "--column", "nope"]) == 2
 
     # the next tick has nothing new; pull sees no drift; the same change proposed again is a no-op
     assert not _tick(defs, "schema_changes", instance, resources).run_requests
