@@ -1,12 +1,19 @@
 """One local stack (real Kafka broker, SQLite JDBC catalog, warehouse) and one Spark session for
 the whole integration session, in a temporary home that shares the project's jar cache. The demo
-(`cdc-assets run`) runs once on that stack, for the tests that look at what it leaves behind."""
+(`cdc-assets run`) runs once on that stack, for the tests that look at what it leaves behind.
+
+The real sources (MariaDB, PostgreSQL, Kafka Connect with Debezium; `stack up --sources`) run once
+per session too, on a stack of their own: their events would change what the demo's tests count.
+Every module that uses them sees what earlier modules wrote, so tests compare whole tables (source
+against a base built from the whole topic) rather than assume an empty source."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -49,6 +56,29 @@ def stack(it_settings: Settings) -> Iterator[StackState]:
         yield state
     finally:
         stack_down(it_settings, purge=True)
+
+
+@pytest.fixture(scope="session")
+def sources_home() -> Iterator[Settings]:
+    """The home of the real-sources stack. PostgreSQL runs as the `postgres` system user (initdb
+    refuses root), which cannot enter pytest's 0700 temporary directories: a home of our own that
+    others may traverse."""
+    base = Path(tempfile.mkdtemp(prefix="cdc-sources-"))
+    base.chmod(0o711)
+    settings = make_home(base / "home")
+    try:
+        yield settings
+    finally:
+        try:
+            stack_down(settings, purge=True)
+        finally:
+            shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def sources_stack(sources_home: Settings) -> StackState:
+    """Kafka, MariaDB, PostgreSQL and Kafka Connect with both connectors RUNNING."""
+    return stack_up(sources_home, sources=True)
 
 
 @pytest.fixture(scope="session")

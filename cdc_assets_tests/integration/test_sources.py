@@ -3,22 +3,19 @@ Debezium connectors, all started by `stack up --sources` on a broker of their ow
 through the databases' own clients arrive on the specs' topics as Debezium events, and the
 project's oracle (what the ingest must do with a record) puts them in the ledger.
 
-The stack is not the session's: the demo writes the same topics there, and these real events
-would change what the demo's tests count.
+The stack is the session's real-sources stack (`sources_stack` in the integration conftest), not
+the demo's: the demo writes the same topics there, and these real events would change what the
+demo's tests count.
 """
 
 from __future__ import annotations
 
 import json
 import random
-import shutil
-import tempfile
 import time
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, date, datetime
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,7 +23,7 @@ from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
 from cdc_assets.demo.events import DebeziumEventFactory, random_row
 from cdc_assets.resources import sources
-from cdc_assets.resources.local_stack import StackState, stack_down, stack_status, stack_up
+from cdc_assets.resources.local_stack import StackState, stack_status, stack_up
 from cdc_assets.schema.wire import TOAST_PLACEHOLDER
 from cdc_assets.settings import Settings
 from cdc_assets.spec import load_specs
@@ -34,7 +31,6 @@ from cdc_assets.spec.ddl_import import plan_from_ddl
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.spec.schema_change import parse_schema_change
 from cdc_assets_tests.conftest import PROJECT_ROOT
-from cdc_assets_tests.integration.conftest import make_home
 from cdc_assets_tests.support.oracle import Outcome, expected_outcome
 
 pytestmark = pytest.mark.integration
@@ -47,24 +43,8 @@ ALTER_ADDED = {"gift_wrap"}
 
 
 @pytest.fixture(scope="module")
-def home() -> Iterator[Settings]:
-    # PostgreSQL runs as the `postgres` system user (initdb refuses root), which cannot enter
-    # pytest's 0700 temporary directories: a home of our own that others may traverse.
-    base = Path(tempfile.mkdtemp(prefix="cdc-sources-"))
-    base.chmod(0o711)
-    settings = make_home(base / "home")
-    try:
-        yield settings
-    finally:
-        try:
-            stack_down(settings, purge=True)
-        finally:
-            shutil.rmtree(base, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
-def sources_stack(home: Settings) -> StackState:
-    return stack_up(home, sources=True)
+def home(sources_home: Settings) -> Settings:
+    return sources_home
 
 
 @pytest.fixture(scope="module")
