@@ -5,7 +5,10 @@ The row image struct (``after``, else ``before``) gives column names, order, opt
 Connect types with Debezium's semantic names; they map back to PostgreSQL types. Connect types
 lose some source detail (a ``varchar(40)`` arrives as a plain string) unless the connector runs
 with ``column.propagate.source.type``, whose parameters are used when present. Columns the spec
-already has keep the spec's type text, so only new or vanished columns come from the schema.
+already has keep the spec's type text unless the schema says something exact about them: a
+propagated source type, a decimal's precision and scale, an integer's or a float's width. So a
+widening such as ``numeric(12,2)`` -> ``numeric(16,2)`` or ``integer`` -> ``bigint`` shows, while a
+``varchar(20)`` that merely arrives as a Connect string does not look changed.
 Pure: no Kafka here.
 """
 
@@ -72,6 +75,49 @@ def pg_type(field: Mapping[str, Any]) -> str:
     return _PLAIN.get(str(field.get("type")), "text")
 
 
+# Spellings of one PostgreSQL type, to compare the spec's type text with a Connect-derived one.
+_ALIASES = {
+    "int": "integer",
+    "int4": "integer",
+    "int8": "bigint",
+    "int2": "smallint",
+    "decimal": "numeric",
+    "float4": "real",
+    "float8": "double precision",
+    "float": "double precision",
+}
+_EXACT_PLAIN = {"int16", "int32", "int64", "float32", "float64"}
+
+
+def _normalized(type_text: str) -> str:
+    text = " ".join(type_text.lower().split()).replace(", ", ",")
+    head, paren, rest = text.partition("(")
+    return _ALIASES.get(head.strip(), head.strip()) + paren + rest
+
+
+def _is_exact(field: Mapping[str, Any]) -> bool:
+    """Whether the Connect schema states the column's type exactly (not a lossy mapping)."""
+    params = field.get("parameters") or {}
+    if params.get("__debezium.source.column.type"):
+        return True
+    name = field.get("name")
+    if name == "org.apache.kafka.connect.data.Decimal":
+        return bool(params.get("connect.decimal.precision"))
+    return name is None and str(field.get("type")) in _EXACT_PLAIN
+
+
+def column_type(spec_type: str | None, field: Mapping[str, Any]) -> str:
+    """The type of one column as the schema shows it: the spec's own text (``spec_type``) unless
+    the schema states a different type exactly; for a column the spec lacks, the mapped type."""
+    if spec_type is None:
+        return pg_type(field)
+    if _is_exact(field):
+        derived = pg_type(field)
+        if _normalized(derived) != _normalized(spec_type):
+            return derived
+    return spec_type
+
+
 def row_fields(value: bytes | str | None) -> list[Mapping[str, Any]] | None:
     """The field schemas of the row image struct of an event with an embedded schema."""
     if value is None:
@@ -102,7 +148,7 @@ def create_table_from_fields(spec: TableSpec, fields: list[Mapping[str, Any]]) -
     for field in fields:
         name = str(field["field"])
         column = known.get(name)
-        type_text = column.type if column is not None else pg_type(field)
+        type_text = column_type(column.type if column is not None else None, field)
         line = f"  {_quote(name)} {type_text}"
         if not field.get("optional", True):
             line += " NOT NULL"
@@ -114,6 +160,11 @@ def create_table_from_fields(spec: TableSpec, fields: list[Mapping[str, Any]]) -
 
 
 def differs(spec: TableSpec, fields: list[Mapping[str, Any]]) -> bool:
-    """Whether the embedded schema names other columns than the spec (in any order)."""
-    live = {c.name for c in spec.columns if not c.dropped}
-    return {str(f["field"]) for f in fields} != live
+    """Whether the embedded schema names other columns than the spec (in any order), or states a
+    known column's type exactly and differently."""
+    live = {c.name: c for c in spec.columns if not c.dropped}
+    if {str(f["field"]) for f in fields} != set(live):
+        return True
+    return any(
+        column_type(live[str(f["field"])].type, f) != live[str(f["field"])].type for f in fields
+    )

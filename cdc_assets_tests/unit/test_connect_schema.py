@@ -8,7 +8,13 @@ import pytest
 
 from cdc_assets.demo.events import workload
 from cdc_assets.spec import load_specs
-from cdc_assets.spec.connect_schema import create_table_from_fields, differs, pg_type, row_fields
+from cdc_assets.spec.connect_schema import (
+    column_type,
+    create_table_from_fields,
+    differs,
+    pg_type,
+    row_fields,
+)
 from cdc_assets.spec.ddl_import import plan_from_ddl
 from cdc_assets.spec.models import TableSpec
 from cdc_assets_tests.conftest import PROJECT_ROOT
@@ -78,3 +84,68 @@ def test_events_without_a_schema_give_nothing() -> None:
     assert row_fields(event.value) is None
     assert row_fields(None) is None
     assert row_fields(b"{") is None
+
+
+DECIMAL_16_2 = {
+    "type": "bytes",
+    "name": "org.apache.kafka.connect.data.Decimal",
+    "parameters": {"scale": "2", "connect.decimal.precision": "16"},
+}
+
+
+@pytest.mark.parametrize(
+    ("spec_type", "field", "expected"),
+    [
+        # lossy mappings keep the spec's text: a varchar arrives as a string, a numeric as numeric
+        ("varchar(20)", {"type": "string"}, "varchar(20)"),
+        ("char(3)", {"type": "string"}, "char(3)"),
+        (
+            "timestamptz",
+            {"type": "string", "name": "io.debezium.time.ZonedTimestamp"},
+            "timestamptz",
+        ),
+        (
+            "numeric(12,2)",
+            {"type": "struct", "name": "io.debezium.data.VariableScaleDecimal"},
+            "numeric(12,2)",
+        ),
+        # spellings of the same type are no change
+        ("int", {"type": "int32"}, "int"),
+        ("decimal(16, 2)", DECIMAL_16_2, "decimal(16, 2)"),
+        ("int8", {"type": "int64"}, "int8"),
+        # exact statements that differ are the source's new type
+        ("numeric(12,2)", DECIMAL_16_2, "numeric(16,2)"),
+        ("integer", {"type": "int64"}, "bigint"),
+        ("real", {"type": "float64"}, "double precision"),
+        (
+            "varchar(20)",
+            {
+                "type": "string",
+                "parameters": {
+                    "__debezium.source.column.type": "VARCHAR",
+                    "__debezium.source.column.length": "40",
+                },
+            },
+            "varchar(40)",
+        ),
+        (None, {"type": "string"}, "text"),
+    ],
+)
+def test_known_columns_keep_the_spec_type_unless_the_schema_is_exact(
+    spec_type: str | None, field: dict[str, object], expected: str
+) -> None:
+    assert column_type(spec_type, field) == expected
+
+
+def test_a_decimal_widening_in_the_embedded_schema_is_a_change() -> None:
+    spec = _orders()
+    event = next(
+        r for r in workload(spec, random.Random(1), keys=3, events=5, embed_schema=True) if r.value
+    )
+    fields = [dict(f) for f in row_fields(event.value) or []]
+    amount = next(f for f in fields if f["field"] == "amount")
+    amount["parameters"] = {"scale": "2", "connect.decimal.precision": "16"}
+    assert differs(spec, fields)
+    _, plan = plan_from_ddl(spec, create_table_from_fields(spec, fields))
+    assert plan.supported, plan.describe()
+    assert "widen column amount: decimal(12,2) -> decimal(16,2)" in plan.describe()
