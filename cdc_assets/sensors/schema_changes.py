@@ -1,10 +1,10 @@
 """Push detection: one sensor starts an evolution of each table whose source changed shape.
 
-MySQL/MariaDB: it reads Debezium's schema-change topics. PostgreSQL has none: when the newest
-ingest of a table reported fields its spec does not know (``unknown_fields``), the sensor reads the
-schema embedded in the newest row events of the topic. The spec is re-read from the spec
-directory on every tick, so a change that an evolution already applied (or the initial CREATE
-TABLE of a snapshot) starts nothing.
+MySQL/MariaDB: it reads Debezium's schema-change topics. PostgreSQL has none: on every tick the
+sensor reads the schema embedded in the newest row events of the topic, which shows new columns
+(the ingest also reports them as ``unknown_fields``) and widenings it states exactly. The spec is
+re-read from the spec directory on every tick, so a change that an evolution already applied (or
+the initial CREATE TABLE of a snapshot) starts nothing.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from cdc_assets.errors import CdcAssetsError
 from cdc_assets.pipeline.converge import proposal, spec_path
 from cdc_assets.pipeline.schema_topic import matches, newest_row_schema, read_schema_changes
 from cdc_assets.resources.kafka import KafkaResource
-from cdc_assets.spec.connect_schema import create_table_from_fields, differs
+from cdc_assets.spec.connect_schema import create_table_from_fields, differs, names_differ
 from cdc_assets.spec.load import load_spec
 from cdc_assets.spec.models import TableSpec
 
@@ -56,19 +56,36 @@ def build_schema_change_sensor(
             )
             mat = event.asset_materialization if event is not None else None
             unknown = mat.metadata.get("unknown_fields") if mat is not None else None
-            if unknown is None or not unknown.value:
-                continue
             current = load_spec(spec_path(specs_dir, spec.name))
+            # Every tick, not only after the ingest reported unknown fields: a widening (say
+            # numeric(12,2) -> numeric(16,2)) adds no field, only the embedded schema shows it.
             fields = newest_row_schema(kafka, current)
             if fields is None:
-                context.log.warning(
-                    f"{spec.name}: events carry fields {unknown.value} the spec lacks and no "
-                    "embedded schema; apply the change with `cdc-assets evolve --ddl`"
-                )
+                if unknown is not None and unknown.value:
+                    context.log.warning(
+                        f"{spec.name}: events carry fields {unknown.value} the spec lacks and no "
+                        "embedded schema; apply the change with `cdc-assets evolve --ddl`"
+                    )
                 continue
             if not differs(current, fields):
                 continue
             create = create_table_from_fields(current, fields)
+            if not names_differ(current, fields):
+                # Only types differ. Events older than the spec (the pull path evolved it before
+                # a row of the new shape arrived) look like a narrowing: not a change to start.
+                try:
+                    plan = proposal(current, source_ddl=create)
+                except CdcAssetsError as err:
+                    context.log.warning(f"{spec.name}: {err}")
+                    continue
+                if not (plan.supported and plan.changes):
+                    if not plan.supported:
+                        context.log.warning(
+                            f"{spec.name}: the newest events' schema differs from the spec in a "
+                            f"way evolution does not apply ({plan.describe()}); the drift check "
+                            "reports it"
+                        )
+                    continue
             digest = hashlib.sha256(create.encode()).hexdigest()[:16]
             out.append(
                 request(

@@ -159,12 +159,17 @@ def create_table_from_fields(spec: TableSpec, fields: list[Mapping[str, Any]]) -
     return f"CREATE TABLE {_quote(table)} (\n" + ",\n".join(lines) + "\n)"
 
 
+def names_differ(spec: TableSpec, fields: list[Mapping[str, Any]]) -> bool:
+    """Whether the embedded schema names other columns than the spec (in any order)."""
+    return {str(f["field"]) for f in fields} != {c.name for c in spec.columns if not c.dropped}
+
+
 def differs(spec: TableSpec, fields: list[Mapping[str, Any]]) -> bool:
     """Whether the embedded schema names other columns than the spec (in any order), or states a
     known column's type exactly and differently."""
-    live = {c.name: c for c in spec.columns if not c.dropped}
-    if {str(f["field"]) for f in fields} != set(live):
+    if names_differ(spec, fields):
         return True
+    live = {c.name: c for c in spec.columns if not c.dropped}
     return any(
         column_type(live[str(f["field"])].type, f) != live[str(f["field"])].type for f in fields
     )

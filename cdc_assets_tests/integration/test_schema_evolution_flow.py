@@ -55,6 +55,17 @@ def with_column(spec: TableSpec, column: ColumnSpec, after: str) -> TableSpec:
     return apply_plan(spec, plan)
 
 
+def with_type(spec: TableSpec, name: str, type_text: str) -> TableSpec:
+    """The next spec version with column ``name`` of type ``type_text`` (through the classifier)."""
+    columns = [
+        c.model_copy(update={"type": type_text}) if c.name == name else c for c in spec.columns
+    ]
+    proposed = spec.model_copy(update={"columns": columns, "spec_version": spec.spec_version + 1})
+    plan = classify(spec, TableSpec.model_validate(proposed.model_dump(by_alias=True)))
+    assert plan.supported, plan.describe()
+    return apply_plan(spec, plan)
+
+
 def create_table(spec: TableSpec) -> str:
     """The source's CREATE TABLE for a spec, as Debezium's schema-change record describes it."""
     record = DebeziumEventFactory(spec).schema_change("-- shape of " + spec.name)
@@ -391,6 +402,40 @@ def test_postgres_new_field_in_row_events_is_pushed_from_the_embedded_schema(
     assert not _tick(defs, "schema_changes", instance, resources).run_requests
     (observed,) = _drift(defs, instance)
     assert observed["drift"].value is False
+
+    # a widening adds no field: the ingest reports nothing unknown, the embedded schema states
+    # the new decimal precision, and the next tick starts its evolution
+    v3 = with_type(evolved, "amount", "numeric(16,2)")
+    produce(
+        later(workload(v3, random.Random(43), keys=20, events=30, embed_schema=True), 2),
+        v1.source.topic,
+        bootstrap,
+    )
+    defs, ingested = ingest_job(evolved)
+    assert (
+        not ingested.asset_materializations_for_node("cdc__orders")[-1]
+        .metadata["unknown_fields"]
+        .value
+    )
+    (request,) = _tick(defs, "schema_changes", instance, resources).run_requests
+    run = defs.resolve_job_def("evolve_schemas").execute_in_process(
+        instance=instance,
+        run_config=request.run_config,
+        asset_selection=list(request.asset_selection or []),
+    )
+    assert run.success
+    widened = load_spec(specs_dir / "orders.yaml")
+    assert widened.spec_version == 3
+    assert widened.columns_by_name["amount"].type == "decimal(16,2)"
+    defs = build_defs(specs=[widened], settings=settings, resource_overrides=resources)
+    assert not _tick(defs, "schema_changes", instance, resources).run_requests
+    # events of the old shape arriving after the evolution look like a narrowing: no run
+    produce(
+        later(workload(evolved, random.Random(44), keys=5, events=5, embed_schema=True), 3),
+        v1.source.topic,
+        bootstrap,
+    )
+    assert not _tick(defs, "schema_changes", instance, resources).run_requests
 
 
 def _drift(defs: dg.Definitions, instance: Any) -> list[Any]:
