@@ -21,6 +21,7 @@ from cdc_assets.jobs.maintenance import build_maintenance_job, build_maintenance
 from cdc_assets.jobs.onboard import build_onboard_job
 from cdc_assets.jobs.upsert import build_upsert_job
 from cdc_assets.resources import build_resources
+from cdc_assets.resources.source_stack import with_local_sources
 from cdc_assets.sensors.ledger_updated import build_ledger_updated_sensor
 from cdc_assets.sensors.new_offsets import build_new_offsets_sensor
 from cdc_assets.sensors.schema_changes import build_schema_change_sensor
@@ -34,7 +35,8 @@ def build_defs(
     resource_overrides: Mapping[str, Any] | None = None,
 ) -> dg.Definitions:
     """Definitions for ``specs`` (default: the spec directory of ``settings``)."""
-    settings = settings or load_settings()
+    # Source URLs default to the local sources of `stack up --sources`, when they run.
+    settings = with_local_sources(settings or load_settings())
     specs = load_specs(settings.specs_dir) if specs is None else specs
     hourly = hourly_partitions(settings.partitions_start)
     assets = [

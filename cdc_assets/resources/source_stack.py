@@ -7,10 +7,10 @@ local_stack calls these under its lock; the broker must be running for `up`.
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from cdc_assets.resources import connect, sources
-from cdc_assets.settings import Settings
+from cdc_assets.settings import Settings, source_url_variable
 
 
 @dataclass(frozen=True)
@@ -77,3 +77,30 @@ def status(settings: Settings) -> SourcesStatus:
     if "connect" in entry:
         servers.append(connect.worker_status(settings))
     return SourcesStatus(servers, connect.connectors_summary(settings))
+
+
+# The connector names a spec may give for each local server.
+_CONNECTORS = {"mariadb": ("mariadb", "mysql"), "postgres": ("postgresql",)}
+
+
+def local_source_urls(settings: Settings) -> dict[str, str]:
+    """``CDC_ASSETS_SOURCE_URL_<CONNECTOR>_<DATABASE>`` -> JDBC URL of each database of the local
+    sources, when they run (an empty dict otherwise): so the drift job and the source checks
+    reach the local databases without configuration."""
+    if not sources.state_path(settings).exists():
+        return {}
+    running = {s.name for s in sources.sources_status(settings) if s.state == "running"}
+    urls = {}
+    for database, server, url in sources.jdbc_urls(settings):
+        if server in running:
+            for connector in _CONNECTORS[server]:
+                urls[source_url_variable(database, connector)] = url
+    return urls
+
+
+def with_local_sources(settings: Settings) -> Settings:
+    """``settings`` with the local sources' URLs when it configures none of its own."""
+    if settings.source_urls:
+        return settings
+    urls = local_source_urls(settings)
+    return replace(settings, source_urls=urls) if urls else settings
