@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -58,6 +59,8 @@ def _cmd_specs(settings: Settings, args: argparse.Namespace) -> int:
 
     if args.action == "import-ddl":
         return _specs_import_ddl(args)
+    if args.action == "import-source":
+        return _specs_import_source(settings, args)
     if args.action == "diff":
         return _specs_diff(args)
     directory = Path(args.directory) if args.directory else settings.specs_dir
@@ -137,6 +140,102 @@ def _specs_import_ddl(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
     return 0
+
+
+def redact_url(url: str) -> str:
+    """A JDBC URL fit to print: password parameters and user:password@ credentials hidden."""
+    url = re.sub(r"(?i)(password=)[^&;]*", r"\1***", url)
+    return re.sub(r"(//[^/:@]+:)[^/@]*@", r"\1***@", url)
+
+
+def source_jdbc_url(
+    settings: Settings, connector: str, database: str, explicit: str | None = None
+) -> str:
+    """The JDBC URL of a source database: the one given, else the settings variable
+    (``CDC_ASSETS_SOURCE_URL_<CONNECTOR>_<DATABASE>``, then ``..._<DATABASE>``), else the local
+    stack's source of that kind when `stack up --sources` started it."""
+    from cdc_assets.resources import sources
+    from cdc_assets.settings import source_url_variable
+
+    if explicit:
+        return explicit
+    url = settings.source_url(database, connector)
+    if url:
+        return url
+    server = "postgres" if connector == "postgresql" else "mariadb"
+    if sources.state_path(settings).exists():
+        for db, kind, local in sources.jdbc_urls(settings):
+            if (db, kind) == (database, server):
+                return local
+    raise CdcAssetsError(
+        f"no JDBC URL for {connector} database {database!r}: pass --url, or set "
+        f"{source_url_variable(database, connector)} (or {source_url_variable(database)}), "
+        "or start the local sources with `cdc-assets stack up --sources`"
+    )
+
+
+def _specs_import_source(settings: Settings, args: argparse.Namespace) -> int:
+    """Onboard a live table: its information_schema becomes version 1 of its spec, written to
+    the spec directory (never over an existing spec without --force) and loaded back."""
+    from cdc_assets.pipeline.source_schema import import_source_spec
+    from cdc_assets.resources import build_resources
+    from cdc_assets.spec.ddl_import import identifier
+    from cdc_assets.spec.information_schema import SourceTable
+    from cdc_assets.spec.versions import render_spec_yaml
+
+    if args.schema and args.connector != "postgresql":
+        raise CdcAssetsError("--schema is for PostgreSQL; a MySQL-family table is database.table")
+    if args.topic and args.topic_prefix:
+        raise CdcAssetsError("give --topic or --topic-prefix, not both")
+    source = SourceTable(args.connector, args.database, args.table, args.schema)
+    url = source_jdbc_url(settings, args.connector, args.database, args.url)
+    name = args.name or identifier(args.table)
+    target = Path(args.out) if args.out else settings.specs_dir / f"{name}.yaml"
+    # Refused before Spark starts; write_spec_checked refuses other clashes after the read.
+    if target.exists() and not args.force:
+        raise CdcAssetsError(f"{target} exists; pass --force to replace it")
+    sensitive = [c.strip() for c in (args.sensitive or "").split(",") if c.strip()]
+    spark = build_resources(settings)["spark"].get_session()
+    spec, _ = import_source_spec(
+        spark,
+        url,
+        source,
+        topic=args.topic,
+        topic_prefix=args.topic_prefix,
+        namespace=args.namespace,
+        name=name,
+        sensitive=sensitive,
+    )
+    header = (
+        f"{spec.name} version {spec.spec_version}: {source.qualified()} in {args.connector} "
+        f"database {args.database},\nread from its information_schema by "
+        "`cdc-assets specs import-source`."
+    )
+    text = render_spec_yaml(spec, header)
+    write_spec_checked(target, text)
+    sys.stdout.write(text)
+    print(f"wrote {target} (read from {redact_url(url)})", file=sys.stderr)
+    return 0
+
+
+def write_spec_checked(path: Path, text: str) -> None:
+    """Write a spec file and validate it by loading it, alone and with the other specs of its
+    directory (a topic or sink table used twice); on failure the previous file comes back."""
+    from cdc_assets.errors import SpecError
+    from cdc_assets.spec.load import load_spec, load_specs
+
+    previous = path.read_text(encoding="utf-8") if path.exists() else None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    try:
+        load_spec(path)
+        load_specs(path.parent)
+    except SpecError:
+        if previous is None:
+            path.unlink()
+        else:
+            path.write_text(previous, encoding="utf-8")
+        raise
 
 
 def _specs_diff(args: argparse.Namespace) -> int:
@@ -597,7 +696,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="with up: also MariaDB, PostgreSQL, Kafka Connect and the Debezium connectors",
     )
     stack.set_defaults(fn=_cmd_stack)
-    specs = sub.add_parser("specs", help="validate, import (from DDL) and diff table specs")
+    specs = sub.add_parser(
+        "specs", help="validate, import (from DDL or a live source) and diff table specs"
+    )
     specs_sub = specs.add_subparsers(dest="action", required=True)
     validate = specs_sub.add_parser("validate", help="validate every spec of a directory")
     validate.add_argument("directory", nargs="?")
@@ -620,6 +721,32 @@ def build_parser() -> argparse.ArgumentParser:
         "which proves renames and drops (repeatable)",
     )
     imp.add_argument("--out", help="write the spec to this file instead of stdout")
+    src = specs_sub.add_parser(
+        "import-source",
+        help="a spec from a live source table's information_schema, written to the spec directory",
+    )
+    src.add_argument("--connector", required=True, choices=["mysql", "mariadb", "postgresql"])
+    src.add_argument("--database", required=True, help="source database")
+    src.add_argument("--table", required=True, help="source table")
+    src.add_argument("--schema", help="PostgreSQL schema (default: public)")
+    src.add_argument(
+        "--url",
+        help="JDBC URL of the source database (default: CDC_ASSETS_SOURCE_URL_<CONNECTOR>_"
+        "<DATABASE> or CDC_ASSETS_SOURCE_URL_<DATABASE>, else the local stack's source)",
+    )
+    src.add_argument(
+        "--topic",
+        help="Kafka topic of the table's change events (default: <prefix>.<database>.<table>, "
+        "PostgreSQL <prefix>.<schema>.<table>)",
+    )
+    src.add_argument(
+        "--topic-prefix", help="Debezium topic.prefix for the default topic (default: database)"
+    )
+    src.add_argument("--namespace", help="Iceberg namespace (default: the database)")
+    src.add_argument("--name", help="spec name (default: the table name)")
+    src.add_argument("--sensitive", help="comma-separated columns to mark sensitive")
+    src.add_argument("--out", help="spec file to write (default: <spec dir>/<name>.yaml)")
+    src.add_argument("--force", action="store_true", help="replace an existing spec file")
     diff = specs_sub.add_parser(
         "diff", help="plan the change between two spec versions; exit 1 if any is unsupported"
     )

@@ -100,7 +100,7 @@ def spec_from_ddl(
         source["schema"] = schema or table.qualifier
     data = {
         "spec_version": 1,
-        "name": name or _identifier(table.name),
+        "name": name or identifier(table.name),
         "description": table.comment,
         "owners": list(owners),
         "source": source,
@@ -110,6 +110,24 @@ def spec_from_ddl(
         "sink": {"namespace": namespace},
     }
     return _validated(data, f"DDL of {table.name}")
+
+
+def default_topic(
+    connector: str,
+    database: str,
+    table: str,
+    *,
+    schema: str | None = None,
+    prefix: str | None = None,
+) -> str:
+    """The Debezium topic of a table as the project's connectors name it:
+    ``<prefix>.<database>.<table>`` for the MySQL family, ``<prefix>.<schema>.<table>`` for
+    PostgreSQL, where the prefix (Debezium's ``topic.prefix``) defaults to the database name
+    (the MariaDB connector's topics are routed to that shape; the PostgreSQL connector's prefix is
+    its database). Characters Kafka does not allow become ``_``, as Debezium does."""
+    middle = (schema or "public") if connector == "postgresql" else database
+    name = f"{prefix or database}.{middle}.{table}"
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name)
 
 
 def proposed_from_ddl(
@@ -378,9 +396,9 @@ def _check_known(table: DdlTable, sensitive: Collection[str]) -> None:
             raise SpecError(f"table {table.name}: primary key column {key} is not a column")
 
 
-def _identifier(name: str) -> str:
-    """A valid Iceberg name for a source name: lower case, letters, digits and '_' only, and no
-    leading '_' (reserved for the pipeline's own columns)."""
+def identifier(name: str) -> str:
+    """A valid spec, column or namespace name for a source name: lower case, letters, digits
+    and '_' only, and no leading '_' (reserved for the pipeline's own columns)."""
     text = re.sub(r"[^a-z0-9_]", "_", name.lower()).lstrip("_")
     return text if text and not text[0].isdigit() else f"c_{text}"
 
@@ -391,7 +409,7 @@ def _new_column(
     _check_type(d, connector)
     out: dict[str, Any] = {"id": column_id, "name": d.name, "type": d.type}
     out.update(nullable=d.nullable, default=d.default, sensitive=sensitive, comment=d.comment)
-    sink = _identifier(d.name)
+    sink = identifier(d.name)
     if sink in used:
         sink = f"{sink}_{column_id}"
     used.add(sink)

@@ -1,31 +1,76 @@
-"""A source table's CREATE TABLE from its database's information_schema (pull detection from a
-reachable source). Pure: the queries as text, and the rows they return turned into DDL that the
-DDL onboarding path (``spec.ddl_import``) reads like any other CREATE TABLE.
+"""A source table's CREATE TABLE from its database's information_schema: pull detection from a
+reachable source, and onboarding a live table as a new spec. Pure: the queries as text, and the
+rows they return turned into DDL that the DDL onboarding path (``spec.ddl_import``) reads like any
+other CREATE TABLE.
+
+The table is named by a ``SourceTable`` (connector, database, PostgreSQL schema, table), which an
+existing spec provides (``SourceTable.of(spec)``) and onboarding builds from its arguments.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from cdc_assets.spec.models import TableSpec
+
+# Integer display widths (`bigint(20)`, `int(10) unsigned`) say nothing about the values;
+# MySQL 8 no longer reports them, MariaDB does. tinyint(1) is handled before (boolean).
+_DISPLAY_WIDTH = re.compile(
+    r"^(tinyint|smallint|mediumint|int|integer|bigint)\(\d+\)", re.IGNORECASE
+)
+
+
+@dataclass(frozen=True)
+class SourceTable:
+    """Where a table lives: connector kind, database, PostgreSQL schema, table name."""
+
+    connector: str
+    database: str
+    table: str
+    schema: str | None = None
+
+    @classmethod
+    def of(cls, spec: TableSpec) -> SourceTable:
+        src = spec.source
+        return cls(src.connector, src.database, src.table, src.schema_)
+
+    @property
+    def pg_schema(self) -> str:
+        return self.schema or "public"
+
+    @property
+    def is_postgres(self) -> bool:
+        return self.connector == "postgresql"
+
+    def qualified(self) -> str:
+        """``schema.table`` (PostgreSQL) or ``database.table``, unquoted, for messages."""
+        return f"{self.pg_schema if self.is_postgres else self.database}.{self.table}"
+
+
+def as_source_table(table: TableSpec | SourceTable) -> SourceTable:
+    return table if isinstance(table, SourceTable) else SourceTable.of(table)
 
 
 def _lit(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def columns_query(spec: TableSpec) -> str:
+def columns_query(table: TableSpec | SourceTable) -> str:
     """One row per column, in order: name, type text, nullable, default, comment."""
-    src = spec.source
-    if src.connector == "postgresql":
+    src = as_source_table(table)
+    if src.is_postgres:
+        relation = "(quote_ident(table_schema) || '.' || quote_ident(table_name))::regclass"
         return (
             "SELECT column_name AS name, data_type AS data_type, udt_name AS udt_name, "
             "character_maximum_length AS char_len, numeric_precision AS num_precision, "
             "numeric_scale AS num_scale, datetime_precision AS dt_precision, "
-            "is_nullable AS nullable, column_default AS dflt, '' AS comment "
+            "is_nullable AS nullable, column_default AS dflt, "
+            f"coalesce(col_description({relation}, ordinal_position::int), '') AS comment "
             "FROM information_schema.columns "
-            f"WHERE table_schema = {_lit(src.schema_ or 'public')} "
+            f"WHERE table_schema = {_lit(src.pg_schema)} "
             f"AND table_name = {_lit(src.table)} ORDER BY ordinal_position"
         )
     return (
@@ -37,17 +82,17 @@ def columns_query(spec: TableSpec) -> str:
     )
 
 
-def primary_key_query(spec: TableSpec) -> str:
+def primary_key_query(table: TableSpec | SourceTable) -> str:
     """The primary key's columns, in key order."""
-    src = spec.source
-    if src.connector == "postgresql":
+    src = as_source_table(table)
+    if src.is_postgres:
         # information_schema shows key columns only to the table's owner: read the catalog.
         return (
             "SELECT a.attname AS name FROM pg_index i "
             "JOIN pg_class c ON c.oid = i.indrelid "
             "JOIN pg_namespace n ON n.oid = c.relnamespace "
             "JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = ANY(i.indkey) "
-            f"WHERE i.indisprimary AND n.nspname = {_lit(src.schema_ or 'public')} "
+            f"WHERE i.indisprimary AND n.nspname = {_lit(src.pg_schema)} "
             f"AND c.relname = {_lit(src.table)} "
             "ORDER BY array_position(i.indkey::int2[], a.attnum)"
         )
@@ -58,6 +103,32 @@ def primary_key_query(spec: TableSpec) -> str:
         f"WHERE constraint_name = 'PRIMARY' AND table_schema = {_lit(src.database)} "
         f"AND table_name = {_lit(src.table)} ORDER BY ordinal_position"
     )
+
+
+def json_checks_query(table: TableSpec | SourceTable) -> str:
+    """MariaDB only: the CHECK constraints of the table. A MariaDB JSON column is a LONGTEXT with
+    the check ``json_valid(`column`)``, which is the only way to tell it from a LONGTEXT. (MySQL
+    has a real JSON type, and its check_constraints view has no table_name column.)"""
+    src = as_source_table(table)
+    return (
+        "SELECT check_clause AS clause FROM information_schema.check_constraints "
+        f"WHERE constraint_schema = {_lit(src.database)} AND table_name = {_lit(src.table)}"
+    )
+
+
+def json_columns(checks: Sequence[Mapping[str, Any]]) -> set[str]:
+    """Names of the columns that a ``json_valid(`name`)`` check (rows of json_checks_query)
+    declares as JSON."""
+    found = set()
+    for row in checks:
+        # Quoted with backticks, or with double quotes when the session runs with ANSI_QUOTES
+        # (as Spark's JDBC reads of MariaDB do).
+        clause = str(row["clause"]).strip()
+        match = re.fullmatch(r"json_valid\((`(?:[^`]|``)+`|\"(?:[^\"]|\"\")+\")\)", clause)
+        if match:
+            quoted = match.group(1)
+            found.add(quoted[1:-1].replace(quoted[0] * 2, quoted[0]))
+    return found
 
 
 def _pg_type(row: Mapping[str, Any]) -> str:
@@ -71,11 +142,15 @@ def _pg_type(row: Mapping[str, Any]) -> str:
     return data_type
 
 
-def _mysql_type(row: Mapping[str, Any]) -> str:
+def _mysql_type(row: Mapping[str, Any], json: Collection[str]) -> str:
     # BOOLEAN is an alias of tinyint(1) that information_schema cannot tell apart; Debezium
     # sends both the same way, and the spec names them boolean.
     text = str(row["column_type"])
-    return "boolean" if text.lower() == "tinyint(1)" else text
+    if text.lower() == "tinyint(1)":
+        return "boolean"
+    if text.lower() == "longtext" and str(row["name"]) in json:
+        return "json"
+    return _DISPLAY_WIDTH.sub(r"\1", text)
 
 
 def _quote(name: str, connector: str) -> str:
@@ -84,13 +159,30 @@ def _quote(name: str, connector: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def create_table(spec: TableSpec, columns: Sequence[Mapping[str, Any]], key: Sequence[str]) -> str:
-    """CREATE TABLE of the source table from the rows of the two queries above."""
-    connector = spec.source.connector
+def _string(text: str, connector: str) -> str:
+    # MySQL string literals treat backslash as an escape; PostgreSQL's standard strings do not.
+    return _lit(text if connector == "postgresql" else text.replace("\\", "\\\\"))
+
+
+def create_table(
+    table: TableSpec | SourceTable,
+    columns: Sequence[Mapping[str, Any]],
+    key: Sequence[str],
+    *,
+    json: Collection[str] = (),
+) -> str:
+    """CREATE TABLE of the source table from the rows of the queries above; ``json`` names the
+    MariaDB LONGTEXT columns that are JSON (see json_checks_query). Column comments follow as
+    inline COMMENT (MySQL family) or COMMENT ON statements (PostgreSQL)."""
+    src = as_source_table(table)
+    connector = src.connector
+    name = _quote(src.table, connector)
     lines = []
+    comments = []
     for row in columns:
-        type_text = _pg_type(row) if connector == "postgresql" else _mysql_type(row)
-        line = f"  {_quote(str(row['name']), connector)} {type_text}"
+        column = str(row["name"])
+        type_text = _pg_type(row) if src.is_postgres else _mysql_type(row, json)
+        line = f"  {_quote(column, connector)} {type_text}"
         if str(row["nullable"]).upper() == "NO":
             line += " NOT NULL"
         default = row.get("dflt")
@@ -99,7 +191,15 @@ def create_table(spec: TableSpec, columns: Sequence[Mapping[str, Any]], key: Seq
         text = "" if default is None else str(default)
         if text and text.upper() != "NULL" and "nextval(" not in text:
             line += f" DEFAULT {text}"
+        comment = str(row.get("comment") or "")
+        if comment and src.is_postgres:
+            comments.append(
+                f"COMMENT ON COLUMN {name}.{_quote(column, connector)} IS "
+                f"{_string(comment, connector)}"
+            )
+        elif comment:
+            line += f" COMMENT {_string(comment, connector)}"
         lines.append(line)
     if key:
         lines.append("  PRIMARY KEY (" + ", ".join(_quote(k, connector) for k in key) + ")")
-    return f"CREATE TABLE {_quote(spec.source.table, connector)} (\n" + ",\n".join(lines) + "\n)"
+    return ";\n".join([f"CREATE TABLE {name} (\n" + ",\n".join(lines) + "\n)", *comments])
