@@ -17,6 +17,7 @@ from decimal import Context, Decimal, InvalidOperation, localcontext
 from typing import Literal
 
 from cdc_assets.demo.events import KafkaRecord
+from cdc_assets.schema.sink_values import plain, to_sink
 from cdc_assets.schema.wire import TOAST_PLACEHOLDER, FieldPlan, Wire, plan_fields
 from cdc_assets.spec.models import TableSpec
 
@@ -133,11 +134,6 @@ def _unscaled_decimal(raw_bytes: bytes, scale: int) -> Decimal:
         raise UndecodableError  # Java's BigInteger rejects a zero-length magnitude
     unscaled = int.from_bytes(raw_bytes, "big", signed=True)
     return Decimal(f"{unscaled}e{-scale}")
-
-
-def plain(value: Decimal) -> str:
-    """A decimal as plain text, never in exponent notation."""
-    return format(value, "f")
 
 
 def _fraction_micros(text: str | None) -> int:
@@ -292,39 +288,6 @@ def check_fits(plan: FieldPlan, value: object) -> None:
                 raise DoesNotFitError
             if abs(value) >= Decimal(10) ** (precision - scale):
                 raise DoesNotFitError
-
-
-def sink_string(value: object) -> str:
-    """How a natural value reads when a spec stores its column as string."""
-    if isinstance(value, Decimal):
-        return plain(value)
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="replace")
-    return str(value)
-
-
-def to_sink(plan: FieldPlan, natural: object) -> object:
-    """The natural value after the column's transform or type override (None stays None)."""
-    if natural is None:
-        return None
-    if plan.transform is not None:
-        assert isinstance(natural, int)
-        if plan.transform == "epoch_days_to_date":
-            return EPOCH_DATE + timedelta(days=natural)
-        per_second = {
-            "epoch_seconds_to_timestamp": 1,
-            "epoch_millis_to_timestamp": 1_000,
-            "epoch_micros_to_timestamp": 1_000_000,
-        }[plan.transform]
-        return (EPOCH + timedelta(microseconds=natural * 1_000_000 // per_second)).replace(
-            tzinfo=UTC
-        )
-    if plan.sink.name == "string" and plan.natural.name != "string":
-        return sink_string(natural)
-    # Any other override is a widening (int->long, float->double, decimal(p,s)->decimal(q,s)).
-    return natural
 
 
 # --- envelope --------------------------------------------------------------------------------
