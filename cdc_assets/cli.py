@@ -473,43 +473,82 @@ def _find_spec(settings: Settings, name: str) -> Any:
 
 
 def _cmd_bootstrap(settings: Settings, args: argparse.Namespace) -> int:
-    from cdc_assets.pipeline.bootstrap import bootstrap_base, read_files, read_jdbc
+    """Load base from a dump. A dump read here from the live source (--jdbc-url or --source)
+    without --position is stitched by a watermark read from the source before the dump."""
+    from cdc_assets.pipeline.bootstrap import (
+        bootstrap_base,
+        bootstrap_from_source,
+        read_files,
+        read_jdbc,
+    )
     from cdc_assets.resources import build_resources
     from cdc_assets.sql.upsert import Position
 
     spec = _find_spec(settings, args.table)
-    try:
-        position = Position.parse(args.position)
-    except ValueError as err:
-        raise CdcAssetsError(str(err)) from None
+    position = None
+    if args.position is not None:
+        try:
+            position = Position.parse(args.position)
+        except ValueError as err:
+            raise CdcAssetsError(str(err)) from None
+    elif not (args.jdbc_url or args.from_source):
+        raise CdcAssetsError(
+            "a file dump needs --position: the source position at which it was taken "
+            "(only a dump read from the live source finds its own)"
+        )
+    url = args.jdbc_url
+    if args.from_source:
+        url = source_jdbc_url(settings, spec.source.connector, spec.source.database)
+    props: dict[str, str] = {}
+    if args.jdbc_user:
+        props["user"] = args.jdbc_user
+    if args.jdbc_password_env:
+        props["password"] = os.environ.get(args.jdbc_password_env, "")
+    if args.jdbc_driver:
+        props["driver"] = args.jdbc_driver
     res = build_resources(settings)
     spark = res["spark"].get_session()
-    if args.jdbc_url:
-        props = {"user": args.jdbc_user or "", "fetchsize": "10000"}
-        if args.jdbc_password_env:
-            props["password"] = os.environ.get(args.jdbc_password_env, "")
-        if args.jdbc_driver:
-            props["driver"] = args.jdbc_driver
-        dump = read_jdbc(spark, args.jdbc_url, args.jdbc_table or spec.source.table, props)
-        source = f"jdbc {args.jdbc_table or spec.source.table}"
+    catalog = res["spark"].catalog.name
+    if url and position is None:
+        result = bootstrap_from_source(
+            spark,
+            catalog,
+            res["iceberg"].load_catalog(),
+            spec,
+            url,
+            table=args.jdbc_table,
+            properties=props,
+            replace=args.replace,
+            timeout_s=args.watermark_timeout,
+        )
     else:
-        kind = "parquet" if args.parquet else "csv"
-        dump = read_files(spark, args.parquet or args.csv, kind)
-        source = f"{kind} {args.parquet or args.csv}"
-    result = bootstrap_base(
-        spark,
-        res["spark"].catalog.name,
-        res["iceberg"].load_catalog(),
-        spec,
-        dump,
-        position,
-        source=source,
-        replace=args.replace,
-    )
+        assert position is not None
+        if url:
+            table = args.jdbc_table or spec.source.table
+            dump = read_jdbc(spark, url, table, {"fetchsize": "10000", **props})
+            source = f"jdbc {table}"
+        else:
+            kind = "parquet" if args.parquet else "csv"
+            dump = read_files(spark, args.parquet or args.csv, kind)
+            source = f"{kind} {args.parquet or args.csv}"
+        result = bootstrap_base(
+            spark,
+            catalog,
+            res["iceberg"].load_catalog(),
+            spec,
+            dump,
+            position,
+            source=source,
+            replace=args.replace,
+        )
+    where = f"source position {result.position.text()}"
+    if result.watermark is not None:
+        where += f", just below the watermark {result.watermark.describe()} read before the dump"
     console.print(
-        f"{result.table}: {result.rows} rows loaded into base from {result.source} at source "
-        f"position {result.position.text()} in {result.seconds:.1f}s; the next upsert applies "
-        "the ledger's changes after that position"
+        f"{result.table}: {result.rows} rows loaded into base from {result.source} at {where}, "
+        f"in {result.seconds:.1f}s; the next upsert applies the ledger's changes after that "
+        "position",
+        markup=False,
     )
     return 0
 
@@ -811,15 +850,33 @@ def build_parser() -> argparse.ArgumentParser:
     what.add_argument("--parquet", help="Parquet file or directory of the dump")
     what.add_argument("--csv", help="CSV file or directory of the dump (header line required)")
     what.add_argument("--jdbc-url", help="JDBC URL of the live source database")
-    boot.add_argument("--jdbc-table", help="table to read (default: the spec's source table)")
+    what.add_argument(
+        "--source",
+        dest="from_source",
+        action="store_true",
+        help="dump the spec's source table; JDBC URL from CDC_ASSETS_SOURCE_URL_<CONNECTOR>_"
+        "<DATABASE> or CDC_ASSETS_SOURCE_URL_<DATABASE>, else the local stack's source",
+    )
+    boot.add_argument(
+        "--jdbc-table",
+        help="table to read (default: the spec's source table, qualified by its database or "
+        "PostgreSQL schema when the position is read from the source)",
+    )
     boot.add_argument("--jdbc-user")
     boot.add_argument("--jdbc-password-env", help="environment variable holding the password")
     boot.add_argument("--jdbc-driver", help="JDBC driver class, when the URL does not imply it")
     boot.add_argument(
         "--position",
-        required=True,
         help="source position of the dump as major[:minor[:row]]: binlog file number:position"
-        " (MySQL/MariaDB) or the LSN as a number (PostgreSQL)",
+        " (MySQL/MariaDB) or the LSN as a number (PostgreSQL); required for files, and for a "
+        "JDBC dump the default is a watermark read from the live source before the dump",
+    )
+    boot.add_argument(
+        "--watermark-timeout",
+        type=float,
+        default=300.0,
+        help="seconds to wait for transactions open at the watermark (PostgreSQL) or for the "
+        "table's read lock (MySQL) (default: 300)",
     )
     boot.add_argument("--replace", action="store_true", help="overwrite a base that has rows")
     boot.set_defaults(fn=_cmd_bootstrap)

@@ -9,12 +9,20 @@ contains is not applied twice and a change after it is not lost.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from cdc_assets.errors import CdcAssetsError
 from cdc_assets.pipeline.progress import spark_progress
+from cdc_assets.pipeline.source_position import (
+    MysqlMethod,
+    Watermark,
+    dump_table_ref,
+    jdbc_driver,
+    read_watermark,
+)
 from cdc_assets.pipeline.upsert import load_table, spark_identifier
 from cdc_assets.pipeline.watermark import (
     UPSERT_KIND,
@@ -24,6 +32,7 @@ from cdc_assets.pipeline.watermark import (
     snapshot_properties,
 )
 from cdc_assets.schema.layers import base_layout, ledger_layout, tombstones_layout
+from cdc_assets.spec.information_schema import SourceTable
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.sql.bootstrap import (
     render_bootstrap_checks,
@@ -46,6 +55,7 @@ class BootstrapResult:
     position: Position
     source: str
     seconds: float = 0.0
+    watermark: Watermark | None = None  # read from the live source before the dump
 
 
 def read_files(spark: Any, path: str, file_format: str) -> Any:
@@ -63,20 +73,10 @@ def read_files(spark: Any, path: str, file_format: str) -> Any:
     raise BootstrapError(f"unknown dump format {file_format!r}; use parquet or csv")
 
 
-# Spark loads drivers from its own jars, which java.sql.DriverManager does not search: name the
-# driver class for the URLs we know.
-JDBC_DRIVERS = {
-    "jdbc:sqlite:": "org.sqlite.JDBC",
-    "jdbc:postgresql:": "org.postgresql.Driver",
-    "jdbc:mariadb:": "org.mariadb.jdbc.Driver",
-    "jdbc:mysql:": "com.mysql.cj.jdbc.Driver",
-}
-
-
 def read_jdbc(spark: Any, url: str, table: str, properties: dict[str, str] | None = None) -> Any:
     """A snapshot of a live table through Spark's JDBC source."""
     reader = spark.read.format("jdbc").option("url", url).option("dbtable", table)
-    driver = next((d for prefix, d in JDBC_DRIVERS.items() if url.startswith(prefix)), None)
+    driver = jdbc_driver(url)
     props = {**({"driver": driver} if driver else {}), **(properties or {})}
     if url.startswith("jdbc:mariadb:"):
         # Spark has no dialect for this scheme and quotes column names with double quotes,
@@ -85,6 +85,18 @@ def read_jdbc(spark: Any, url: str, table: str, properties: dict[str, str] | Non
     for key, value in props.items():
         reader = reader.option(key, value)
     return reader.load()
+
+
+def check_replaceable(iceberg_catalog: Any, spec: TableSpec, replace: bool) -> None:
+    """BootstrapError when base holds rows and replacing them was not asked for."""
+    base = load_table(iceberg_catalog, base_layout(spec))
+    current = base.current_snapshot()
+    rows_now = int(current.summary.get("total-records", "0")) if current and current.summary else 0
+    if rows_now and not replace:
+        raise BootstrapError(
+            f"{spec.name}: base already holds {rows_now} rows; pass replace=True (--replace) "
+            "to overwrite it with the dump"
+        )
 
 
 def bootstrap_base(
@@ -102,14 +114,7 @@ def bootstrap_base(
     """Replace base with ``dump`` and set the floor to ``position`` (where the dump was taken)."""
     started = time.monotonic()
     base_l = base_layout(spec)
-    base = load_table(iceberg_catalog, base_l)
-    current = base.current_snapshot()
-    rows_now = int(current.summary.get("total-records", "0")) if current and current.summary else 0
-    if rows_now and not replace:
-        raise BootstrapError(
-            f"{spec.name}: base already holds {rows_now} rows; pass replace=True (--replace) "
-            "to overwrite it with the dump"
-        )
+    check_replaceable(iceberg_catalog, spec, replace)
     try:
         columns = resolve_columns(spec, list(dump.columns))
     except ValueError as err:
@@ -154,6 +159,58 @@ def bootstrap_base(
     return BootstrapResult(
         spec.name, int(checks["rows"]), position, source, time.monotonic() - started
     )
+
+
+def bootstrap_from_source(
+    spark: Any,
+    catalog: str,
+    iceberg_catalog: Any,
+    spec: TableSpec,
+    url: str,
+    *,
+    table: str | None = None,
+    properties: dict[str, str] | None = None,
+    replace: bool = False,
+    progress: bool = True,
+    timeout_s: float = 300.0,
+    mysql_method: MysqlMethod = "auto",
+    before_dump: Callable[[Watermark], None] | None = None,
+) -> BootstrapResult:
+    """Bootstrap base from a JDBC dump of the live source table, stitched by a low watermark read
+    before the dump (``source_position``: why it is safe, and why replaying the changes between
+    the watermark and the dump is harmless).
+
+    The dump is one SELECT (one JDBC partition, so one snapshot of the table), kept by Spark
+    (``localCheckpoint``) so that the checks and the load see the same rows. Base is stamped just
+    below the watermark. ``before_dump`` runs between the watermark and the dump (tests use it
+    to change rows in that window).
+    """
+    started = time.monotonic()
+    check_replaceable(iceberg_catalog, spec, replace)  # before the watermark and the dump
+    source = SourceTable.of(spec)
+    props = {"fetchsize": "10000", **(properties or {})}
+    watermark = read_watermark(
+        spark, url, source, properties=props, timeout_s=timeout_s, mysql_method=mysql_method
+    )
+    if before_dump is not None:
+        before_dump(watermark)
+    name = table or dump_table_ref(url, source)
+    with spark_progress(spark, f"{spec.name}: reading the dump", enabled=progress):
+        dump = read_jdbc(spark, url, name, props).localCheckpoint(eager=True)
+    result = bootstrap_base(
+        spark,
+        catalog,
+        iceberg_catalog,
+        spec,
+        dump,
+        watermark.floor,
+        source=f"jdbc {name} after watermark {watermark.describe()}",
+        replace=replace,
+        progress=progress,
+    )
+    result.watermark = watermark
+    result.seconds = time.monotonic() - started
+    return result
 
 
 @dataclass
