@@ -342,6 +342,23 @@ def report_tables(settings: Settings) -> Table:
 
 
 def _cmd_run(settings: Settings, args: argparse.Namespace) -> int:
+    """The README's run command: the demo on real sources (``--generator``: on generated events)."""
+    if args.generator:
+        return _run_generator_demo(settings, args)
+    from cdc_assets.demo.live import prepare_specs, run_live_demo
+
+    if not os.environ.get(ENV_SPECS):
+        # Evolution writes spec files: the demo evolves a copy, not the repository's specs.
+        settings = replace(settings, specs_dir=prepare_specs(settings, settings.specs_dir))
+        os.environ[ENV_SPECS] = str(settings.specs_dir)
+    outcomes = run_live_demo(
+        settings, console, statements=args.statements, after_change=args.after_change
+    )
+    return 0 if outcomes and all(o.diff.equal for o in outcomes) else 1
+
+
+def _run_generator_demo(settings: Settings, args: argparse.Namespace) -> int:
+    """The demo on the project's generated Debezium stream (no databases): `checks --demo`."""
     from datetime import UTC, datetime
 
     import dagster as dg
@@ -613,7 +630,7 @@ def _cmd_checks(settings: Settings, args: argparse.Namespace) -> int:
     from cdc_assets.definitions import build_defs
 
     if args.demo:
-        code = _cmd_run(settings, args)
+        code = _run_generator_demo(settings, args)
         if code:
             return code
         console.print("[bold]asset checks[/bold] on the demo's tables")
@@ -799,9 +816,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     specs.set_defaults(fn=_cmd_specs)
     run = sub.add_parser(
-        "run", help="main job: jars, stack up, tables, demo stream, ingest, upsert, report"
+        "run",
+        help="main job: jars, stack with real sources and Debezium, tables, workload with schema "
+        "changes, the pipeline until it caught up, source against base",
     )
-    run.add_argument("--events", type=int, default=2000, help="change events per demo table")
+    run.add_argument(
+        "--statements", type=int, default=1000, help="workload changes per table (default 1000)"
+    )
+    run.add_argument(
+        "--after-change",
+        type=int,
+        default=300,
+        help="changes per table after the schema changes (default 300)",
+    )
+    run.add_argument(
+        "--generator",
+        action="store_true",
+        help="the demo on generated Debezium events instead (no databases, no Kafka Connect)",
+    )
+    run.add_argument(
+        "--events", type=int, default=2000, help="with --generator: change events per table"
+    )
     run.set_defaults(fn=_cmd_run)
     sub.add_parser(
         "dagster-home", help="create the Dagster home under the CDC home and print its path"

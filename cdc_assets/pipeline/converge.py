@@ -23,7 +23,7 @@ from cdc_assets.pipeline.evolve import (
     record_history,
 )
 from cdc_assets.pipeline.offsets import committed_offsets
-from cdc_assets.schema.changes import AddColumn, EvolutionPlan, WidenType
+from cdc_assets.schema.changes import AddColumn, ChangeSourceType, EvolutionPlan, WidenType
 from cdc_assets.schema.evolution import apply_plan, classify
 from cdc_assets.schema.layers import ledger_layout
 from cdc_assets.spec.ddl_import import plan_from_ddl
@@ -82,7 +82,9 @@ def proposal(
 
 def _backfill_columns(plan: EvolutionPlan, spec: TableSpec) -> list[str]:
     ids = {c.column.id for c in plan.changes if isinstance(c, AddColumn)}
-    ids |= {c.id for c in plan.changes if isinstance(c, WidenType)}
+    # A longer varchar keeps its Iceberg type but accepts values the ingest refused against the
+    # old length: like a widening, its dead letters are redriven.
+    ids |= {c.id for c in plan.changes if isinstance(c, WidenType | ChangeSourceType)}
     return [c.sink_name for c in spec.columns if c.id in ids]
 
 

@@ -1,0 +1,310 @@
+"""Benchmark: end-to-end freshness on the local stack, from COMMIT in the source database to the
+row visible in base, with the pipeline on its normal cadence.
+
+A stack of its own with real sources (`stack up --sources`: MariaDB, PostgreSQL, Kafka Connect with
+Debezium), the example tables onboarded, then the Dagster daemon (`dagster-daemon run` on
+workspace.yaml) runs the definitions as a deployment would: the sensors (`new_kafka_offsets`,
+`ledger_updated`, `schema_changes`) on their own intervals and every run in a process of its own.
+Meanwhile a seeded workload changes the three example tables through the databases' clients in
+small batches for ``--seconds``. When base has caught up, every change event on the topics is
+matched with the first base snapshot whose watermark covers it:
+
+    freshness = commit time of that snapshot - source.ts_ms (the source's commit time)
+
+The baseline is Debezium's own delivery latency for the same events (Kafka timestamp - source
+ts_ms). MariaDB stamps binlog events in whole seconds, so its figures are up to 1 s high. Prints a
+table, writes JSON and a PNG plot to benchmarks/results/.
+
+    python benchmarks/source_freshness.py [--seconds 180] [--batch 4] [--pause 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from bench_common import code_version, make_home  # noqa: E402
+
+
+def topic_events(bootstrap: str, topic: str) -> list[dict[str, Any]]:
+    """(partition, offset, source ts_ms, Kafka timestamp) of every change event on ``topic``."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "freshness", "enable.auto.commit": False}
+    )
+    out = []
+    try:
+        meta = consumer.list_topics(topic, timeout=10).topics[topic]
+        for partition in sorted(meta.partitions):
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+            consumer.assign([TopicPartition(topic, partition, low)])
+            at = low
+            while at < high:
+                msg = consumer.poll(10)
+                if msg is None:
+                    break
+                if msg.error() is not None:
+                    continue
+                at = (msg.offset() or 0) + 1
+                value = msg.value()
+                if not value:
+                    continue  # tombstone
+                payload = json.loads(value).get("payload", {})
+                if payload.get("op") not in ("c", "u", "d"):
+                    continue
+                out.append(
+                    {
+                        "partition": partition,
+                        "offset": msg.offset(),
+                        "source_ms": int(payload["source"]["ts_ms"]),
+                        "kafka_ms": int(msg.timestamp()[1]),
+                    }
+                )
+    finally:
+        consumer.close()
+    return out
+
+
+def base_watermarks(catalog: Any, spec: Any) -> list[tuple[int, dict[int, int]]]:
+    """(commit time ms, watermark) of every base snapshot that recorded one, oldest first."""
+    from cdc_assets.pipeline.offsets import decode_offsets
+    from cdc_assets.pipeline.watermark import WATERMARK
+    from cdc_assets.schema.layers import base_layout
+
+    layout = base_layout(spec)
+    table = catalog.load_table(f"{layout.namespace}.{layout.name}")
+    out = []
+    for snapshot in sorted(table.snapshots(), key=lambda s: s.timestamp_ms):
+        text = snapshot.summary.get(WATERMARK) if snapshot.summary else None
+        if text:
+            out.append((snapshot.timestamp_ms, decode_offsets(text)))
+    return out
+
+
+def visible_at(event: dict[str, Any], marks: list[tuple[int, dict[int, int]]]) -> int | None:
+    for at, watermark in marks:
+        if watermark.get(event["partition"], 0) > event["offset"]:
+            return at
+    return None
+
+
+def caught_up(bootstrap: str, catalog: Any, specs: list[Any]) -> bool:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "freshness-end"})
+    try:
+        for spec in specs:
+            marks = base_watermarks(catalog, spec)
+            newest = marks[-1][1] if marks else {}
+            topic = spec.source.topic
+            for partition in consumer.list_topics(topic, timeout=10).topics[topic].partitions:
+                _, high = consumer.get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=10
+                )
+                if newest.get(partition, 0) < high:
+                    return False
+    finally:
+        consumer.close()
+    return True
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=180.0, help="how long the workload runs")
+    parser.add_argument("--batch", type=int, default=4, help="statements per table per batch")
+    parser.add_argument("--pause", type=float, default=2.0, help="seconds between batches")
+    parser.add_argument("--settle", type=float, default=300.0, help="max wait for base to catch up")
+    parser.add_argument("--out", default=str(RESULTS / "source_freshness.json"))
+    args = parser.parse_args()
+
+    from cdc_assets.cli import ensure_dagster_home
+    from cdc_assets.demo.live import Workload, next_key_base
+    from cdc_assets.jobs.inprocess import PipelineDriver
+    from cdc_assets.resources import build_resources
+    from cdc_assets.resources.jars import ensure_jars
+    from cdc_assets.resources.local_stack import stack_down, stack_up
+    from cdc_assets.spec import load_specs
+
+    tmp = Path(tempfile.mkdtemp(prefix="cdc-freshness-"))
+    tmp.chmod(0o711)  # PostgreSQL runs as the postgres system user and must reach its data
+    daemon: subprocess.Popen[bytes] | None = None
+    settings = make_home(tmp)
+    try:
+        ensure_jars("connect", settings, quiet=True)
+        specs_dir = tmp / "specs"
+        shutil.copytree(ROOT / "table_specs", specs_dir)
+        settings = replace(settings, specs_dir=specs_dir)
+        print("stack up --sources ...", flush=True)
+        state = stack_up(settings, sources=True)
+        dagster_home = ensure_dagster_home(settings)
+        env = {
+            **os.environ,
+            "CDC_ASSETS_HOME": str(settings.home),
+            "CDC_ASSETS_SPECS": str(specs_dir),
+            "DAGSTER_HOME": str(dagster_home),
+        }
+        os.environ.update(
+            {k: env[k] for k in ("CDC_ASSETS_HOME", "CDC_ASSETS_SPECS", "DAGSTER_HOME")}
+        )
+        import dagster as dg
+
+        instance = dg.DagsterInstance.get()
+        print("onboard_tables ...", flush=True)
+        PipelineDriver(settings, instance).onboard()
+        specs = load_specs(specs_dir)
+        log = open(tmp / "daemon.log", "wb")  # noqa: SIM115 - open for the daemon's lifetime
+        daemon = subprocess.Popen(
+            [
+                str(Path(sys.executable).parent / "dagster-daemon"),
+                "run",
+                "-w",
+                str(ROOT / "workspace.yaml"),
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        workload = Workload(settings, specs, seed=7, key_base=next_key_base(settings, specs))
+        print(f"workload for {args.seconds:.0f} s ...", flush=True)
+        started = time.monotonic()
+        batches = 0
+        while time.monotonic() - started < args.seconds:
+            workload.run(args.batch)
+            batches += 1
+            time.sleep(args.pause)
+        workload_s = time.monotonic() - started
+        print(f"{batches} batches; waiting for base to catch up ...", flush=True)
+        catalog = build_resources(settings)["iceberg"].load_catalog()
+        deadline = time.monotonic() + args.settle
+        while not caught_up(state.bootstrap_servers, catalog, specs):
+            if time.monotonic() > deadline:
+                print("base did not catch up in time", file=sys.stderr)
+                return 1
+            time.sleep(5)
+        settle_s = time.monotonic() - started - workload_s
+
+        rows = []
+        all_fresh: list[float] = []
+        all_dbz: list[float] = []
+        for spec in specs:
+            events = topic_events(state.bootstrap_servers, spec.source.topic)
+            marks = base_watermarks(catalog, spec)
+            fresh = []
+            for event in events:
+                at = visible_at(event, marks)
+                if at is not None:
+                    fresh.append((at - event["source_ms"]) / 1000)
+            dbz = [(e["kafka_ms"] - e["source_ms"]) / 1000 for e in events]
+            all_fresh += fresh
+            all_dbz += dbz
+            rows.append(
+                {
+                    "table": spec.name,
+                    "events": len(events),
+                    "base_commits": len(marks),
+                    "median_s": statistics.median(fresh),
+                    "p95_s": percentile(fresh, 0.95),
+                    "max_s": max(fresh),
+                    "debezium_median_s": statistics.median(dbz),
+                    "debezium_p95_s": percentile(dbz, 0.95),
+                }
+            )
+        total = {
+            "table": "all",
+            "events": len(all_fresh),
+            "base_commits": sum(r["base_commits"] for r in rows),
+            "median_s": statistics.median(all_fresh),
+            "p95_s": percentile(all_fresh, 0.95),
+            "max_s": max(all_fresh),
+            "debezium_median_s": statistics.median(all_dbz),
+            "debezium_p95_s": percentile(all_dbz, 0.95),
+        }
+        rows.append(total)
+        print()
+        print(
+            f"{'table':<12} {'events':>7} {'commits':>7} {'median s':>9} {'p95 s':>7} "
+            f"{'max s':>7} {'dbz med':>8} {'dbz p95':>8} {'ratio':>6}"
+        )
+        for r in rows:
+            print(
+                f"{r['table']:<12} {r['events']:>7} {r['base_commits']:>7} {r['median_s']:>9.1f} "
+                f"{r['p95_s']:>7.1f} {r['max_s']:>7.1f} {r['debezium_median_s']:>8.2f} "
+                f"{r['debezium_p95_s']:>8.2f} "
+                f"{r['median_s'] / max(r['debezium_median_s'], 0.001):>6.0f}"
+            )
+        result = {
+            "benchmark": "source_freshness",
+            "code": code_version(),
+            "cpus": os.cpu_count(),
+            "load_average_before": list(os.getloadavg()),
+            "workload_s": workload_s,
+            "settle_s": settle_s,
+            "batches": batches,
+            "batch_statements_per_table": args.batch,
+            "pause_s": args.pause,
+            "statements_run": workload.statements_run,
+            "tables": rows,
+            "target_s": 60,
+        }
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        plot(all_fresh, all_dbz, out.with_suffix(".png"))
+        print(f"\nwrote {out} and {out.with_suffix('.png')}")
+        return 0
+    finally:
+        if daemon is not None:
+            daemon.terminate()
+            try:
+                daemon.wait(30)
+            except subprocess.TimeoutExpired:
+                daemon.kill()
+        stack_down(settings, purge=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def plot(fresh: list[float], dbz: list[float], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for values, label in (
+        (fresh, "commit -> visible in base"),
+        (dbz, "commit -> in Kafka (Debezium)"),
+    ):
+        ordered = sorted(values)
+        ax.plot(ordered, [i / len(ordered) for i in range(1, len(ordered) + 1)], label=label)
+    ax.axvline(60, color="grey", linestyle="--", label="target 60 s")
+    ax.set_xlabel("seconds")
+    ax.set_ylabel("share of change events")
+    ax.set_title("End-to-end freshness on the local stack (2 cores)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
