@@ -48,12 +48,16 @@ format: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# The specs `make run` evolved (its copy under the home) when there are any, else table_specs/.
+DEMO_SPECS = $${CDC_ASSETS_HOME:-.cdc-assets}/demo-specs
+SPECS_FOR_UI = $${CDC_ASSETS_SPECS:-$$(test -d $(DEMO_SPECS) && echo $(DEMO_SPECS) || echo table_specs)}
+
 dev: setup
-	DAGSTER_HOME=$$($(BIN)/cdc-assets dagster-home) $(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1
+	DAGSTER_HOME=$$($(BIN)/cdc-assets dagster-home) CDC_ASSETS_SPECS=$(SPECS_FOR_UI) $(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1
 
 # docs/asset-graph.png from the instance of the last `make run` (headless Chromium)
 screenshot: $(STAMP)
-	$(BIN)/python scripts/screenshot_asset_graph.py
+	CDC_ASSETS_SPECS=$(SPECS_FOR_UI) $(BIN)/python scripts/screenshot_asset_graph.py
 
 bench: setup
 	$(BIN)/python benchmarks/definitions_load.py
