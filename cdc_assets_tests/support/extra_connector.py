@@ -1,0 +1,139 @@
+"""A Debezium connector of a test's own on the real-sources stack: the repository's connector
+config for that database with another name, topic prefix, server id or replication slot, its
+topics under that prefix (no routing), registered while the tables already hold rows so that its
+snapshot reads them (op ``r``). Removing it deletes the connector, drops its PostgreSQL
+replication slot (an abandoned slot keeps WAL forever) and deletes its topics.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from cdc_assets.errors import StackError
+from cdc_assets.resources import connect, sources
+from cdc_assets.settings import Settings
+
+TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True)
+class ExtraConnector:
+    name: str
+    prefix: str  # Debezium topic.prefix: topics are <prefix>.<database or schema>.<table>
+    server: sources.ServerName
+    config: dict[str, str]
+    slot: str | None = None  # PostgreSQL replication slot
+
+    def topic(self, middle: str, table: str) -> str:
+        return f"{self.prefix}.{middle}.{table}"
+
+    @property
+    def topics(self) -> list[str]:
+        """Every topic the connector writes (table topics are found by prefix)."""
+        extra = [connect.heartbeat_topic(self.config)]
+        history = self.config.get("schema.history.internal.kafka.topic")
+        return extra + ([history] if history else [])
+
+
+def _port(settings: Settings) -> int:
+    entry = sources.load_state(settings).get("connect")
+    port = entry.get("port") if isinstance(entry, dict) else None
+    if not isinstance(port, int):
+        raise StackError("Kafka Connect is not running: `stack up --sources` first")
+    return port
+
+
+def _base_config(settings: Settings, bootstrap: str, server: sources.ServerName) -> dict[str, str]:
+    values = connect.placeholder_values(settings, bootstrap)
+    for definition in connect.connector_configs(values):
+        config: dict[str, str] = definition["config"]
+        is_pg = "postgresql" in config["connector.class"].lower()
+        if is_pg == (server == "postgres"):
+            return dict(config)
+    raise StackError(f"no connector config for {server}")
+
+
+def register(
+    settings: Settings,
+    bootstrap: str,
+    server: sources.ServerName,
+    tag: str,
+    tables: list[str],
+) -> ExtraConnector:
+    """Register a connector capturing ``tables`` (``db.table`` or ``schema.table``) with its own
+    name, prefix and server id or slot; return once its snapshot is done (first heartbeat)."""
+    config = _base_config(settings, bootstrap, server)
+    for key in [k for k in config if k.startswith("transforms")]:
+        del config[key]  # topics keep Debezium's own names under our prefix
+    name = f"it-{server}-{tag}"
+    prefix = f"it{server[0]}{tag}"
+    config.update(
+        {
+            "topic.prefix": prefix,
+            "table.include.list": ",".join(tables),
+            "snapshot.mode": "initial",
+            "provide.transaction.metadata": "false",
+        }
+    )
+    slot = None
+    if server == "mariadb":
+        config["database.server.id"] = str(6000 + int(tag, 16) % 3000)
+        config["schema.history.internal.kafka.topic"] = f"_cdc-schema-history.{name}"
+        config["include.schema.changes"] = "false"
+    else:
+        slot = f"it_{tag}"
+        config["slot.name"] = slot  # the publication of the stack covers the example table
+    port = _port(settings)
+    deadline = time.monotonic() + TIMEOUT_S
+    while True:
+        status, answer = connect.rest(port, "PUT", f"/connectors/{name}/config", config)
+        if 200 <= status < 300:
+            break
+        if status not in (0, 409, 500, 503) or time.monotonic() > deadline:
+            raise StackError(f"registering {name}: HTTP {status} {answer}")
+        time.sleep(1.0)  # the worker is rebalancing
+    extra = ExtraConnector(name, prefix, server, config, slot)
+    connect.wait_running(port, name, log_file=connect.connect_files(settings).log_file)
+    connect.wait_snapshots_done(bootstrap, [connect.heartbeat_topic(config)])
+    return extra
+
+
+def remove(settings: Settings, extra: ExtraConnector, admin: Any) -> None:
+    """Delete the connector, then its replication slot and its topics."""
+    port = _port(settings)
+    connect.rest(port, "DELETE", f"/connectors/{extra.name}")
+    deadline = time.monotonic() + TIMEOUT_S
+    while connect.rest(port, "GET", f"/connectors/{extra.name}")[0] != 404:
+        if time.monotonic() > deadline:
+            raise StackError(f"connector {extra.name} still exists after its DELETE")
+        time.sleep(0.5)
+    if extra.slot is not None:
+        drop_slot(settings, extra.slot)
+    topics = [t for t in admin.list_topics(timeout=15).topics if t.startswith(extra.prefix + ".")]
+    topics += [t for t in extra.topics if t in admin.list_topics(timeout=15).topics]
+    if topics:
+        for future in admin.delete_topics(topics).values():
+            future.result(30)
+
+
+def slot_exists(settings: Settings, slot: str) -> bool:
+    out = sources.postgres_execute(
+        settings, f"SELECT count(*) FROM pg_replication_slots WHERE slot_name = '{slot}';"
+    )
+    return out.strip() != "0"
+
+
+def drop_slot(settings: Settings, slot: str) -> None:
+    """Drop the slot once its walsender has let go of it (shortly after the task stops)."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while slot_exists(settings, slot):
+        sources.postgres_execute(
+            settings,
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+            f"WHERE slot_name = '{slot}' AND NOT active;",
+        )
+        if time.monotonic() > deadline:
+            raise StackError(f"replication slot {slot} is still active")
+        time.sleep(0.5)
