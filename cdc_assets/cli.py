@@ -279,6 +279,9 @@ QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 DAGSTER_YAML = """concurrency:
   pools:
     default_limit: 1
+# Nothing leaves this machine: no usage statistics.
+telemetry:
+  enabled: false
 """
 
 

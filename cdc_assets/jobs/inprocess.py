@@ -94,7 +94,7 @@ class PipelineDriver:
     def evolve(self) -> list[tuple[str, bool]]:
         """One tick of the ``schema_changes`` sensor and the evolution runs it requests."""
         defs = self.defs()
-        sensor = defs.get_sensor_def("schema_changes")
+        sensor = defs.resolve_sensor_def("schema_changes")
         resources = dict(defs.resources or {})
         context = dg.build_sensor_context(
             instance=self.instance,
