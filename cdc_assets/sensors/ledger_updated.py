@@ -20,7 +20,9 @@ def build_ledger_updated_sensor(
         run_status=dg.DagsterRunStatus.SUCCESS,
         monitored_jobs=[ingest_job],
         request_job=upsert_job,
-        minimum_interval_seconds=30,
+        # It reads run events of this instance only: checking often costs little and keeps the
+        # upsert right behind the ingest.
+        minimum_interval_seconds=5,
         default_status=dg.DefaultSensorStatus.RUNNING,
         description="Starts an upsert of the tables a successful ingest run wrote to.",
     )
