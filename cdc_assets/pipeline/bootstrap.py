@@ -110,8 +110,10 @@ def bootstrap_base(
     source: str = "dump",
     replace: bool = False,
     progress: bool = True,
+    properties: dict[str, str] | None = None,
 ) -> BootstrapResult:
-    """Replace base with ``dump`` and set the floor to ``position`` (where the dump was taken)."""
+    """Replace base with ``dump`` and set the floor to ``position`` (where the dump was taken).
+    ``properties`` go into the summary of the bootstrap's snapshot."""
     started = time.monotonic()
     base_l = base_layout(spec)
     check_replaceable(iceberg_catalog, spec, replace)
@@ -139,6 +141,7 @@ def bootstrap_base(
             raise BootstrapError(f"{spec.name}: the dump was not loaded: " + "; ".join(problems))
         state = UpsertState(floor=position)
         props = {**state.properties(), UPSERT_KIND: "bootstrap", "cdc.bootstrap-source": source}
+        props.update(properties or {})
         target = spark_identifier(catalog, base_l)
         with (
             spark_progress(spark, f"{spec.name}: loading base", enabled=progress),
@@ -204,9 +207,10 @@ def bootstrap_from_source(
         spec,
         dump,
         watermark.floor,
-        source=f"jdbc {name} after watermark {watermark.describe()}",
+        source=f"jdbc {name}",
         replace=replace,
         progress=progress,
+        properties={"cdc.bootstrap-watermark": watermark.describe()},
     )
     result.watermark = watermark
     result.seconds = time.monotonic() - started

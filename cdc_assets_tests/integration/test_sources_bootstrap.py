@@ -538,6 +538,12 @@ def test_jdbc_dump_is_stitched_by_the_source_watermark(
     mark = result.watermark
     assert marks == [mark]
     assert result.position == mark.floor == Position(mark.position.major, mark.position.minor, -1)
+    base = iceberg.load_catalog().load_table(f"{spec.sink.namespace}.{spec.name}")
+    summaries = [s.summary.additional_properties for s in base.metadata.snapshots if s.summary]
+    boot = [p for p in summaries if p.get("cdc.kind") == "bootstrap"]
+    assert [(p["cdc.floor"], p["cdc.bootstrap-watermark"]) for p in boot] == [
+        (mark.floor.text(), mark.describe())
+    ]
 
     # Kafka's retention took every record from before the dump: that history is only in it.
     admin = src_kafka.admin()
