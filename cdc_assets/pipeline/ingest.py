@@ -32,7 +32,7 @@ from cdc_assets.resources.kafka import KafkaResource, PartitionOffsets
 from cdc_assets.schema.layers import dead_letter_layout, ledger_layout
 from cdc_assets.schema.wire import plan_fields
 from cdc_assets.spec.models import TableSpec
-from cdc_assets.sql.ddl import quote
+from cdc_assets.sql.ddl import literal, quote
 from cdc_assets.sql.decode import (
     DEAD,
     ENVELOPE_COLUMNS,
@@ -48,6 +48,10 @@ from cdc_assets.sql.decode import (
     sequence_columns,
     unavailable_list,
 )
+
+# The Kafka header Debezium puts on the create of a primary-key change: the row's previous key
+# as JSON, e.g. {"order_id":42}.
+OLD_KEY_HEADER = "__debezium.oldkey"
 
 
 class OffsetsExpiredError(CdcAssetsError):
@@ -103,6 +107,8 @@ def read_kafka(
         .option("startingOffsets", json.dumps({topic: {str(p): o for p, o in start.items()}}))
         .option("endingOffsets", json.dumps({topic: {str(p): o for p, o in end.items()}}))
         .option("failOnDataLoss", "true")
+        # Debezium names the other key of a primary-key change in a header (see OLD_KEY_HEADER).
+        .option("includeHeaders", "true")
     )
     for key, value in kafka.client_config.items():
         reader = reader.option(f"kafka.{key}", value)
@@ -112,19 +118,29 @@ def read_kafka(
 def classify_records(records: Any, spec: TableSpec) -> Any:
     """Every Kafka record with ``_status``/``_stage``/``_reason`` and its decoded ledger columns.
 
-    ``records`` has Kafka source columns (key, value, partition, offset, timestamp). Persist the
-    result before filtering it: it is read several times, and a filter pushed down through the
-    decode stages would make the optimizer inline every stage into every condition.
+    ``records`` has Kafka source columns (key, value, partition, offset, timestamp, and headers
+    when read from Kafka). Persist the result before filtering it: it is read several times, and
+    a filter pushed down through the decode stages would make the optimizer inline every stage
+    into every condition.
     """
     from pyspark.sql import functions as F
 
     plans = plan_fields(spec)
+    old_key = (
+        F.expr(
+            "CAST(try_element_at(filter(headers, h -> h.key = "
+            f"{literal(OLD_KEY_HEADER)}), 1).value AS STRING)"
+        )
+        if "headers" in records.columns
+        else F.lit(None).cast("string")  # redriven dead letters keep no headers
+    )
     df = records.select(
         F.col("key").alias("key_bin"),
         F.col("value").alias("value_bin"),
         F.col("partition").alias("_kafka_partition"),
         F.col("offset").alias("_kafka_offset"),
         F.col("timestamp").alias("_kafka_ts"),
+        old_key.alias("_old_key"),
     )
     df = df.select(
         "*",
@@ -185,7 +201,12 @@ def _ledger_exprs(spec: TableSpec) -> dict[str, str]:
             "_kafka_offset": "_kafka_offset",
             "_kafka_ts": "_kafka_ts",
             "_row_json": "image",
-            "_before_json": "before",
+            # A create that moved a row from another key (primary-key change) has no before
+            # image; the old key stands in for it, so the upsert can find the row's values.
+            "_before_json": (
+                "CASE WHEN op = 'c' AND before IS NULL AND _old_key IS NOT NULL "
+                "THEN _old_key ELSE before END"
+            ),
             "_unavailable": unavailable_list(list(plans.values())),
             "_processed_at": "current_timestamp()",
             "dt": "date_format(_kafka_ts, 'yyyy-MM-dd')",

@@ -22,6 +22,7 @@ from typing import Any
 
 from cdc_assets.errors import CdcAssetsError
 from cdc_assets.pipeline.failpoint import failpoint
+from cdc_assets.pipeline.moved_rows import moved_values_view
 from cdc_assets.pipeline.offsets import (
     KIND_PROPERTY,
     OFFSETS_PROPERTY,
@@ -198,18 +199,33 @@ def build_bucketed(
         floor=floor,
     )
     window = ChangeWindow(**{**window.__dict__, "floor": floor})
+    placeholders = spec.source.connector in PLACEHOLDER_CONNECTORS
+    moved = None
+    if placeholders:
+        moved = moved_values_view(
+            spark,
+            spec,
+            window,
+            spark_identifier(catalog, base_layout(spec)),
+            view=f"cdc_moved_{spec.sink.namespace}_{spec.name}",
+        )
     select = render_newest_changes(
         spec,
         window,
         spark_identifier(catalog, tomb_l),
-        carry_unavailable=spec.source.connector in PLACEHOLDER_CONNECTORS,
+        carry_unavailable=placeholders,
+        moved=moved,
     )
     props = {**to_state.properties(), FROM_STATE: state.token(), UPSERT_KIND: "bucketed"}
     if truncate is not None:
         props[TRUNCATE] = truncate.text()
     target = spark_identifier(catalog, bucketed_l)
-    with snapshot_properties(spark, props):
-        spark.sql(render_insert_overwrite(target, select, bucketed_l.column_names))
+    try:
+        with snapshot_properties(spark, props):
+            spark.sql(render_insert_overwrite(target, select, bucketed_l.column_names))
+    finally:
+        if moved is not None:
+            spark.catalog.dropTempView(moved)
     written = current_properties(load_table(iceberg_catalog, bucketed_l))
     if (
         written.get(FROM_STATE) != state.token()

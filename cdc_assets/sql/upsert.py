@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from cdc_assets.schema.layers import base_layout, tombstones_layout
+from cdc_assets.schema.types import SinkType
 from cdc_assets.schema.wire import Wire, plan_fields
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.sql.ddl import literal, quote, spark_type
@@ -171,7 +172,12 @@ def old_key_deletes(spec: TableSpec, window: ChangeWindow, columns: list[str]) -
 
 
 def render_newest_changes(
-    spec: TableSpec, window: ChangeWindow, tombstones: str, *, carry_unavailable: bool
+    spec: TableSpec,
+    window: ChangeWindow,
+    tombstones: str,
+    *,
+    carry_unavailable: bool,
+    moved: str | None = None,
 ) -> str:
     """SELECT of the newest applicable change per key in the window, in the bucketed layout.
 
@@ -179,6 +185,11 @@ def render_newest_changes(
     remembered delete (tombstone) is dropped. With ``carry_unavailable`` (sources that send TOAST
     placeholders) a column the newest change lacks takes the newest value another change of
     the same run sent; it stays listed in ``_unavailable`` only when no change sent it.
+
+    ``moved`` names a view of the keys whose row was moved in from another key in this run by a
+    create that lacked columns (``render_moved_creates``), with the values the row had under its
+    old key (``moved_view_columns``): those take the place of values sent before the move (an
+    earlier life of the key) or of none at all, and are no longer unavailable.
     """
     data = data_names(spec)
     keys = key_names(spec)
@@ -198,39 +209,164 @@ def render_newest_changes(
     aggregates = [f"max_by(named_struct({newest_struct}), {order_struct('c')}) AS r"]
     for i, col in enumerate(carried):
         aggregates.append(
-            f"max_by(named_struct('v', c.{quote(col)}), CASE WHEN NOT "
+            f"max_by(named_struct('v', c.{quote(col)}, 'o', {order_struct('c')}), CASE WHEN NOT "
             f"{_unavailable('c', col)} THEN {order_struct('c')} END) AS a{i}"
         )
+    sink_types = {p.sink_name: p.sink for p in plan_fields(spec)}
     outputs = []
+    missing = []
     carried_index = {c: i for i, c in enumerate(carried)}
     for col in data:
-        if col in carried_index:
-            i = carried_index[col]
-            outputs.append(
-                f"CASE WHEN n.r._op = 'd' THEN n.r.{quote(col)} ELSE n.a{i}.v END AS {quote(col)}"
-            )
-        else:
+        if col not in carried_index:
             outputs.append(f"n.r.{quote(col)} AS {quote(col)}")
-    outputs += [f"n.r.{c} AS {c}" for c in CHANGE_COLUMNS]
-    if carried:
-        missing = ", ".join(
-            f"CASE WHEN n.a{i} IS NULL THEN {literal(c)} END" for c, i in carried_index.items()
-        )
+            continue
+        i = carried_index[col]
+        value, absent = f"n.a{i}.v", f"n.a{i} IS NULL"
+        if moved is not None:
+            # The move starts the key's current life: values sent before it are of another row.
+            use_moved = f"m._mo4 IS NOT NULL AND (n.a{i} IS NULL OR n.a{i}.o < {_moved_order()})"
+            resolved = f"array_contains(split(m._resolved, ','), {literal(col)})"
+            back = _from_text(sink_types[col], f"m.v{i}")
+            value = (
+                f"CASE WHEN {use_moved} THEN CASE WHEN {resolved} THEN {back} END ELSE {value} END"
+            )
+            absent = f"CASE WHEN {use_moved} THEN NOT {resolved} ELSE {absent} END"
         outputs.append(
-            f"CASE WHEN n.r._op = 'd' THEN NULL ELSE nullif(concat_ws(',', {missing}), '') END "
-            "AS _unavailable"
+            f"CASE WHEN n.r._op = 'd' THEN n.r.{quote(col)} ELSE {value} END AS {quote(col)}"
         )
-    else:
-        outputs.append("n.r._unavailable AS _unavailable")
+        missing.append(f"CASE WHEN {absent} THEN {literal(col)} END")
+    outputs += [f"n.r.{c} AS {c}" for c in CHANGE_COLUMNS]
+    outputs.append(
+        f"CASE WHEN n.r._op = 'd' THEN NULL ELSE nullif(concat_ws(',', {', '.join(missing)}), '') "
+        "END AS _unavailable"
+    )
     key_match = " AND ".join(f"t.{quote(k)} = n.r.{quote(k)}" for k in keys)
     group = ", ".join(f"c.{quote(k)}" for k in keys)
+    joined = ""
+    if moved is not None:
+        on = " AND ".join(f"m.{quote(k)} = n.r.{quote(k)}" for k in keys)
+        joined = f" LEFT JOIN {moved} m ON {on}"
     return (
         f"WITH changes AS ({changes}), "
         f"newest AS (SELECT {', '.join(aggregates)} FROM changes c GROUP BY {group}) "
-        f"SELECT {', '.join(outputs)} FROM newest n "
+        f"SELECT {', '.join(outputs)} FROM newest n{joined} "
         f"WHERE NOT EXISTS (SELECT 1 FROM {tombstones} t WHERE {key_match} "
         f"AND {order_struct('t')} > {order_struct('n.r')})"
     )
+
+
+# --- rows moved to another key ------------------------------------------------------------------
+#
+# PostgreSQL sends a primary-key update as a delete of the old key and a create of the new one
+# (with the header the ingest keeps in ``_before_json``); the create lacks the columns stored out
+# of line (TOAST) that the update did not touch. Their values are those the row had under its old
+# key, found in the ledger's history of that key (or base's row of it), possibly moved again.
+
+MOVED_ORDER = tuple(f"_mo{i}" for i in range(len(ORDER_PARTS)))
+
+
+def _moved_order() -> str:
+    return "named_struct(" + ", ".join(f"'o{i}', m.{c}" for i, c in enumerate(MOVED_ORDER)) + ")"
+
+
+def _order_columns(alias: str) -> list[str]:
+    """The parts of ``order_struct`` as columns ``o0``..``o4``."""
+    out = []
+    for i, part in enumerate(ORDER_PARTS):
+        value = f"{alias}.{part}"
+        if part in SEQ_PARTS:
+            value = f"coalesce({value}, CAST(-1 AS BIGINT))"
+        out.append(f"CAST({value} AS BIGINT) AS o{i}")
+    return out
+
+
+def as_text(sink: SinkType, ref: str) -> str:
+    """A value as text that ``_from_text`` turns back into the same value (same session)."""
+    return f"base64({ref})" if sink.name == "binary" else f"CAST({ref} AS STRING)"
+
+
+def _from_text(sink: SinkType, ref: str) -> str:
+    return f"unbase64({ref})" if sink.name == "binary" else f"CAST({ref} AS {spark_type(sink)})"
+
+
+def movable_keys(spec: TableSpec) -> bool:
+    """Whether an old key can be read from its JSON text (integer and string keys)."""
+    return all(p.wire in _PLAIN_KEY_WIRES and not p.transform for p in plan_fields(spec) if p.key)
+
+
+def carried_columns(spec: TableSpec) -> list[str]:
+    """Data columns that can arrive as a placeholder: every column but the key."""
+    keys = key_names(spec)
+    return [c for c in data_names(spec) if c not in keys]
+
+
+def render_moved_creates(spec: TableSpec, window: ChangeWindow) -> str:
+    """Every create (and snapshot read) in the window of the keys that some create in the window
+    moved in from another key without all columns: key, order ``o0``..``o4``, ``_op``,
+    ``_before_json`` (the old key of a move), ``_unavailable``. The newest create of a key
+    decides whether its current row came from a move."""
+    keys = key_names(spec)
+    where = [_window_filter(window), "l._op IN ('c', 'r')"]
+    if window.floor is not None:
+        where.append(f"{position_struct('l')} > {position_literal(window.floor)}")
+    columns = [*(f"l.{quote(k)}" for k in keys), *_order_columns("l")]
+    select = ", ".join([*columns, "l._op", "l._before_json", "l._unavailable"])
+    on = " AND ".join(f"c.{quote(k)} = m.{quote(k)}" for k in keys)
+    moved = (
+        f"SELECT DISTINCT {', '.join(quote(k) for k in keys)} FROM creates "
+        "WHERE _op = 'c' AND _before_json IS NOT NULL AND _unavailable IS NOT NULL"
+    )
+    return (
+        f"WITH creates AS (SELECT {select} FROM {_ledger_from(window)} "
+        f"WHERE {' AND '.join(where)}) "
+        f"SELECT c.* FROM creates c LEFT SEMI JOIN ({moved}) m ON {on}"
+    )
+
+
+def render_key_history(spec: TableSpec, window: ChangeWindow, keys_view: str) -> str:
+    """Every row image (c/u/r) the pinned ledger holds of the keys in ``keys_view``: key, order
+    ``o0``..``o4``, ``_op``, ``_before_json``, ``_unavailable`` and the carried columns as text
+    ``v0``..``vn``."""
+    keys = key_names(spec)
+    sinks = {p.sink_name: p.sink for p in plan_fields(spec)}
+    values = [
+        f"{as_text(sinks[c], 'l.' + quote(c))} AS v{i}" for i, c in enumerate(carried_columns(spec))
+    ]
+    select = [*(f"l.{quote(k)}" for k in keys), *_order_columns("l"), "l._op", "l._before_json"]
+    select += ["l._unavailable", *values]
+    on = " AND ".join(f"l.{quote(k)} = k.{quote(k)}" for k in keys)
+    return (
+        f"SELECT {', '.join(select)} FROM {_ledger_from(window)} LEFT SEMI JOIN {keys_view} k "
+        f"ON {on} WHERE l._op IN ('c', 'u', 'r')"
+    )
+
+
+def render_stored_rows(spec: TableSpec, base: str, keys_view: str) -> str:
+    """Base's rows of the keys in ``keys_view``: key, order ``o0``..``o4``, carried columns as
+    text ``v0``..``vn`` (rows loaded from a dump have no ledger history)."""
+    keys = key_names(spec)
+    sinks = {p.sink_name: p.sink for p in plan_fields(spec)}
+    values = [
+        f"{as_text(sinks[c], 'b.' + quote(c))} AS v{i}" for i, c in enumerate(carried_columns(spec))
+    ]
+    select = [*(f"b.{quote(k)}" for k in keys), *_order_columns("b"), *values]
+    on = " AND ".join(f"b.{quote(k)} = k.{quote(k)}" for k in keys)
+    return f"SELECT {', '.join(select)} FROM {base} b LEFT SEMI JOIN {keys_view} k ON {on}"
+
+
+def key_view_schema(spec: TableSpec) -> str:
+    """DDL schema of a view of keys (for the moved-row lookups)."""
+    sinks = {p.sink_name: p.sink for p in plan_fields(spec)}
+    return ", ".join(f"{quote(k)} {spark_type(sinks[k])}" for k in key_names(spec))
+
+
+def moved_view_schema(spec: TableSpec) -> str:
+    """DDL schema of the ``moved`` view of ``render_newest_changes``: key, the move's order,
+    the carried columns' old values as text ``v0``..``vn`` and the resolved column names."""
+    parts = [key_view_schema(spec), *(f"{c} BIGINT" for c in MOVED_ORDER)]
+    parts += [f"v{i} STRING" for i in range(len(carried_columns(spec)))]
+    parts.append("_resolved STRING")
+    return ", ".join(parts)
 
 
 def _newest_by_rank(keys: list[str], columns: list[str], changes: str, tombstones: str) -> str:
