@@ -65,14 +65,21 @@ def prepare_specs(settings: Settings, project_specs: Path) -> Path:
     return target
 
 
-def shaped(spec: TableSpec) -> TableSpec:
-    """``spec`` as the source table looks after SCHEMA_CHANGES (for the workload's values)."""
+def shaped(spec: TableSpec, *, add_missing: bool = True) -> TableSpec:
+    """``spec`` as the source table looks after SCHEMA_CHANGES (for the workload's values): the
+    source's exact types even where the spec has a vaguer one (PostgreSQL's new varchar(20)
+    arrives as a Connect string, so the evolved spec says text). ``add_missing=False``: only the
+    columns the spec has (before the changes, or on a rerun)."""
     columns = list(spec.columns)
     next_id = max(c.id for c in columns) + 1
     for name, type_text, after in _NEW_SHAPE.get(spec.name, []):
         existing = next((i for i, c in enumerate(columns) if c.name == name), None)
         if existing is not None:
-            columns[existing] = columns[existing].model_copy(update={"type": type_text})
+            # Where the spec knows the column: its own type, unless vaguer than the source's.
+            if columns[existing].type == "text" or add_missing:
+                columns[existing] = columns[existing].model_copy(update={"type": type_text})
+            continue
+        if not add_missing:
             continue
         at = next(i for i, c in enumerate(columns) if c.name == after) + 1 if after else None
         column = ColumnSpec(id=next_id, name=name, type=type_text)
@@ -230,7 +237,7 @@ def run_live_demo(
     base = next_key_base(settings, specs)
     step(4, f"workload: {statements} changes per table through the databases' clients")
     first = Workload(settings, specs, seed=seed, key_base=base)
-    first.run(statements)
+    first.run(statements, shape=lambda s: shaped(s, add_missing=False))
     console.print(
         "      "
         + ", ".join(f"{s}: {n} statements" for s, n in sorted(first.statements_run.items()))

@@ -22,7 +22,12 @@ from dagster._core.definitions.unresolved_asset_job_definition import (
 from cdc_assets.assets.schema import evolve_run_config
 from cdc_assets.errors import CdcAssetsError
 from cdc_assets.pipeline.converge import proposal, spec_path
-from cdc_assets.pipeline.schema_topic import matches, newest_row_schema, read_schema_changes
+from cdc_assets.pipeline.schema_topic import (
+    SeenChange,
+    matches,
+    newest_row_schema,
+    read_schema_changes,
+)
 from cdc_assets.resources.kafka import KafkaResource
 from cdc_assets.spec.connect_schema import create_table_from_fields, differs, names_differ
 from cdc_assets.spec.load import load_spec
@@ -118,24 +123,32 @@ def build_schema_change_sensor(
         for topic in topics:
             start = {int(p): o for p, o in cursor.get(topic, {}).items()}
             seen, next_offsets = read_schema_changes(kafka, topic, start)
-            for item in seen:
+            # Per table only the newest record counts (each carries the whole table after its
+            # DDL), with the DDLs before it as the audit trail: records replayed from an older
+            # position (a lost cursor, a new process) can never move the spec backwards.
+            by_table: dict[str, list[SeenChange]] = {}
+            for item in sorted(seen, key=lambda i: (i.partition, i.offset)):
                 spec = next((s for s in watched if matches(s, item.change)), None)
                 if spec is None or spec.source.schema_changes != topic:
                     continue
-                ddl, create = item.change.ddl, item.change.create_table
+                by_table.setdefault(spec.name, []).append(item)
+            for table, items in sorted(by_table.items()):
+                newest = items[-1]
+                audit = [i.change.ddl for i in items]
+                create = newest.change.create_table
                 try:
-                    current = load_spec(spec_path(specs_dir, spec.name))
-                    plan = proposal(current, source_ddl=create, audit_ddl=[ddl])
+                    current = load_spec(spec_path(specs_dir, table))
+                    plan = proposal(current, source_ddl=create, audit_ddl=audit)
                     if plan.supported and not plan.changes:
                         continue  # already the spec's shape
                 except CdcAssetsError as err:
-                    context.log.warning(f"{spec.name}: {err}; the evolution run will report it")
+                    context.log.warning(f"{table}: {err}; the evolution run will report it")
                 detected = (
-                    datetime.fromtimestamp(item.change.ts_ms / 1000, UTC).isoformat()
-                    if item.change.ts_ms
+                    datetime.fromtimestamp(newest.change.ts_ms / 1000, UTC).isoformat()
+                    if newest.change.ts_ms
                     else datetime.now(UTC).isoformat()
                 )
-                requests.append(request(spec.name, create, [ddl], item.run_key, detected))
+                requests.append(request(table, create, audit, newest.run_key, detected))
             cursor[topic] = {str(p): o for p, o in sorted(next_offsets.items())}
         return dg.SensorResult(run_requests=requests, cursor=json.dumps(cursor, sort_keys=True))
 
