@@ -280,6 +280,8 @@ def mariadb_client_command(settings: Settings, database: str | None = None) -> l
         "--no-defaults",
         f"--socket={files.socket}",
         f"--user={_admin_user()}",
+        # The client's own default is utf8mb3, which cannot carry 4-byte characters (emoji).
+        "--default-character-set=utf8mb4",
         "--batch",
         "--skip-column-names",
     ]
@@ -432,6 +434,9 @@ def psql_command(settings: Settings, database: str = "postgres") -> list[str]:
         "-t",
         "-v",
         "ON_ERROR_STOP=1",
+        # stdin read as a file: an error names its line ("psql:<stdin>:12: ERROR: ...").
+        "-f",
+        "-",
         "-h",
         str(files.socket_dir),
         "-p",
@@ -689,10 +694,37 @@ def _run_tool(what: str, command: list[str], log_file: Path, *, user: str | None
         raise StackError(f"{what} failed (exit {done.returncode}):\n{tail}")
 
 
+# Where the clients say a script failed: "ERROR 1062 (23000) at line 4: ..." (mariadb) and
+# "psql:<stdin>:4: ERROR: ..." (psql).
+_FAILED_LINE = re.compile(r"(?: at line |<stdin>:)(\d+)")
+_SQL_SHOWN_LINES = 40
+
+
 def _run_client(what: str, command: list[str], sql: str) -> str:
+    """Run a script through a database client, which stops at the first failing statement; a
+    failure raises StackError with the client's message and the script around that line."""
     done = subprocess.run(command, input=sql, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise StackError(
-            f"{what} client failed (exit {done.returncode}): {done.stderr.strip()}\nSQL:\n{sql}"
+            f"{what} client failed (exit {done.returncode}): {done.stderr.strip()}\n"
+            + _script_excerpt(sql, done.stderr)
         )
     return done.stdout
+
+
+def _script_excerpt(sql: str, stderr: str) -> str:
+    """A short script whole; of a long one (a workload of thousands of statements) the lines
+    around the one the client names."""
+    lines = sql.splitlines()
+    if len(lines) <= _SQL_SHOWN_LINES:
+        return "SQL:\n" + sql
+    match = _FAILED_LINE.search(stderr)
+    if match is None:
+        head = "\n".join(lines[:_SQL_SHOWN_LINES])
+        return f"first {_SQL_SHOWN_LINES} of {len(lines)} lines of SQL:\n{head}"
+    failed = int(match.group(1))
+    first = max(failed - 3, 1)
+    shown = "\n".join(
+        f"{n:>6}: {line[:2_000]}" for n, line in enumerate(lines[first - 1 : failed + 2], first)
+    )
+    return f"lines {first}-{min(failed + 2, len(lines))} of {len(lines)} of SQL:\n{shown}"
