@@ -149,9 +149,10 @@ def _quote_ident(dialect: Dialect, name: str) -> str:
 
 def string_literal(dialect: Dialect, text: str) -> str:
     """A SQL string literal: MariaDB reads backslash escapes in literals (no NO_BACKSLASH_ESCAPES
-    in its sql_mode), PostgreSQL does not (standard_conforming_strings is on)."""
+    in its sql_mode), PostgreSQL does not (standard_conforming_strings is on). Line breaks go to
+    MariaDB escaped: its client drops a carriage return at the end of a script line."""
     if dialect == "mariadb":
-        text = text.replace("\\", "\\\\")
+        text = text.replace("\\", "\\\\").replace("\r", "\\r").replace("\n", "\\n")
     return "'" + text.replace("'", "''") + "'"
 
 
@@ -496,6 +497,9 @@ class WorkloadGenerator:
             yield Statement("time_zone", f"SET time_zone = '{self.zone}';")
         else:
             yield Statement("session", "SET client_encoding = 'UTF8';")
+            # Commits do not wait for the WAL to reach the disk: several times faster, and
+            # logical decoding streams the same changes once the WAL writer has flushed them.
+            yield Statement("session", "SET synchronous_commit = off;")
             yield Statement("time_zone", self._pg_zone_sql())
 
     def _pg_zone_sql(self) -> str:

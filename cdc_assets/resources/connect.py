@@ -159,6 +159,46 @@ def stop_worker(settings: Settings) -> None:
         sources.update_state(settings, connect=None)
 
 
+def running_worker(settings: Settings) -> tuple[int, int]:
+    """(pid, REST port) of the running worker; StackError when it does not run."""
+    entry = sources.load_state(settings).get("connect")
+    pid = entry.get("pid") if isinstance(entry, dict) else None
+    port = entry.get("port") if isinstance(entry, dict) else None
+    marker = str(connect_files(settings).worker_properties)
+    if not isinstance(pid, int) or not isinstance(port, int) or not local_process.runs(pid, marker):
+        raise StackError("the Kafka Connect worker does not run: `cdc-assets stack up --sources`")
+    return pid, port
+
+
+def kill_worker(settings: Settings) -> int:
+    """Kill the worker with SIGKILL, as a crash of its machine would: no task stops, no offset
+    is committed, so on restart each connector resumes from its last committed offsets and sends
+    again what it sent since (Debezium is at-least-once). Returns the pid that was killed."""
+    pid, _ = running_worker(settings)
+    local_process.stop(pid, "Kafka Connect worker", sig=signal.SIGKILL, timeout=STOP_TIMEOUT_S)
+    return pid
+
+
+def restart_worker(settings: Settings, bootstrap: str) -> int:
+    """Start the worker again (after ``kill_worker`` or a crash) and wait until every registered
+    connector and its tasks run again; the worker's REST port. The connectors' configs and
+    offsets are in Kafka, so nothing is registered again."""
+    port = start_worker(settings, bootstrap)
+    for name in sources.load_state(settings).get("connectors", []):
+        wait_running(port, name, log_file=connect_files(settings).log_file)
+    return port
+
+
+def restart_connector(port: int, name: str) -> None:
+    """Restart a connector and its tasks through the REST API and wait until they run again.
+    The tasks stop gracefully and commit their offsets first, so few or no events repeat."""
+    path = f"/connectors/{name}/restart?includeTasks=true&onlyFailed=false"
+    status, body = rest(port, "POST", path)
+    if status not in (200, 202, 204):
+        raise StackError(f"Kafka Connect POST {path}: HTTP {status} {body}")
+    wait_running(port, name)
+
+
 def worker_status(settings: Settings) -> sources.ServerStatus:
     files = connect_files(settings)
     return sources.server_status(settings, "connect", str(files.worker_properties), files.log_file)

@@ -215,6 +215,10 @@ def test_string_literals_read_back_as_written(dialect: Dialect, text: str) -> No
     literal = sqlglot.parse_one(sql, read=SQLGLOT[dialect]).find(exp.Literal)
     assert literal is not None
     assert literal.this == text
+    if dialect == "mariadb":
+        # The mariadb client drops a carriage return at the end of a line: none in its scripts.
+        assert "\r" not in sql
+        assert "\n" not in sql
 
 
 @pytest.mark.parametrize("which", ["mariadb", "postgres"])
