@@ -201,7 +201,7 @@ def build_bucketed(
     window = ChangeWindow(**{**window.__dict__, "floor": floor})
     placeholders = spec.source.connector in PLACEHOLDER_CONNECTORS
     moved = None
-    if placeholders:
+    if placeholders and probe["moved_creates"]:
         moved = moved_values_view(
             spark,
             spec,

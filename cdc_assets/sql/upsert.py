@@ -25,6 +25,8 @@ SEQ_PARTS = ("_seq_major", "_seq_minor", "_seq_row")
 ORDER_PARTS = (*SEQ_PARTS, "_kafka_partition", "_kafka_offset")
 # Columns base keeps about the change that wrote a row (SEQUENCE_COLUMNS of the layout).
 CHANGE_COLUMNS = ("_op", "_source_ts", *ORDER_PARTS)
+# A ledger row (alias ``a``) that moved a row in from another key without all its columns.
+MOVED_CREATE = "{a}._op = 'c' AND {a}._before_json IS NOT NULL AND {a}._unavailable IS NOT NULL"
 
 
 @dataclass(frozen=True, order=True)
@@ -121,10 +123,12 @@ def _ledger_from(window: ChangeWindow, alias: str = "l") -> str:
 
 def render_window_probe(window: ChangeWindow) -> str:
     """One row: the newest truncate's position in the window (``truncate``, a struct p0..p2 or
-    NULL) and the newest Kafka timestamp in microseconds (``max_kafka_micros``)."""
+    NULL), the newest Kafka timestamp in microseconds (``max_kafka_micros``) and the number of
+    creates that moved a row from another key without all its columns (``moved_creates``)."""
     return (
         f"SELECT max(CASE WHEN l._op = 't' THEN {position_struct('l')} END) AS truncate, "
-        f"unix_micros(max(l._kafka_ts)) AS max_kafka_micros "
+        f"unix_micros(max(l._kafka_ts)) AS max_kafka_micros, "
+        f"count_if({MOVED_CREATE.format(a='l')}) AS moved_creates "
         f"FROM {_ledger_from(window)} WHERE {_window_filter(window)}"
     )
 
@@ -313,8 +317,8 @@ def render_moved_creates(spec: TableSpec, window: ChangeWindow) -> str:
     select = ", ".join([*columns, "l._op", "l._before_json", "l._unavailable"])
     on = " AND ".join(f"c.{quote(k)} = m.{quote(k)}" for k in keys)
     moved = (
-        f"SELECT DISTINCT {', '.join(quote(k) for k in keys)} FROM creates "
-        "WHERE _op = 'c' AND _before_json IS NOT NULL AND _unavailable IS NOT NULL"
+        f"SELECT DISTINCT {', '.join(quote(k) for k in keys)} FROM creates c "
+        f"WHERE {MOVED_CREATE.format(a='c')}"
     )
     return (
         f"WITH creates AS (SELECT {select} FROM {_ledger_from(window)} "
