@@ -120,13 +120,15 @@ def next_key_base(settings: Settings, specs: Sequence[TableSpec]) -> int:
 
 @dataclass
 class Workload:
-    """One seeded workload per server, run through the servers' clients."""
+    """One seeded workload per server, run through the servers' clients. Successive ``run``
+    calls continue from where the last one left off (same generators, same key range)."""
 
     settings: Settings
     specs: list[TableSpec]
     seed: int
     key_base: int
     statements_run: dict[str, int] = field(default_factory=dict)
+    _generators: dict[str, WorkloadGenerator] = field(default_factory=dict)
 
     def servers(self) -> dict[sources.ServerName, list[TableSpec]]:
         by_server: dict[sources.ServerName, list[TableSpec]] = {}
@@ -138,11 +140,15 @@ class Workload:
         return by_server
 
     def run(self, count: int, *, shape: Callable[[TableSpec], TableSpec] = lambda s: s) -> None:
-        """``count`` row-changing statements per table, each server's in one client session."""
+        """``count`` row-changing statements per table, each server's in one client session.
+        ``shape`` gives the tables' source shape to the first call."""
         for i, (server, specs) in enumerate(sorted(self.servers().items())):
-            generator = WorkloadGenerator(
-                [shape(s) for s in specs], seed=self.seed + i, key_base=self.key_base
-            )
+            generator = self._generators.get(server)
+            if generator is None:
+                generator = WorkloadGenerator(
+                    [shape(s) for s in specs], seed=self.seed + i, key_base=self.key_base
+                )
+                self._generators[server] = generator
             statements = generator.statements(count)
             # The client starts in the first table's database; statements name their tables.
             _execute(self.settings, server, script(statements), specs[0].source.database)
