@@ -434,22 +434,31 @@ def test_c_pipeline_killed_mid_run_then_rerun_converges(
             for n, s in mirror.specs.items()
         }
 
-    run_workload(mirror, PHASE_C_STATEMENTS)
-    wait_delivered(mirror)
+    timings: dict[str, float] = {}
+    timed("workload", timings, lambda: run_workload(mirror, PHASE_C_STATEMENTS))
+    timed("delivery", timings, lambda: wait_delivered(mirror))
     # Killed inside the first table's ledger write: no table's offsets moved.
     committed = offsets()
     body = INGEST_ALL.format(paths=paths)
-    run_until_failpoint(it_settings, first, body, "during_ledger_write", tmp_path)
+    timed(
+        "killed ingest",
+        timings,
+        lambda: run_until_failpoint(it_settings, first, body, "during_ledger_write", tmp_path),
+    )
     assert offsets() == committed
-    ingest_all(mirror, spark, iceberg, kafka)
+    timed("ingest", timings, lambda: ingest_all(mirror, spark, iceberg, kafka))
     assert offsets() != committed
 
     # Killed in the first table's upsert between the tombstones and the base MERGE.
     bases = states()
     body = UPSERT_ALL.format(paths=paths)
-    run_until_failpoint(it_settings, first, body, "after_tombstones", tmp_path)
+    timed(
+        "killed upsert",
+        timings,
+        lambda: run_until_failpoint(it_settings, first, body, "after_tombstones", tmp_path),
+    )
     assert states() == bases
-    upsert_all(mirror, spark, iceberg)
+    timed("upsert", timings, lambda: upsert_all(mirror, spark, iceberg))
     assert all(states()[n] != bases[n] for n in mirror.specs)
-    rows = assert_converged(mirror, spark)
-    print(f"phase c: rows {rows}")
+    rows = timed("compare", timings, lambda: assert_converged(mirror, spark))
+    print(f"phase c: rows {rows}, seconds {timings}")
