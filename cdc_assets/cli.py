@@ -279,6 +279,9 @@ QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 DAGSTER_YAML = """concurrency:
   pools:
     default_limit: 1
+  # Every run starts a Spark driver: more than two at once thrash a laptop-sized machine.
+  runs:
+    max_concurrent_runs: 2
 # Nothing leaves this machine: no usage statistics.
 telemetry:
   enabled: false

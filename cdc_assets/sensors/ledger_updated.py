@@ -12,6 +12,19 @@ def upsert_selection(asset_keys: list[dg.AssetKey]) -> list[dg.AssetKey]:
     return [dg.AssetKey([layer, t]) for t in tables for layer in ("bucketed", "base")]
 
 
+def upsert_waiting(instance: dg.DagsterInstance, table: str) -> bool:
+    """Whether an upsert run of ``table`` is queued and has not started reading."""
+    records = instance.get_run_records(
+        filters=dg.RunsFilter(
+            job_name="upsert_bases",
+            tags={"cdc/table": table},
+            statuses=[dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED],
+        ),
+        limit=1,
+    )
+    return bool(records)
+
+
 def build_ledger_updated_sensor(
     ingest_job: UnresolvedAssetJobDefinition, upsert_job: UnresolvedAssetJobDefinition
 ) -> dg.RunStatusSensorDefinition:
@@ -31,10 +44,13 @@ def build_ledger_updated_sensor(
         selection = upsert_selection(list(run.asset_selection or []))
         if not selection:
             return dg.SkipReason(f"run {run.run_id} selected no ledger")
-        return dg.RunRequest(
-            run_key=run.run_id,
-            asset_selection=selection,
-            tags={"cdc/trigger": "ledger_updated", "cdc/ingest_run": run.run_id},
-        )
+        tables = sorted({k.path[1] for k in selection})
+        tags = {"cdc/trigger": "ledger_updated", "cdc/ingest_run": run.run_id}
+        if len(tables) == 1:
+            tags["cdc/table"] = tables[0]
+            if upsert_waiting(context.instance, tables[0]):
+                # A queued upsert reads the ledger when it starts: it covers this ingest too.
+                return dg.SkipReason(f"an upsert of {tables[0]} is already queued")
+        return dg.RunRequest(run_key=run.run_id, asset_selection=selection, tags=tags)
 
     return ledger_updated

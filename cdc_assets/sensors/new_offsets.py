@@ -16,6 +16,26 @@ def current_hour_key(now: datetime) -> str:
     return now.astimezone(UTC).strftime("%Y-%m-%d-%H:00")
 
 
+# A run in one of these states has not finished reading yet.
+IN_FLIGHT = [
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+]
+
+
+def ingest_in_flight(instance: dg.DagsterInstance, table: str) -> bool:
+    """Whether an ingest run of ``table`` is queued or running."""
+    records = instance.get_run_records(
+        filters=dg.RunsFilter(
+            job_name="ingest_ledgers", tags={"cdc/table": table}, statuses=IN_FLIGHT
+        ),
+        limit=1,
+    )
+    return bool(records)
+
+
 def build_new_offsets_sensor(
     specs: list[TableSpec], job: UnresolvedAssetJobDefinition
 ) -> dg.SensorDefinition:
@@ -42,6 +62,10 @@ def build_new_offsets_sensor(
             if current == seen.get(topic) or not any(current.values()):
                 continue
             spec = by_topic[topic]
+            if ingest_in_flight(context.instance, spec.name):
+                # That run reads to the end it finds when it starts; the cursor stays, so the next
+                # tick after it asks again for what arrived since. No pile of queued runs.
+                continue
             requests.append(
                 dg.RunRequest(
                     run_key=f"{spec.name}:{json.dumps(current, sort_keys=True)}",

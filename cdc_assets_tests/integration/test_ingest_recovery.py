@@ -10,6 +10,7 @@ from typing import Any
 
 import dagster as dg
 from confluent_kafka import Producer
+from dagster._core.test_utils import create_run_for_test
 
 from cdc_assets.definitions import build_defs
 from cdc_assets.demo.events import DebeziumEventFactory, KafkaRecord, produce, workload
@@ -188,3 +189,27 @@ def test_sensor_requests_one_run_per_table_with_new_offsets(
             )
         )
         assert len(third.run_requests) == 1
+        # While an ingest run of the table is queued or running the sensor waits for it (no pile
+        # of runs that would find nothing); the cursor stays, so the next tick after it asks.
+        running = create_run_for_test(
+            instance,
+            job_name="ingest_ledgers",
+            tags={"cdc/table": "users"},
+            status=dg.DagsterRunStatus.STARTED,
+        )
+        produce(
+            [DebeziumEventFactory(busy).heartbeat()], busy.source.topic, kafka.resolved_bootstrap()
+        )
+        waiting = sensor(
+            dg.build_sensor_context(
+                instance=instance, cursor=third.cursor, resources={"kafka": kafka}
+            )
+        )
+        assert waiting.run_requests == []
+        instance.report_run_canceled(running)
+        after = sensor(
+            dg.build_sensor_context(
+                instance=instance, cursor=waiting.cursor, resources={"kafka": kafka}
+            )
+        )
+        assert len(after.run_requests) == 1
