@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -199,7 +200,21 @@ def main() -> int:
         deadline = time.monotonic() + args.settle
         while not caught_up(state.bootstrap_servers, catalog, specs):
             if time.monotonic() > deadline:
-                print("base did not catch up in time", file=sys.stderr)
+                print("base did not catch up in time; runs by job and status:", file=sys.stderr)
+                for job, status in sorted(
+                    Counter((r.job_name, r.status.value) for r in instance.get_runs()).items()
+                ):
+                    print(f"  {job[0]} {job[1]}: {status}", file=sys.stderr)
+                failed = instance.get_runs(
+                    filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE]), limit=1
+                )
+                for run in failed:
+                    for entry in instance.all_logs(run.run_id):
+                        dagster_event = entry.dagster_event
+                        if dagster_event is not None and dagster_event.is_failure:
+                            print(str(dagster_event.event_specific_data)[:3000], file=sys.stderr)
+                tail = (tmp / "daemon.log").read_text(errors="replace").splitlines()[-40:]
+                print("daemon log tail:\n" + "\n".join(tail), file=sys.stderr)
                 return 1
             time.sleep(5)
         settle_s = time.monotonic() - started - workload_s
