@@ -56,6 +56,9 @@ def build_defs(
     drift_job = build_drift_job(specs, settings.specs_dir, source_urls)
     return dg.Definitions(
         assets=assets,
+        # Every step needs the Spark session: in one process per run the driver starts once and
+        # the steps share it, where Dagster's default would start a process and a driver per step.
+        executor=dg.in_process_executor,
         asset_checks=[
             check
             for spec in specs

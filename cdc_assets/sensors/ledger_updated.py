@@ -5,24 +5,13 @@ from dagster._core.definitions.unresolved_asset_job_definition import (
     UnresolvedAssetJobDefinition,
 )
 
+from cdc_assets.sensors.runs import WAITING, table_tags, tables_in_runs
+
 
 def upsert_selection(asset_keys: list[dg.AssetKey]) -> list[dg.AssetKey]:
     """bucketed/<t> and base/<t> for every cdc/<t> among ``asset_keys``."""
     tables = sorted({k.path[1] for k in asset_keys if len(k.path) == 2 and k.path[0] == "cdc"})
     return [dg.AssetKey([layer, t]) for t in tables for layer in ("bucketed", "base")]
-
-
-def upsert_waiting(instance: dg.DagsterInstance, table: str) -> bool:
-    """Whether an upsert run of ``table`` is queued and has not started reading."""
-    records = instance.get_run_records(
-        filters=dg.RunsFilter(
-            job_name="upsert_bases",
-            tags={"cdc/table": table},
-            statuses=[dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED],
-        ),
-        limit=1,
-    )
-    return bool(records)
 
 
 def build_ledger_updated_sensor(
@@ -44,13 +33,19 @@ def build_ledger_updated_sensor(
         selection = upsert_selection(list(run.asset_selection or []))
         if not selection:
             return dg.SkipReason(f"run {run.run_id} selected no ledger")
-        tables = sorted({k.path[1] for k in selection})
-        tags = {"cdc/trigger": "ledger_updated", "cdc/ingest_run": run.run_id}
-        if len(tables) == 1:
-            tags["cdc/table"] = tables[0]
-            if upsert_waiting(context.instance, tables[0]):
-                # A queued upsert reads the ledger when it starts: it covers this ingest too.
-                return dg.SkipReason(f"an upsert of {tables[0]} is already queued")
-        return dg.RunRequest(run_key=run.run_id, asset_selection=selection, tags=tags)
+        # A queued upsert reads the ledger when it starts: it covers this ingest too.
+        waiting = tables_in_runs(context.instance, upsert_job.name, "base", WAITING)
+        tables = sorted({k.path[1] for k in selection} - waiting)
+        if not tables:
+            return dg.SkipReason(f"an upsert of each table of run {run.run_id} is already queued")
+        return dg.RunRequest(
+            run_key=run.run_id,
+            asset_selection=[k for k in selection if k.path[1] in tables],
+            tags={
+                **table_tags(tables),
+                "cdc/trigger": "ledger_updated",
+                "cdc/ingest_run": run.run_id,
+            },
+        )
 
     return ledger_updated

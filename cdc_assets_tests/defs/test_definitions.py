@@ -211,6 +211,50 @@ def test_ledger_updated_sensor_targets_the_ingested_tables() -> None:
     assert upsert_selection([]) == []
 
 
+def test_runs_share_one_process_and_spark_driver(defs: dg.Definitions) -> None:
+    for name in ("ingest_ledgers", "upsert_bases", "evolve_schemas", "check_schema_drift"):
+        assert defs.resolve_job_def(name).executor_def is dg.in_process_executor
+
+
+def test_ledger_updated_sensor_leaves_out_tables_whose_upsert_is_queued(
+    defs: dg.Definitions,
+) -> None:
+    from dagster._core.test_utils import create_run_for_test
+
+    sensor = defs.get_sensor_def("ledger_updated")
+    key = dg.AssetKey
+    with dg.instance_for_test() as instance:
+        ingest = create_run_for_test(
+            instance,
+            job_name="ingest_ledgers",
+            asset_selection=frozenset({key(["cdc", t]) for t in TABLES}),
+            status=dg.DagsterRunStatus.SUCCESS,
+        )
+        create_run_for_test(
+            instance,
+            job_name="upsert_bases",
+            asset_selection=frozenset({key(["bucketed", "users"]), key(["base", "users"])}),
+            # NOT_STARTED: a run created and waiting for its launch, like a queued one
+            status=dg.DagsterRunStatus.NOT_STARTED,
+        )
+        success = dg.DagsterEvent(
+            event_type_value=dg.DagsterEventType.RUN_SUCCESS.value, job_name="ingest_ledgers"
+        )
+        context = dg.build_run_status_sensor_context(
+            sensor_name="ledger_updated",
+            dagster_event=success,
+            dagster_instance=instance,
+            dagster_run=ingest,
+        )
+        request = sensor(context)  # type: ignore[call-arg]
+        assert isinstance(request, dg.RunRequest)
+        assert request.asset_selection == [
+            key([layer, t]) for t in ("order_items", "orders") for layer in ("bucketed", "base")
+        ]
+        assert request.tags["cdc/tables"] == "order_items,orders"
+        assert request.run_key == ingest.run_id
+
+
 def test_base_rows_subtract_merge_on_read_deletes() -> None:
     from cdc_assets.assets.metadata import live_rows as base_rows
 

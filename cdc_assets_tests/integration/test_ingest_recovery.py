@@ -156,60 +156,56 @@ def test_redrive_after_a_spec_fix(
     assert read_table(iceberg, spec.sink.namespace, dead_letter_layout(spec).name) == []
 
 
-def test_sensor_requests_one_run_per_table_with_new_offsets(
+def test_sensor_requests_one_run_for_the_tables_with_new_offsets(
     it_settings: Settings, resources: dict[str, Any], kafka: KafkaResource
 ) -> None:
     busy = isolated(users_spec(), kafka=kafka)
+    other = isolated(users_spec(), kafka=kafka).model_copy(update={"name": "other_users"})
     quiet = isolated(users_spec(), kafka=kafka).model_copy(update={"name": "quiet_users"})
-    produce(
-        workload(busy, random.Random(3), keys=3, events=5),
-        busy.source.topic,
-        kafka.resolved_bootstrap(),
+    bootstrap = kafka.resolved_bootstrap()
+    produce(workload(busy, random.Random(3), keys=3, events=5), busy.source.topic, bootstrap)
+    produce(workload(other, random.Random(4), keys=3, events=5), other.source.topic, bootstrap)
+    defs = build_defs(
+        specs=[busy, other, quiet], settings=it_settings, resource_overrides=resources
     )
-    defs = build_defs(specs=[busy, quiet], settings=it_settings, resource_overrides=resources)
     sensor = defs.get_sensor_def("new_kafka_offsets")
 
+    def tick(instance: dg.DagsterInstance, cursor: str | None) -> dg.SensorResult:
+        context = dg.build_sensor_context(
+            instance=instance, cursor=cursor, resources={"kafka": kafka}
+        )
+        return sensor(context)  # type: ignore[no-any-return]
+
     with dg.instance_for_test() as instance:
-        context = dg.build_sensor_context(instance=instance, resources={"kafka": kafka})
-        first = sensor(context)
-        assert [r.asset_selection for r in first.run_requests] == [[dg.AssetKey(["cdc", "users"])]]
+        first = tick(instance, None)
+        # one run for both tables that grew (one Spark driver), none for the quiet one
+        assert [r.asset_selection for r in first.run_requests] == [
+            [dg.AssetKey(["cdc", "other_users"]), dg.AssetKey(["cdc", "users"])]
+        ]
+        assert first.run_requests[0].tags["cdc/tables"] == "other_users,users"
+        assert "cdc/table" not in first.run_requests[0].tags
         assert first.run_requests[0].partition_key == datetime.now(UTC).strftime("%Y-%m-%d-%H:00")
-        again = sensor(
-            dg.build_sensor_context(
-                instance=instance, cursor=first.cursor, resources={"kafka": kafka}
-            )
-        )
+        again = tick(instance, first.cursor)
         assert again.run_requests == []
-        produce(
-            [DebeziumEventFactory(busy).heartbeat()], busy.source.topic, kafka.resolved_bootstrap()
-        )
-        third = sensor(
-            dg.build_sensor_context(
-                instance=instance, cursor=again.cursor, resources={"kafka": kafka}
-            )
-        )
-        assert len(third.run_requests) == 1
-        # While an ingest run of the table is queued or running the sensor waits for it (no pile
-        # of runs that would find nothing); the cursor stays, so the next tick after it asks.
+        produce([DebeziumEventFactory(busy).heartbeat()], busy.source.topic, bootstrap)
+        third = tick(instance, again.cursor)
+        assert [r.tags["cdc/table"] for r in third.run_requests] == ["users"]
+        # While an ingest run selecting the table is queued or running (started by anyone: the
+        # sensor, the UI, a backfill) the sensor waits for it, and no pile of runs that would
+        # find nothing builds up; the cursor stays, so the next tick after it asks. Tables not in
+        # that run go on.
         running = create_run_for_test(
             instance,
             job_name="ingest_ledgers",
-            tags={"cdc/table": "users"},
+            asset_selection=frozenset({dg.AssetKey(["cdc", "users"])}),
             status=dg.DagsterRunStatus.STARTED,
         )
-        produce(
-            [DebeziumEventFactory(busy).heartbeat()], busy.source.topic, kafka.resolved_bootstrap()
-        )
-        waiting = sensor(
-            dg.build_sensor_context(
-                instance=instance, cursor=third.cursor, resources={"kafka": kafka}
-            )
-        )
-        assert waiting.run_requests == []
+        produce([DebeziumEventFactory(busy).heartbeat()], busy.source.topic, bootstrap)
+        produce([DebeziumEventFactory(other).heartbeat()], other.source.topic, bootstrap)
+        waiting = tick(instance, third.cursor)
+        assert [r.asset_selection for r in waiting.run_requests] == [
+            [dg.AssetKey(["cdc", "other_users"])]
+        ]
         instance.report_run_canceled(running)
-        after = sensor(
-            dg.build_sensor_context(
-                instance=instance, cursor=waiting.cursor, resources={"kafka": kafka}
-            )
-        )
-        assert len(after.run_requests) == 1
+        after = tick(instance, waiting.cursor)
+        assert [r.asset_selection for r in after.run_requests] == [[dg.AssetKey(["cdc", "users"])]]
