@@ -16,6 +16,7 @@ ts_ms). MariaDB stamps binlog events in whole seconds, so its figures are up to 
 table, writes JSON and a PNG plot to benchmarks/results/.
 
     python benchmarks/source_freshness.py [--seconds 180] [--batch 4] [--pause 2]
+        [--spark connect|driver]
 """
 
 from __future__ import annotations
@@ -124,6 +125,34 @@ def caught_up(bootstrap: str, catalog: Any, specs: list[Any]) -> bool:
     return True
 
 
+def run_summary(instance: Any, tables: list[str]) -> dict[str, str]:
+    """Per job: successful runs, their median wall time (created to ended) and the median time per
+    run spent in each kind of step (materializing a layer, or asset checks)."""
+    import dagster as dg
+
+    out = {}
+    records = instance.get_run_records(
+        filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.SUCCESS])
+    )
+    steps = {f"{layer}__{t}": layer for layer in ("cdc", "bucketed", "base") for t in tables}
+    for job in sorted({r.dagster_run.job_name for r in records}):
+        runs = [r for r in records if r.dagster_run.job_name == job and r.end_time]
+        took = [r.end_time - r.create_timestamp.timestamp() for r in runs]
+        per_kind: dict[str, list[float]] = {}
+        for r in runs:
+            spent: Counter[str] = Counter()
+            for entry in instance.all_logs(
+                r.dagster_run.run_id, of_type=dg.DagsterEventType.STEP_SUCCESS
+            ):
+                kind = steps.get(entry.step_key or "", "checks")
+                spent[kind] += entry.dagster_event.event_specific_data.duration_ms / 1000
+            for kind, seconds in spent.items():
+                per_kind.setdefault(kind, []).append(seconds)
+        parts = ", ".join(f"{k} {statistics.median(v):.1f} s" for k, v in sorted(per_kind.items()))
+        out[job] = f"{len(took)} runs, median {statistics.median(took):.1f} s ({parts})"
+    return out
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
@@ -135,7 +164,13 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=4, help="statements per table per batch")
     parser.add_argument("--pause", type=float, default=2.0, help="seconds between batches")
     parser.add_argument("--settle", type=float, default=300.0, help="max wait for base to catch up")
-    parser.add_argument("--out", default=str(RESULTS / "source_freshness.json"))
+    parser.add_argument(
+        "--spark",
+        choices=["connect", "driver"],
+        default="connect",
+        help="runs share the stack's Spark Connect server, or start a driver each",
+    )
+    parser.add_argument("--out", default=None, help="JSON path (default: by --spark)")
     args = parser.parse_args()
 
     from cdc_assets.cli import ensure_dagster_home
@@ -156,7 +191,7 @@ def main() -> int:
         shutil.copytree(ROOT / "table_specs", specs_dir)
         settings = replace(settings, specs_dir=specs_dir)
         print("stack up --sources ...", flush=True)
-        state = stack_up(settings, sources=True)
+        state = stack_up(settings, sources=True, spark_connect=args.spark == "connect")
         dagster_home = ensure_dagster_home(settings)
         env = {
             **os.environ,
@@ -281,8 +316,13 @@ def main() -> int:
             "statements_run": workload.statements_run,
             "tables": rows,
             "target_s": 60,
+            "spark": args.spark,
+            "runs": run_summary(instance, [s.name for s in specs]),
         }
-        out = Path(args.out)
+        for job, line in result["runs"].items():
+            print(f"{job}: {line}")
+        name = "source_freshness" + ("" if args.spark == "connect" else "_driver")
+        out = Path(args.out or RESULTS / f"{name}.json")
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
         plot(all_fresh, all_dbz, out.with_suffix(".png"))

@@ -36,9 +36,16 @@ def _cmd_stack(settings: Settings, args: argparse.Namespace) -> int:
     from cdc_assets.resources import local_stack
 
     if args.action == "up":
-        state = local_stack.stack_up(settings, sources=args.sources)
+        state = local_stack.stack_up(
+            settings, sources=args.sources, spark_connect=args.spark_connect
+        )
         console.print(f"stack up: kafka {state.bootstrap_servers} (pid {state.kafka_pid})")
         console.print(f"catalog {state.catalog_file}, warehouse {state.warehouse}")
+        if args.spark_connect:
+            from cdc_assets.resources import spark_connect
+
+            port = spark_connect.running_port(settings)
+            console.print(f"Spark Connect server {spark_connect.remote_url(port or 0)}")
         if args.sources:
             from cdc_assets.resources import source_stack
 
@@ -530,6 +537,10 @@ def _cmd_bootstrap(settings: Settings, args: argparse.Namespace) -> int:
     if args.jdbc_driver:
         props["driver"] = args.jdbc_driver
     res = build_resources(settings)
+    if url and position is None and res["spark"].remote:
+        # The watermark holds one JDBC session in the driver's JVM, which a Spark Connect
+        # client does not have: this command starts a driver of its own.
+        res["spark"] = res["spark"].model_copy(update={"remote": None})
     spark = res["spark"].get_session()
     catalog = res["spark"].catalog.name
     if url and position is None:
@@ -756,6 +767,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--sources",
         action="store_true",
         help="with up: also MariaDB, PostgreSQL, Kafka Connect and the Debezium connectors",
+    )
+    stack.add_argument(
+        "--spark-connect",
+        action="store_true",
+        help="with up: also a Spark Connect server, which runs then share (one warm driver)",
     )
     stack.set_defaults(fn=_cmd_stack)
     specs = sub.add_parser(

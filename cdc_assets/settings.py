@@ -13,6 +13,9 @@ from pathlib import Path
 ENV_HOME = "CDC_ASSETS_HOME"
 ENV_SPECS = "CDC_ASSETS_SPECS"
 ENV_SPARK_MASTER = "CDC_ASSETS_SPARK_MASTER"
+# sc://host:port of a Spark Connect server: runs then share its long-lived driver.
+ENV_SPARK_REMOTE = "CDC_ASSETS_SPARK_REMOTE"
+DEFAULT_SPARK_MASTER = "local[*]"
 ENV_CATALOG_NAME = "CDC_ASSETS_CATALOG_NAME"
 ENV_CATALOG_TYPE = "CDC_ASSETS_CATALOG_TYPE"
 ENV_CATALOG_URI = "CDC_ASSETS_CATALOG_URI"
@@ -49,6 +52,7 @@ class Settings:
     kafka_port: int
     partitions_start: str = "2026-01-01-00:00"
     source_urls: dict[str, str] = field(default_factory=dict)  # variable name -> JDBC URL
+    spark_remote: str | None = None
 
     def source_url(self, database: str, connector: str | None = None) -> str | None:
         """The JDBC URL of a source database: the connector-qualified variable first."""
@@ -83,7 +87,7 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
     return Settings(
         home=home,
         specs_dir=specs,
-        spark_master=env.get(ENV_SPARK_MASTER, "local[*]"),
+        spark_master=env.get(ENV_SPARK_MASTER, DEFAULT_SPARK_MASTER),
         catalog_name=env.get(ENV_CATALOG_NAME, "lake"),
         catalog_type=env.get(ENV_CATALOG_TYPE, "jdbc"),
         catalog_uri=env.get(ENV_CATALOG_URI) or None,
@@ -92,4 +96,5 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         kafka_port=int(env.get(ENV_KAFKA_PORT, "0")),
         partitions_start=env.get(ENV_PARTITIONS_START, "2026-01-01-00:00"),
         source_urls={k: v for k, v in env.items() if k.startswith(ENV_SOURCE_URL_PREFIX) and v},
+        spark_remote=env.get(ENV_SPARK_REMOTE) or None,
     )

@@ -11,6 +11,8 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from cdc_assets.pipeline.session_kind import is_connect
+
 
 @contextmanager
 def spark_progress(
@@ -19,6 +21,11 @@ def spark_progress(
     """Show Spark tasks completed / total while the block runs (nothing when not enabled)."""
     if not enabled:
         yield
+        return
+    if is_connect(spark):
+        # A Connect client has no status tracker: say what runs, without task counts.
+        with (console or Console(stderr=True)).status(f"{description} (on Spark Connect)"):
+            yield
         return
     tracker = spark.sparkContext.statusTracker()
     seen: dict[int, tuple[int, int]] = {}  # stage id -> (completed, total), kept when finished

@@ -30,6 +30,7 @@ from cdc_assets.pipeline.offsets import (
     committed_snapshot,
     decode_offsets,
 )
+from cdc_assets.pipeline.session_kind import is_connect
 from cdc_assets.pipeline.watermark import (
     FROM_STATE,
     TRUNCATE,
@@ -309,10 +310,12 @@ def merge_base(spark: Any, catalog: str, iceberg_catalog: Any, spec: TableSpec) 
         keep_unavailable=spec.source.connector in PLACEHOLDER_CONNECTORS,
     )
     commit_props = {**to_state.properties(), UPSERT_KIND: "upsert"}
+    # A Connect client cannot see the plan a statement ran with: it plans the MERGE once more.
+    planned = merge_plan(spark, merge_sql) if is_connect(spark) else None
     merged = _run_with_retry(spark, merge_sql, commit_props, result)
     # The plan the MERGE ran with, not a second planning: did base reach the join unshuffled?
     shuffles = shuffles_between_scan_and_join(
-        executed_plan(merged), plain_identifier(catalog, base_l)
+        planned or executed_plan(merged), plain_identifier(catalog, base_l)
     )
     result.storage_partitioned = None if shuffles is None else not any(shuffles)
     failpoint("after_base_merge")

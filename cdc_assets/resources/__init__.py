@@ -23,7 +23,22 @@ def build_resources(settings: Settings) -> dict[str, Any]:
     return {
         "iceberg": catalog,
         "spark": SparkResource(
-            catalog=catalog, master=settings.spark_master, home=str(settings.home)
+            catalog=catalog,
+            master=settings.spark_master,
+            remote=settings.spark_remote or _local_spark_connect(settings),
+            home=str(settings.home),
         ),
         "kafka": KafkaResource(bootstrap_servers=settings.kafka_bootstrap, home=str(settings.home)),
     }
+
+
+def _local_spark_connect(settings: Settings) -> str | None:
+    """The local stack's Spark Connect server (`stack up --spark-connect`) when it runs and no
+    other Spark is configured."""
+    from cdc_assets.resources import spark_connect
+    from cdc_assets.settings import DEFAULT_SPARK_MASTER
+
+    if settings.spark_master != DEFAULT_SPARK_MASTER:
+        return None
+    port = spark_connect.running_port(settings)
+    return None if port is None else spark_connect.remote_url(port)

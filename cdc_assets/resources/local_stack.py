@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from cdc_assets.errors import StackError
-from cdc_assets.resources import kafka_broker, source_stack
+from cdc_assets.resources import kafka_broker, source_stack, spark_connect
 from cdc_assets.resources.jars import kafka_classpath
 from cdc_assets.settings import ENV_KAFKA_BOOTSTRAP, ENV_KAFKA_PORT, Settings
 
@@ -83,6 +83,8 @@ class StackStatus:
     warehouse: WarehouseStatus
     # MariaDB, PostgreSQL, Kafka Connect: only when once started with `stack up --sources`.
     sources: source_stack.SourcesStatus = field(default_factory=source_stack.SourcesStatus)
+    # Only when started with `stack up --spark-connect`.
+    spark_connect_port: int | None = None
 
     @property
     def healthy(self) -> bool:
@@ -119,14 +121,20 @@ class StackStatus:
             lines.append(f"  last {len(kafka.log_tail)} lines of the Kafka log:")
             lines.extend(f"    {line}" for line in kafka.log_tail)
         lines.extend(self.sources.render())
+        if self.spark_connect_port is not None:
+            url = spark_connect.remote_url(self.spark_connect_port)
+            lines.append(f"  spark:     Spark Connect server at {url} (runs use it)")
         return "\n".join(lines)
 
 
-def stack_up(settings: Settings, *, sources: bool = False) -> StackState:
+def stack_up(
+    settings: Settings, *, sources: bool = False, spark_connect: bool = False
+) -> StackState:
     """Start the local stack, or return the running one; a dead broker is cleaned and restarted.
 
     ``sources`` also starts MariaDB, PostgreSQL, Kafka Connect and the Debezium connectors
-    (source_stack.up; what it started is in sources.json, see source_stack.status)."""
+    (source_stack.up; what it started is in sources.json, see source_stack.status).
+    ``spark_connect`` also starts a Spark Connect server, which runs then use (spark_connect)."""
     settings.stack_dir.mkdir(parents=True, exist_ok=True)
     with _locked(settings):
         classpath = kafka_classpath(settings)
@@ -145,6 +153,8 @@ def stack_up(settings: Settings, *, sources: bool = False) -> StackState:
                 )
             if sources:
                 source_stack.up(settings, existing.bootstrap_servers)
+            if spark_connect:
+                _start_spark_connect(settings)
             return existing
         _stop_brokers(settings, files)
 
@@ -181,7 +191,15 @@ def stack_up(settings: Settings, *, sources: bool = False) -> StackState:
             raise StackError(f"{_state_file(settings)} vanished while the stack was starting")
         if sources:
             source_stack.up(settings, state.bootstrap_servers)
+        if spark_connect:
+            _start_spark_connect(settings)
         return state
+
+
+def _start_spark_connect(settings: Settings) -> int:
+    from cdc_assets.resources import build_resources
+
+    return spark_connect.start_server(settings, build_resources(settings)["spark"].conf())
 
 
 def stack_down(settings: Settings, *, purge: bool = False) -> None:
@@ -191,6 +209,7 @@ def stack_down(settings: Settings, *, purge: bool = False) -> None:
     if not settings.stack_dir.exists():
         return
     with _locked(settings):
+        spark_connect.stop_server(settings)
         source_stack.down(settings)
         _stop_brokers(settings, _broker_files(settings))
         if purge:
@@ -208,6 +227,7 @@ def stack_status(settings: Settings) -> StackStatus:
             path=warehouse, exists=warehouse.is_dir(), size_bytes=_dir_size(warehouse)
         ),
         sources=source_stack.status(settings),
+        spark_connect_port=spark_connect.running_port(settings),
     )
 
 

@@ -25,6 +25,11 @@ class SparkResource(ConfigurableResource):  # type: ignore[type-arg]
 
     catalog: IcebergCatalogResource
     master: str = Field(default="local[*]", description="Spark master URL")
+    remote: str | None = Field(
+        default=None,
+        description="sc://host:port of a Spark Connect server to use instead of a driver of "
+        "its own (the server holds the Iceberg, Kafka and catalog configuration)",
+    )
     app_name: str = "cdc-assets"
     home: str = Field(
         description="CDC_ASSETS_HOME: holds the jar cache that `cdc-assets jars` fills"
@@ -53,8 +58,22 @@ class SparkResource(ConfigurableResource):  # type: ignore[type-arg]
             extra=dict(self.extra_conf),
         )
 
+    def teardown_after_execution(self, context: Any) -> None:
+        # A Connect session lives in the server until released; a local driver ends with the
+        # run's process (and tests share theirs across runs).
+        if self.remote and self._session is not None:
+            self._session.stop()
+            self._session = None
+
     def get_session(self) -> Any:
         """The SparkSession, created on first use (fetching missing jars with Maven first)."""
+        if self._session is None and self.remote:
+            from pyspark.sql import SparkSession
+
+            session = SparkSession.builder.remote(self.remote).getOrCreate()
+            # Runtime settings are per Connect session; the rest is the server's.
+            session.conf.set("spark.sql.shuffle.partitions", str(self.shuffle_partitions))
+            self._session = session
         if self._session is None:
             from dagster_pyspark.resources import spark_session_from_config
 

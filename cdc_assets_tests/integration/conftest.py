@@ -27,6 +27,7 @@ from cdc_assets.resources import (
     KafkaResource,
     SparkResource,
     build_resources,
+    spark_connect,
 )
 from cdc_assets.resources.jars import ensure_jars
 from cdc_assets.resources.local_stack import StackState, stack_down, stack_up
@@ -85,6 +86,11 @@ def sources_stack(sources_home: Settings) -> StackState:
 def resources(it_settings: Settings, stack: StackState) -> dict[str, Any]:
     res = build_resources(it_settings)
     res["spark"] = res["spark"].model_copy(update={"master": "local[2]", "shuffle_partitions": 4})
+    if os.environ.get("CDC_ASSETS_TEST_SPARK") == "connect":
+        # The same tests through a Spark Connect server of the session's stack (stack_down
+        # stops it); the default is a driver in the test process.
+        port = spark_connect.start_server(it_settings, res["spark"].conf())
+        res["spark"] = res["spark"].model_copy(update={"remote": spark_connect.remote_url(port)})
     return res
 
 

@@ -212,15 +212,22 @@ def test_bootstrap_command_reads_the_watermark_when_no_position_is_given(
     seen: dict[str, Any] = {}
 
     def fake(spark: Any, catalog: str, iceberg: Any, spec: Any, url: str, **kw: Any) -> Any:
-        seen.update(url=url, **kw)
+        seen.update(url=url, spark=spark, **kw)
         mark = binlog_watermark("mariadb-bin.000001", 1962, "MariaDB consistent snapshot")
         return BootstrapResult(spec.name, 3, mark.floor, "jdbc `app`.`users`", 1.0, mark)
 
     class Spark:
         catalog = type("C", (), {"name": "lake"})()
+        # a Spark Connect client has no driver JVM for the watermark's JDBC session
+        remote: str | None = "sc://127.0.0.1:15002"
+
+        def model_copy(self, update: dict[str, Any]) -> Any:
+            copy = Spark()
+            copy.remote = update["remote"]
+            return copy
 
         def get_session(self) -> str:
-            return "spark"
+            return "spark" if self.remote is None else "connect client"
 
     class Iceberg:
         def load_catalog(self) -> str:
@@ -236,6 +243,7 @@ def test_bootstrap_command_reads_the_watermark_when_no_position_is_given(
     assert main(["bootstrap", "users", "--source", "--watermark-timeout", "9"]) == 0
     assert seen["url"] == "jdbc:mariadb://127.0.0.1:1/app"
     assert seen["timeout_s"] == 9.0
+    assert seen["spark"] == "spark"  # a driver of its own
     out = " ".join(capsys.readouterr().out.split())
     assert (
         "users: 3 rows loaded into base from jdbc `app`.`users` at source position 1:1962:-1" in out
