@@ -1,6 +1,7 @@
 """Runs on the stack's Spark Connect server (`stack up --spark-connect`): the resources pick it up,
-Dagster's ingest and upsert jobs run through it, base equals the plain-Python replay, and the
-server's driver stays up between runs (what makes short runs cheap).
+Dagster's ingest and upsert jobs run through it in a process of their own (as the daemon's runs
+do), base equals the plain-Python replay, and the server's driver stays up between runs (what
+makes short runs cheap).
 
 The server runs on the session's stack for this module only: other modules build their resources
 from the same home and would otherwise use it too.
@@ -8,19 +9,23 @@ from the same home and would otherwise use it too.
 
 from __future__ import annotations
 
+import json
+import os
 import random
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
-import dagster as dg
 import pytest
 
-from cdc_assets.definitions import build_defs
 from cdc_assets.demo.events import produce, workload
-from cdc_assets.pipeline.session_kind import is_connect
 from cdc_assets.resources import build_resources, spark_connect
 from cdc_assets.resources.local_stack import StackState, stack_status, stack_up
-from cdc_assets.settings import Settings
+from cdc_assets.settings import ENV_HOME, Settings
+from cdc_assets.spec.models import TableSpec
+from cdc_assets_tests.conftest import PROJECT_ROOT
 from cdc_assets_tests.integration.test_ingest import isolated
 from cdc_assets_tests.integration.test_upsert import (
     assert_base_matches,
@@ -57,50 +62,82 @@ def test_stack_up_starts_a_server_that_the_resources_use(
     assert build_resources(replace(it_settings, spark_master="local[1]"))["spark"].remote is None
 
 
+# A Dagster run's process, as the daemon would launch it: the definitions built from the CDC
+# home in the environment, whose resources find the server. pyspark allows a Connect client
+# only in a process without a driver of its own, which the test process has (the session's).
+RUN_JOBS = """
+import json, sys
+from datetime import UTC, datetime
+import dagster as dg
+from cdc_assets.definitions import build_defs
+from cdc_assets.pipeline.session_kind import is_connect
+from cdc_assets.resources import build_resources
+from cdc_assets.settings import load_settings
+from cdc_assets.spec.models import TableSpec
+
+spec = TableSpec.model_validate_json(open(sys.argv[1]).read())
+settings = load_settings()
+resources = build_resources(settings)
+defs = build_defs(specs=[spec], settings=settings, resource_overrides=resources)
+hour = datetime.now(UTC).strftime("%Y-%m-%d-%H:00")
+with dg.instance_for_test() as instance:
+    if sys.argv[2] == "onboard":
+        assert defs.resolve_job_def("onboard_tables").execute_in_process(instance=instance).success
+    ingest = defs.resolve_job_def("ingest_ledgers").execute_in_process(
+        instance=instance, partition_key=hour
+    )
+    upsert = defs.resolve_job_def("upsert_bases").execute_in_process(instance=instance)
+    merged = upsert.asset_materializations_for_node("base__" + spec.name)[0]
+session = resources["spark"].get_session()
+print(json.dumps({
+    "remote": resources["spark"].remote,
+    "connect": is_connect(session),
+    "success": ingest.success and upsert.success,
+    "storage_partitioned": merged.metadata["storage_partitioned_join"].value,
+}))
+session.stop()
+"""
+
+
+def run_jobs(settings: Settings, spec: TableSpec, first: bool, tmp_path: Path) -> dict[str, Any]:
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(spec.model_dump_json(by_alias=True), encoding="utf-8")
+    proc = subprocess.run(
+        [sys.executable, "-c", RUN_JOBS, str(spec_file), "onboard" if first else "-"],
+        cwd=PROJECT_ROOT,
+        env={**os.environ, ENV_HOME: str(settings.home)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
 def test_ingest_and_upsert_jobs_run_through_the_server(
-    it_settings: Settings, connect_port: int, kafka: Any, iceberg: Any
+    it_settings: Settings, connect_port: int, kafka: Any, iceberg: Any, tmp_path: Path
 ) -> None:
     spec = isolated(example_spec(it_settings, "users"), kafka=kafka)
-    resources = build_resources(it_settings)
-    defs = build_defs(specs=[spec], settings=it_settings, resource_overrides=resources)
-    onboard = defs.resolve_job_def("onboard_tables").execute_in_process()
-    assert onboard.success
     rng = random.Random(11)
     server_pid_before = _server_pid(it_settings)
     for round_ in range(2):
         produce(
             workload(spec, rng, keys=40, events=300), spec.source.topic, kafka.resolved_bootstrap()
         )
-        with dg.instance_for_test() as instance:
-            ingest = defs.resolve_job_def("ingest_ledgers").execute_in_process(
-                instance=instance, partition_key=_hour()
-            )
-            assert ingest.success
-            upsert = defs.resolve_job_def("upsert_bases").execute_in_process(instance=instance)
-            assert upsert.success
-            merged = upsert.asset_materializations_for_node("base__users")[0]
-            # The storage-partitioned check works without the driver's plan objects. The first
-            # MERGE meets an empty base: nothing to line up with, as with a local driver.
-            assert merged.metadata["storage_partitioned_join"].value is (round_ > 0)
+        result = run_jobs(it_settings, spec, round_ == 0, tmp_path)
+        assert result["remote"] == f"sc://127.0.0.1:{connect_port}"
+        assert result["connect"] is True
+        assert result["success"] is True
+        # The storage-partitioned check works without the driver's plan objects. The first
+        # MERGE meets an empty base: nothing to line up with, as with a local driver.
+        assert result["storage_partitioned"] is (round_ > 0)
         assert_base_matches(spec, iceberg, expected_base(spec, kafka))
     # one driver served both rounds
     assert _server_pid(it_settings) == server_pid_before
-    session = resources["spark"].get_session()
-    try:
-        assert is_connect(session)
-    finally:
-        # released before the module stops the server (a client left open retries at exit)
-        session.stop()
 
 
 def _server_pid(settings: Settings) -> int:
-    import json
-
     entry = json.loads(spark_connect.server_files(settings).state.read_text(encoding="utf-8"))
     return int(entry["pid"])
-
-
-def _hour() -> str:
-    from datetime import UTC, datetime
-
-    return datetime.now(UTC).strftime("%Y-%m-%d-%H:00")
