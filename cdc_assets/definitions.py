@@ -9,7 +9,7 @@ import dagster as dg
 
 from cdc_assets.assets.factory import build_table_assets
 from cdc_assets.checks.table_checks import build_table_checks
-from cdc_assets.jobs.checks import build_check_job
+from cdc_assets.jobs.checks import build_check_job, build_check_schedule
 from cdc_assets.jobs.evolve import (
     build_drift_job,
     build_drift_schedule,
@@ -54,6 +54,7 @@ def build_defs(
         if (url := settings.source_url(s.source.database, s.source.connector)) is not None
     }
     drift_job = build_drift_job(specs, settings.specs_dir, source_urls)
+    check_job = build_check_job()
     return dg.Definitions(
         assets=assets,
         # Every step needs the Spark session: in one process per run the driver starts once and
@@ -71,13 +72,14 @@ def build_defs(
             ingest_job,
             upsert_job,
             maintenance_job,
-            build_check_job(),
+            check_job,
             evolve_job,
             drift_job,
         ],
         schedules=[
             build_maintenance_schedule(specs, maintenance_job),
             build_drift_schedule(drift_job),
+            build_check_schedule(check_job, settings.checks_cron),
         ],
         sensors=[
             build_new_offsets_sensor(specs, ingest_job),

@@ -16,11 +16,13 @@ from cdc_assets.resources.iceberg import IcebergCatalogResource
 from cdc_assets.schema.layers import dead_letter_layout, ledger_layout
 from cdc_assets.spec.models import TableSpec
 
+ACCOUNTING_CHECK = "offsets_accounted"
+
 
 def build_accounting_check(spec: TableSpec) -> dg.AssetChecksDefinition:
     @dg.asset_check(
         asset=dg.AssetKey(["cdc", spec.name]),
-        name="offsets_accounted",
+        name=ACCOUNTING_CHECK,
         description="Latest ingest: records read = ledger rows + dead letters + skipped, "
         "and the ledger snapshot and dead-letter table hold exactly those rows.",
     )

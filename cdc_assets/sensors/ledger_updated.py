@@ -41,6 +41,9 @@ def build_ledger_updated_sensor(
         return dg.RunRequest(
             run_key=run.run_id,
             asset_selection=[k for k in selection if k.path[1] in tables],
+            # No checks in the micro-batch: they read whole tables and would hold back the next
+            # upsert; the `table_checks` schedule runs them.
+            asset_check_keys=[],
             tags={
                 **table_tags(tables),
                 "cdc/trigger": "ledger_updated",

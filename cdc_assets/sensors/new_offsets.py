@@ -13,6 +13,7 @@ from dagster._core.definitions.unresolved_asset_job_definition import (
     UnresolvedAssetJobDefinition,
 )
 
+from cdc_assets.checks.accounting import ACCOUNTING_CHECK
 from cdc_assets.resources.kafka import KafkaResource
 from cdc_assets.sensors.runs import IN_FLIGHT, table_tags, tables_in_runs
 from cdc_assets.spec.models import TableSpec
@@ -30,9 +31,10 @@ def build_new_offsets_sensor(
     @dg.sensor(
         name="new_kafka_offsets",
         job=job,
-        # One batched offsets request per tick is cheap; the interval is most of the wait
-        # between a commit at the source and its ingest.
-        minimum_interval_seconds=10,
+        # One batched offsets request per tick is cheap, and the interval is part of the wait
+        # between a commit at the source and its ingest: tick as often as the daemon's sensor
+        # loop does (every 5 s).
+        minimum_interval_seconds=5,
         default_status=dg.DefaultSensorStatus.RUNNING,
         description="Starts one incremental ledger ingest for the tables whose topics grew.",
     )
@@ -61,6 +63,11 @@ def build_new_offsets_sensor(
             run_key=f"offsets:{key}",
             partition_key=hour,
             asset_selection=[dg.AssetKey(["cdc", t]) for t in tables],
+            # Only the accounting of this very ingest; the checks that read whole tables run on
+            # the `table_checks` schedule, not after every batch.
+            asset_check_keys=[
+                dg.AssetCheckKey(dg.AssetKey(["cdc", t]), ACCOUNTING_CHECK) for t in tables
+            ],
             tags={**table_tags(tables), "cdc/trigger": "new_offsets"},
         )
         seen.update(grown)

@@ -79,7 +79,32 @@ def test_jobs_do_not_grow_with_tables(defs: dg.Definitions) -> None:
         "schema_changes",
         "schema_drift_detected",
     ]
-    assert sorted(s.name for s in repo.schedule_defs) == ["daily_drift_check", "daily_maintenance"]
+    assert sorted(s.name for s in repo.schedule_defs) == [
+        "daily_drift_check",
+        "daily_maintenance",
+        "table_checks",
+    ]
+
+
+def test_table_checks_schedule_runs_every_check_on_its_cron(tmp_path: Path) -> None:
+    """The checks that scan whole tables run on a schedule (CDC_ASSETS_CHECKS_CRON), over the
+    check-only job."""
+    for env, cron in (({}, "*/15 * * * *"), ({"CDC_ASSETS_CHECKS_CRON": "0 * * * *"}, "0 * * * *")):
+        settings = load_settings(
+            {
+                "CDC_ASSETS_HOME": str(tmp_path),
+                "CDC_ASSETS_SPECS": str(PROJECT_ROOT / "table_specs"),
+                **env,
+            }
+        )
+        defs = build_defs(settings=settings)
+        schedule = defs.get_schedule_def("table_checks")
+        assert schedule.cron_schedule == cron
+        assert schedule.job_name == "check_tables"
+        assert schedule.default_status == dg.DefaultScheduleStatus.RUNNING
+        job = defs.resolve_job_def("check_tables")
+        checks = job.asset_layer.asset_graph.asset_check_keys
+        assert len(checks) == len(TABLES) * 8
 
 
 def test_ledgers_share_hourly_partitions(defs: dg.Definitions) -> None:
@@ -253,6 +278,8 @@ def test_ledger_updated_sensor_leaves_out_tables_whose_upsert_is_queued(
         ]
         assert request.tags["cdc/tables"] == "order_items,orders"
         assert request.run_key == ingest.run_id
+        # the micro-batch carries no checks: the table_checks schedule runs them
+        assert request.asset_check_keys == []
 
 
 def test_base_rows_subtract_merge_on_read_deletes() -> None:

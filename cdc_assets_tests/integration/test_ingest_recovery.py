@@ -183,6 +183,11 @@ def test_sensor_requests_one_run_for_the_tables_with_new_offsets(
             [dg.AssetKey(["cdc", "other_users"]), dg.AssetKey(["cdc", "users"])]
         ]
         assert first.run_requests[0].tags["cdc/tables"] == "other_users,users"
+        # the ingest's own accounting runs with it; whole-table checks are on their schedule
+        assert first.run_requests[0].asset_check_keys == [
+            dg.AssetCheckKey(dg.AssetKey(["cdc", t]), "offsets_accounted")
+            for t in ("other_users", "users")
+        ]
         assert "cdc/table" not in first.run_requests[0].tags
         assert first.run_requests[0].partition_key == datetime.now(UTC).strftime("%Y-%m-%d-%H:00")
         again = tick(instance, first.cursor)
