@@ -126,7 +126,8 @@ def caught_up(bootstrap: str, catalog: Any, specs: list[Any]) -> bool:
 
 
 def run_summary(instance: Any, tables: list[str]) -> dict[str, str]:
-    """Per job: successful runs, their median wall time (created to ended) and the median time per
+    """Per job: successful runs, their median wall time (created to ended), split into launch
+    (created to the run's start: queue, process start, definitions load) and the median time per
     run spent in each kind of step (materializing a layer, or asset checks)."""
     import dagster as dg
 
@@ -138,6 +139,7 @@ def run_summary(instance: Any, tables: list[str]) -> dict[str, str]:
     for job in sorted({r.dagster_run.job_name for r in records}):
         runs = [r for r in records if r.dagster_run.job_name == job and r.end_time]
         took = [r.end_time - r.create_timestamp.timestamp() for r in runs]
+        launch = [r.start_time - r.create_timestamp.timestamp() for r in runs if r.start_time]
         per_kind: dict[str, list[float]] = {}
         for r in runs:
             spent: Counter[str] = Counter()
@@ -148,8 +150,9 @@ def run_summary(instance: Any, tables: list[str]) -> dict[str, str]:
                 spent[kind] += entry.dagster_event.event_specific_data.duration_ms / 1000
             for kind, seconds in spent.items():
                 per_kind.setdefault(kind, []).append(seconds)
-        parts = ", ".join(f"{k} {statistics.median(v):.1f} s" for k, v in sorted(per_kind.items()))
-        out[job] = f"{len(took)} runs, median {statistics.median(took):.1f} s ({parts})"
+        parts = [f"launch {statistics.median(launch):.1f} s"] if launch else []
+        parts += [f"{k} {statistics.median(v):.1f} s" for k, v in sorted(per_kind.items())]
+        out[job] = f"{len(took)} runs, median {statistics.median(took):.1f} s ({', '.join(parts)})"
     return out
 
 

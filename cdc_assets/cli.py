@@ -289,6 +289,10 @@ DAGSTER_YAML = """concurrency:
   # Every run starts a Spark driver: more than two at once thrash a laptop-sized machine.
   runs:
     max_concurrent_runs: 2
+# A queued run starts within a second, not the default five: the sensors' micro-batches queue a
+# run every few seconds and the wait is part of every change's way into base.
+run_queue:
+  dequeue_interval_seconds: 1
 # Nothing leaves this machine: no usage statistics.
 telemetry:
   enabled: false

@@ -92,6 +92,9 @@ def dead_letter_identifier(catalog: str, spec: TableSpec) -> str:
     return ".".join(quote(p) for p in (catalog, layout.namespace, layout.name))
 
 
+FETCH_MAX_WAIT_MS = 10
+
+
 def read_kafka(
     spark: Any,
     kafka: KafkaResource,
@@ -109,6 +112,11 @@ def read_kafka(
         .option("failOnDataLoss", "true")
         # Debezium names the other key of a primary-key change in a header (see OLD_KEY_HEADER).
         .option("includeHeaders", "true")
+        # The read ends at the log's end offset, where the consumer's last fetch would otherwise
+        # sit in the broker for the default 500 ms waiting for data that is not coming: a
+        # 50-event batch took 1.4 s to read instead of 0.3 s. Full fetches return at once either
+        # way, so bulk reads are unaffected.
+        .option("kafka.fetch.max.wait.ms", str(FETCH_MAX_WAIT_MS))
     )
     for key, value in kafka.client_config.items():
         reader = reader.option(f"kafka.{key}", value)
