@@ -13,7 +13,7 @@ import sqlglot
 
 from cdc_assets.cli import main, redact_url, source_jdbc_url, write_spec_checked
 from cdc_assets.errors import CdcAssetsError, SpecError
-from cdc_assets.settings import load_settings
+from cdc_assets.settings import ENV_HOME, ENV_SPECS, load_settings
 from cdc_assets.spec import load_spec, load_specs
 from cdc_assets.spec.ddl_import import default_topic, spec_from_ddl
 from cdc_assets.spec.information_schema import (
@@ -228,6 +228,10 @@ def test_import_source_command_writes_validates_and_refuses_to_overwrite(
     monkeypatch.setenv(
         "CDC_ASSETS_SOURCE_URL_POSTGRESQL_SHOP", "jdbc:postgresql://h/shop?password=pw"
     )
+    # main() exports --home/--specs for Dagster code it loads; set them through
+    # monkeypatch so they are undone and later tests do not see these directories.
+    monkeypatch.setenv(ENV_HOME, str(tmp_path / "home"))
+    monkeypatch.setenv(ENV_SPECS, str(tmp_path))
     args = ["--home", str(tmp_path / "home"), "--specs", str(tmp_path)]
     command = [*args, "specs", "import-source", "--connector", "postgresql"]
     command += ["--database", "shop", "--table", "orders", "--namespace", "sales"]
