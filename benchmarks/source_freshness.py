@@ -16,7 +16,11 @@ ts_ms). MariaDB stamps binlog events in whole seconds, so its figures are up to 
 table, writes JSON and a PNG plot to benchmarks/results/.
 
     python benchmarks/source_freshness.py [--seconds 180] [--batch 4] [--pause 2]
-        [--spark connect|driver]
+        [--warmup 60] [--spark connect|driver]
+
+A warm-up of the same workload runs first and is not measured (``--warmup 0`` measures a cold
+start): a deployment's Spark Connect server runs for days, and a fresh one spends its first
+minutes compiling.
 """
 
 from __future__ import annotations
@@ -105,36 +109,88 @@ def visible_at(event: dict[str, Any], marks: list[tuple[int, dict[int, int]]]) -
     return None
 
 
-def caught_up(bootstrap: str, catalog: Any, specs: list[Any]) -> bool:
+def end_offsets(bootstrap: str, topics: list[str]) -> dict[str, dict[int, int]]:
+    """The current end offset of every partition of ``topics``."""
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "freshness-end"})
+    out: dict[str, dict[int, int]] = {}
     try:
-        for spec in specs:
-            marks = base_watermarks(catalog, spec)
-            newest = marks[-1][1] if marks else {}
-            topic = spec.source.topic
-            for partition in consumer.list_topics(topic, timeout=10).topics[topic].partitions:
-                _, high = consumer.get_watermark_offsets(
-                    TopicPartition(topic, partition), timeout=10
-                )
-                if newest.get(partition, 0) < high:
-                    return False
+        for topic in topics:
+            partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+            out[topic] = {
+                p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in partitions
+            }
     finally:
         consumer.close()
+    return out
+
+
+def caught_up(bootstrap: str, catalog: Any, specs: list[Any]) -> bool:
+    ends = end_offsets(bootstrap, [s.source.topic for s in specs])
+    for spec in specs:
+        marks = base_watermarks(catalog, spec)
+        newest = marks[-1][1] if marks else {}
+        if any(newest.get(p, 0) < high for p, high in ends[spec.source.topic].items()):
+            return False
     return True
 
 
-def run_summary(instance: Any, tables: list[str]) -> dict[str, str]:
-    """Per job: successful runs, their median wall time (created to ended), split into launch
-    (created to the run's start: queue, process start, definitions load) and the median time per
-    run spent in each kind of step (materializing a layer, or asset checks)."""
+def drive(workload: Any, seconds: float, batch: int, pause: float) -> int:
+    """Run the workload in batches for ``seconds``; the number of batches."""
+    started, batches = time.monotonic(), 0
+    while time.monotonic() - started < seconds:
+        workload.run(batch)
+        batches += 1
+        time.sleep(pause)
+    return batches
+
+
+def wait_caught_up(
+    instance: Any, bootstrap: str, catalog: Any, specs: list[Any], settle: float, log: Path
+) -> bool:
+    """Wait until base covers every event on the topics; on timeout print what the runs did."""
+    import dagster as dg
+
+    deadline = time.monotonic() + settle
+    while not caught_up(bootstrap, catalog, specs):
+        if time.monotonic() > deadline:
+            print("base did not catch up in time; runs by job and status:", file=sys.stderr)
+            for job, status in sorted(
+                Counter((r.job_name, r.status.value) for r in instance.get_runs()).items()
+            ):
+                print(f"  {job[0]} {job[1]}: {status}", file=sys.stderr)
+            failed = instance.get_runs(
+                filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE]), limit=1
+            )
+            for run in failed:
+                for entry in instance.all_logs(run.run_id):
+                    dagster_event = entry.dagster_event
+                    if dagster_event is not None and dagster_event.is_failure:
+                        print(str(dagster_event.event_specific_data)[:3000], file=sys.stderr)
+            tail = log.read_text(errors="replace").splitlines()[-40:]
+            print("daemon log tail:\n" + "\n".join(tail), file=sys.stderr)
+            return False
+        time.sleep(5)
+    return True
+
+
+def run_summary(instance: Any, tables: list[str], since: float) -> dict[str, str]:
+    """Per job: successful runs created after ``since`` (epoch s), their median wall time (created
+    to ended), split into launch (created to the run's start: queue, process start, definitions
+    load) and the median time per run spent in each kind of step (materializing a layer, or asset
+    checks)."""
     import dagster as dg
 
     out = {}
-    records = instance.get_run_records(
-        filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.SUCCESS])
-    )
+    records = [
+        r
+        for r in instance.get_run_records(
+            filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.SUCCESS])
+        )
+        if r.create_timestamp.timestamp() >= since
+    ]
     steps = {f"{layer}__{t}": layer for layer in ("cdc", "bucketed", "base") for t in tables}
     for job in sorted({r.dagster_run.job_name for r in records}):
         runs = [r for r in records if r.dagster_run.job_name == job and r.end_time]
@@ -167,6 +223,12 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=4, help="statements per table per batch")
     parser.add_argument("--pause", type=float, default=2.0, help="seconds between batches")
     parser.add_argument("--settle", type=float, default=300.0, help="max wait for base to catch up")
+    parser.add_argument(
+        "--warmup",
+        type=float,
+        default=60.0,
+        help="seconds of the same workload before the measured one, not measured (0: cold start)",
+    )
     parser.add_argument(
         "--spark",
         choices=["connect", "driver"],
@@ -225,43 +287,39 @@ def main() -> int:
             stderr=subprocess.STDOUT,
         )
         workload = Workload(settings, specs, seed=7, key_base=next_key_base(settings, specs))
+        catalog = build_resources(settings)["iceberg"].load_catalog()
+        bootstrap, topics = state.bootstrap_servers, [s.source.topic for s in specs]
+        if args.warmup > 0:
+            # A deployment's Spark Connect server runs for days; its first minutes (JIT, Spark's
+            # generated code) cost two to three times the CPU per step of a warm one. Warm it on
+            # the same workload, let base catch up, and measure only what comes after.
+            print(f"warm-up workload for {args.warmup:.0f} s (not measured) ...", flush=True)
+            drive(workload, args.warmup, args.batch, args.pause)
+            if not wait_caught_up(
+                instance, bootstrap, catalog, specs, args.settle, tmp / "daemon.log"
+            ):
+                return 1
+        measured_from = end_offsets(bootstrap, topics)
+        measured_since, warm_statements = time.time(), dict(workload.statements_run)
         print(f"workload for {args.seconds:.0f} s ...", flush=True)
         started = time.monotonic()
-        batches = 0
-        while time.monotonic() - started < args.seconds:
-            workload.run(args.batch)
-            batches += 1
-            time.sleep(args.pause)
+        batches = drive(workload, args.seconds, args.batch, args.pause)
         workload_s = time.monotonic() - started
         print(f"{batches} batches; waiting for base to catch up ...", flush=True)
-        catalog = build_resources(settings)["iceberg"].load_catalog()
-        deadline = time.monotonic() + args.settle
-        while not caught_up(state.bootstrap_servers, catalog, specs):
-            if time.monotonic() > deadline:
-                print("base did not catch up in time; runs by job and status:", file=sys.stderr)
-                for job, status in sorted(
-                    Counter((r.job_name, r.status.value) for r in instance.get_runs()).items()
-                ):
-                    print(f"  {job[0]} {job[1]}: {status}", file=sys.stderr)
-                failed = instance.get_runs(
-                    filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE]), limit=1
-                )
-                for run in failed:
-                    for entry in instance.all_logs(run.run_id):
-                        dagster_event = entry.dagster_event
-                        if dagster_event is not None and dagster_event.is_failure:
-                            print(str(dagster_event.event_specific_data)[:3000], file=sys.stderr)
-                tail = (tmp / "daemon.log").read_text(errors="replace").splitlines()[-40:]
-                print("daemon log tail:\n" + "\n".join(tail), file=sys.stderr)
-                return 1
-            time.sleep(5)
+        if not wait_caught_up(instance, bootstrap, catalog, specs, args.settle, tmp / "daemon.log"):
+            return 1
         settle_s = time.monotonic() - started - workload_s
 
         rows = []
         all_fresh: list[float] = []
         all_dbz: list[float] = []
         for spec in specs:
-            events = topic_events(state.bootstrap_servers, spec.source.topic)
+            first = measured_from[spec.source.topic]
+            events = [
+                e
+                for e in topic_events(bootstrap, spec.source.topic)
+                if e["offset"] >= first.get(e["partition"], 0)
+            ]
             marks = base_watermarks(catalog, spec)
             fresh = []
             for event in events:
@@ -311,16 +369,20 @@ def main() -> int:
             "code": code_version(),
             "cpus": os.cpu_count(),
             "load_average_before": list(os.getloadavg()),
+            "warmup_s": args.warmup,
             "workload_s": workload_s,
             "settle_s": settle_s,
             "batches": batches,
             "batch_statements_per_table": args.batch,
             "pause_s": args.pause,
-            "statements_run": workload.statements_run,
+            "statements_run": {
+                server: n - warm_statements.get(server, 0)
+                for server, n in workload.statements_run.items()
+            },
             "tables": rows,
             "target_s": 60,
             "spark": args.spark,
-            "runs": run_summary(instance, [s.name for s in specs]),
+            "runs": run_summary(instance, [s.name for s in specs], measured_since),
         }
         for job, line in result["runs"].items():
             print(f"{job}: {line}")
