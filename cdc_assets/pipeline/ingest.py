@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cdc_assets.errors import CdcAssetsError
+from cdc_assets.pipeline.batch_cache import cached_batch
 from cdc_assets.pipeline.failpoint import armed, failpoint
 from cdc_assets.pipeline.offsets import (
     COUNTS_PROPERTY,
@@ -191,7 +192,6 @@ def prepare(classified: Any, spec: TableSpec) -> Any:
         "_stage",
         "_reason",
         "_unknown",
-        F.date_format("_kafka_ts", "yyyy-MM-dd-HH:00").alias("dt_hour"),
         F.expr("CASE WHEN _status = 'dead' THEN base64(key_bin) END").alias("_key_b64"),
         F.expr("CASE WHEN _status = 'dead' THEN base64(value_bin) END").alias("_payload_b64"),
     )
@@ -267,7 +267,8 @@ def _hour_key(dt: str, hr: int) -> str:
 def _summarise(classified: Any, result: IngestResult) -> None:
     from pyspark.sql import functions as F
 
-    groups = classified.groupBy("_status", "_reason", "dt_hour").count().collect()
+    # The ledger's own dt/hr columns name the hour: no extra date formatting per record.
+    groups = classified.groupBy("_status", "_reason", "dt", "hr").count().collect()
     statuses: Counter[str] = Counter()
     hours: set[str] = set()
     for row in groups:
@@ -280,8 +281,8 @@ def _summarise(classified: Any, result: IngestResult) -> None:
             result.dead_reasons[row["_reason"]] = (
                 result.dead_reasons.get(row["_reason"], 0) + row["count"]
             )
-        elif row["dt_hour"] is not None:
-            hours.add(row["dt_hour"])
+        elif row["dt"] is not None:
+            hours.add(_hour_key(row["dt"], row["hr"]))
     result.read = sum(statuses.values())
     result.ledger, result.dead, result.skipped = statuses[LEDGER], statuses[DEAD], statuses[SKIP]
     result.hours = sorted(hours)
@@ -323,8 +324,6 @@ def ingest_incremental(
     spark: Any, catalog: str, iceberg_catalog: Any, kafka: KafkaResource, spec: TableSpec
 ) -> IngestResult:
     """Consume everything new on the spec's topic into its ledger and dead-letter tables."""
-    from pyspark import StorageLevel
-
     started = time.monotonic()
     layout = ledger_layout(spec)
     table = iceberg_catalog.load_table(f"{layout.namespace}.{layout.name}")
@@ -336,10 +335,7 @@ def ingest_incremental(
         return result
 
     records = read_kafka(spark, kafka, spec.source.topic, start, end)
-    classified = prepare(classify_records(records, spec), spec).persist(
-        StorageLevel.MEMORY_AND_DISK
-    )
-    try:
+    with cached_batch(spark, prepare(classify_records(records, spec), spec)) as classified:
         _summarise(classified, result)
         if result.dead:
             merge_dead_letters(spark, catalog, spec, dead_letter_rows(classified, spec))
@@ -360,8 +356,6 @@ def ingest_incremental(
             .append()
         )
         failpoint("after_ledger_commit")
-    finally:
-        classified.unpersist()
     table = iceberg_catalog.load_table(f"{layout.namespace}.{layout.name}")
     snapshot = table.current_snapshot()
     result.snapshot_id = snapshot.snapshot_id if snapshot else None
@@ -431,7 +425,6 @@ def rebuild_hour(
     ahead of the committed offsets. If Kafka no longer holds every record of the hour, nothing is
     replaced: the ledger is then the only copy.
     """
-    from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     started = time.monotonic()
@@ -460,12 +453,8 @@ def rebuild_hour(
     result = IngestResult(spec.name, "rebuild", start, end, hours=[partition_key])
     records = read_kafka(spark, kafka, topic, start, end)
     in_hour = (F.col("_kafka_ts") >= F.lit(h0)) & (F.col("_kafka_ts") < F.lit(h1))
-    classified = (
-        prepare(classify_records(records, spec), spec)
-        .filter(in_hour)
-        .persist(StorageLevel.MEMORY_AND_DISK)
-    )
-    try:
+    in_hour_batch = prepare(classify_records(records, spec), spec).filter(in_hour)
+    with cached_batch(spark, in_hour_batch) as classified:
         _summarise(classified, result)
         result.hours = [partition_key]
         if result.dead:
@@ -480,8 +469,6 @@ def rebuild_hour(
             .option("distribution-mode", "none")
             .overwrite(condition)
         )
-    finally:
-        classified.unpersist()
     snapshot = iceberg_catalog.load_table(f"{layout.namespace}.{layout.name}").current_snapshot()
     result.snapshot_id = snapshot.snapshot_id if snapshot else None
     result.seconds = time.monotonic() - started

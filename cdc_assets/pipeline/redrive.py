@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from cdc_assets.pipeline.batch_cache import cached_batch
 from cdc_assets.pipeline.ingest import (
     classify_records,
     dead_letter_identifier,
@@ -42,7 +43,6 @@ def redrive(
     spark: Any, catalog: str, spec: TableSpec, *, reason_contains: str | None = None
 ) -> RedriveResult:
     """Replay the table's dead letters (optionally only those whose reason contains a text)."""
-    from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     started = time.monotonic()
@@ -56,11 +56,8 @@ def redrive(
         F.col("offset"),
         F.col("kafka_ts").alias("timestamp"),
     )
-    classified = prepare(classify_records(records, spec), spec).persist(
-        StorageLevel.MEMORY_AND_DISK
-    )
     result = RedriveResult(spec.name)
-    try:
+    with cached_batch(spark, prepare(classify_records(records, spec), spec)) as classified:
         for row in classified.groupBy("_status", "_reason").count().collect():
             result.replayed += row["count"]
             if row["_status"] == LEDGER:
@@ -88,8 +85,6 @@ def redrive(
                 "WHEN MATCHED THEN DELETE"
             )
             spark.catalog.dropTempView(view)
-    finally:
-        classified.unpersist()
     result.seconds = time.monotonic() - started
     return result
 
