@@ -4,8 +4,10 @@ The ingest, a rebuild and a redrive read their classified batch several times (s
 dead letters, ledger rows), so it is cached once. Spark compresses cached columns by default;
 for a batch that lives a few seconds and is read two or three times that compression costs more
 CPU than it saves: on 1M `users` events it took about a quarter of the ingest's CPU time (see
-the README's ingest benchmark). The batch is therefore cached uncompressed and as objects,
-spilling to disk when memory runs short.
+the README's ingest benchmark). A batch of up to `UNCOMPRESSED_MAX_RECORDS` records is therefore
+cached uncompressed and as objects, spilling to disk when memory runs short. A larger backlog
+keeps the compressed cache, which takes about a third of the memory: a 2M-event backlog cached
+uncompressed filled a 2g driver's heap and ran slower than compressed.
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ from contextlib import contextmanager
 from typing import Any
 
 COMPRESSED_CONF = "spark.sql.inMemoryColumnarStorage.compressed"
+# The 1M-event benchmark (1.06M records with tombstones) ran uncompressed in a 2g driver with
+# room to spare; 2M events did not.
+UNCOMPRESSED_MAX_RECORDS = 1_200_000
 
 
 @contextmanager
@@ -34,13 +39,14 @@ def session_conf(spark: Any, conf: dict[str, str]) -> Iterator[None]:
 
 
 @contextmanager
-def cached_batch(spark: Any, frame: Any) -> Iterator[Any]:
-    """``frame`` cached for the block (uncompressed, deserialized, spilling to disk), released
-    afterwards. Spark fixes the cache's compression when the cache is declared, so the setting
-    only needs to hold around ``persist``."""
+def cached_batch(spark: Any, frame: Any, records: int | None = None) -> Iterator[Any]:
+    """``frame`` (about ``records`` rows, if known) cached for the block, deserialized and
+    spilling to disk, then released. Spark fixes the cache's compression when the cache is
+    declared, so the setting only needs to hold around ``persist``."""
     from pyspark import StorageLevel
 
-    with session_conf(spark, {COMPRESSED_CONF: "false"}):
+    compressed = records is not None and records > UNCOMPRESSED_MAX_RECORDS
+    with session_conf(spark, {COMPRESSED_CONF: "true" if compressed else "false"}):
         kept = frame.persist(StorageLevel.MEMORY_AND_DISK_DESER)
     try:
         yield kept

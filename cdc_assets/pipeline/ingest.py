@@ -335,7 +335,8 @@ def ingest_incremental(
         return result
 
     records = read_kafka(spark, kafka, spec.source.topic, start, end)
-    with cached_batch(spark, prepare(classify_records(records, spec), spec)) as classified:
+    batch = prepare(classify_records(records, spec), spec)
+    with cached_batch(spark, batch, sum(end[p] - start[p] for p in end)) as classified:
         _summarise(classified, result)
         if result.dead:
             merge_dead_letters(spark, catalog, spec, dead_letter_rows(classified, spec))
@@ -454,7 +455,7 @@ def rebuild_hour(
     records = read_kafka(spark, kafka, topic, start, end)
     in_hour = (F.col("_kafka_ts") >= F.lit(h0)) & (F.col("_kafka_ts") < F.lit(h1))
     in_hour_batch = prepare(classify_records(records, spec), spec).filter(in_hour)
-    with cached_batch(spark, in_hour_batch) as classified:
+    with cached_batch(spark, in_hour_batch, sum(end[p] - start[p] for p in end)) as classified:
         _summarise(classified, result)
         result.hours = [partition_key]
         if result.dead:

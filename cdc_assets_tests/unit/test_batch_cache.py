@@ -1,0 +1,99 @@
+"""The batch cache's session settings: which compression a batch gets, and that the session's
+own settings come back afterwards (no Spark needed: only the conf calls are observed)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from cdc_assets.pipeline.batch_cache import (
+    COMPRESSED_CONF,
+    UNCOMPRESSED_MAX_RECORDS,
+    cached_batch,
+    session_conf,
+)
+
+
+class _Conf:
+    def __init__(self, values: dict[str, str]) -> None:
+        self.values = dict(values)
+
+    def get(self, key: str, default: str | None = None) -> str | None:
+        return self.values.get(key, default)
+
+    def set(self, key: str, value: str) -> None:
+        self.values[key] = value
+
+    def unset(self, key: str) -> None:
+        self.values.pop(key, None)
+
+
+class _Session:
+    def __init__(self, values: dict[str, str] | None = None) -> None:
+        self.conf = _Conf(values or {})
+
+
+class _Frame:
+    """Records the compression setting in force when it is persisted."""
+
+    def __init__(self, session: _Session) -> None:
+        self.session = session
+        self.persisted_with: str | None = None
+        self.level: Any = None
+        self.unpersisted = False
+
+    def persist(self, level: Any) -> _Frame:
+        self.persisted_with = self.session.conf.get(COMPRESSED_CONF)
+        self.level = level
+        return self
+
+    def unpersist(self) -> None:
+        self.unpersisted = True
+
+
+def test_session_conf_restores_previous_values_and_unsets_new_ones() -> None:
+    spark = _Session({"a": "1"})
+    with session_conf(spark, {"a": "2", "b": "3"}):
+        assert spark.conf.values == {"a": "2", "b": "3"}
+    assert spark.conf.values == {"a": "1"}
+
+
+def test_session_conf_restores_after_an_error() -> None:
+    spark = _Session({"a": "1"})
+    with pytest.raises(RuntimeError), session_conf(spark, {"a": "2"}):
+        raise RuntimeError("boom")
+    assert spark.conf.values == {"a": "1"}
+
+
+@pytest.mark.parametrize(
+    ("records", "compressed"),
+    [
+        (None, "false"),
+        (10, "false"),
+        (UNCOMPRESSED_MAX_RECORDS, "false"),
+        (UNCOMPRESSED_MAX_RECORDS + 1, "true"),
+    ],
+)
+def test_cached_batch_compresses_only_large_batches(records: int | None, compressed: str) -> None:
+    from pyspark import StorageLevel
+
+    spark = _Session({COMPRESSED_CONF: "true"})
+    frame = _Frame(spark)
+    with cached_batch(spark, frame, records) as kept:
+        assert kept is frame
+        assert frame.persisted_with == compressed
+        assert frame.level == StorageLevel.MEMORY_AND_DISK_DESER
+        # The setting only matters when the cache is declared; the session gets its own back.
+        assert spark.conf.values == {COMPRESSED_CONF: "true"}
+        assert not frame.unpersisted
+    assert frame.unpersisted
+
+
+def test_cached_batch_releases_the_cache_after_an_error() -> None:
+    spark = _Session()
+    frame = _Frame(spark)
+    with pytest.raises(ValueError, match="write failed"), cached_batch(spark, frame, 5):
+        raise ValueError("write failed")
+    assert frame.unpersisted
+    assert spark.conf.values == {}
