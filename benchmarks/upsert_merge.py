@@ -634,9 +634,15 @@ class Table:
             built = build_bucketed(self.spark, self.bench.catalog, self.bench.iceberg(), self.spec)
             run.steps["build_bucketed"] = time.perf_counter() - began
             if self.bench.args.explain:  # the plan merge_base will run, after the build
+                from cdc_assets.pipeline.upsert import PLACEHOLDER_CONNECTORS
                 from cdc_assets.sql.upsert import render_base_merge
 
-                sql = render_base_merge(self.spec, self.ids["base"], self.ids["bucketed"])
+                sql = render_base_merge(
+                    self.spec,
+                    self.ids["base"],
+                    self.ids["bucketed"],
+                    keep_unavailable=self.spec.source.connector in PLACEHOLDER_CONNECTORS,
+                )
                 print(self.spark.sql(f"EXPLAIN {sql}").collect()[0][0], file=sys.stderr)
             began = time.perf_counter()
             merged = merge_base(self.spark, self.bench.catalog, self.bench.iceberg(), self.spec)
