@@ -24,10 +24,12 @@ console = Console(highlight=False, width=None if sys.stdout.isatty() else 140)
 
 def _cmd_jars(settings: Settings, _: argparse.Namespace) -> int:
     from cdc_assets.resources.jars import KINDS, ensure_jars, jar_cache_size
+    from cdc_assets.resources.udf_jar import ensure_udf_jar
 
     for kind in KINDS:
         jars = ensure_jars(kind, settings)
         console.print(f"{kind}: {len(jars)} jars in {settings.jars_dir / kind}")
+    console.print(f"udf: {ensure_udf_jar(settings)}")
     console.print(f"jar cache: {jar_cache_size(settings) / 2**20:.1f} MiB")
     return 0
 

@@ -36,15 +36,14 @@ from cdc_assets.spec.models import TableSpec
 from cdc_assets.sql.ddl import literal, quote
 from cdc_assets.sql.decode import (
     DEAD,
-    ENVELOPE_COLUMNS,
-    IMAGE_SCHEMA,
+    ENVELOPE_CLASS,
+    ENVELOPE_FIELDS,
+    ENVELOPE_FUNCTION,
+    ENVELOPE_TYPE,
     LEDGER,
     SKIP,
-    VALUE_SCHEMA,
     classify,
     decode_stages,
-    envelope_field,
-    json_options,
     ledger_value,
     sequence_columns,
     unavailable_list,
@@ -124,6 +123,12 @@ def read_kafka(
     return reader.load()
 
 
+def register_envelope_function(spark: Any) -> None:
+    """Make the project's envelope reader (compiled into the jar cache, on ``spark.jars``)
+    callable from SQL in this session; registering again is harmless."""
+    spark.udf.registerJavaFunction(ENVELOPE_FUNCTION, ENVELOPE_CLASS, ENVELOPE_TYPE)
+
+
 def classify_records(records: Any, spec: TableSpec) -> Any:
     """Every Kafka record with ``_status``/``_stage``/``_reason`` and its decoded ledger columns.
 
@@ -151,19 +156,10 @@ def classify_records(records: Any, spec: TableSpec) -> Any:
         F.col("timestamp").alias("_kafka_ts"),
         old_key.alias("_old_key"),
     )
-    df = df.select(
-        "*",
-        F.expr("value_bin IS NULL OR is_valid_utf8(value_bin)").alias("value_utf8_ok"),
-        F.expr("CAST(value_bin AS STRING)").alias("value"),
-    )
-    parsed = F.expr(
-        f"CASE WHEN value_utf8_ok THEN from_json(value, '{VALUE_SCHEMA}', "
-        f"map({', '.join(repr(k) + ', ' + repr(v) for k, v in json_options().items())})) END"
-    )
-    df = df.select("*", parsed.alias("j"))
-    df = df.select("*", *[F.expr(envelope_field(c)).alias(c) for c in ENVELOPE_COLUMNS])
+    register_envelope_function(records.sparkSession)
+    df = df.select("*", F.expr(f"{ENVELOPE_FUNCTION}(value_bin)").alias("_envelope"))
+    df = df.select("*", *[F.col(f"_envelope.{name}").alias(name) for name, _ in ENVELOPE_FIELDS])
     df = df.select("*", F.expr("CASE WHEN op = 'd' THEN before ELSE after END").alias("image"))
-    df = df.select("*", F.from_json("image", IMAGE_SCHEMA).alias("img"))
     for stage in decode_stages(plans):
         df = df.select("*", *[F.expr(expr).alias(name) for name, expr in stage])
     known = ", ".join(repr(p.name) for p in plans)

@@ -25,6 +25,7 @@ _MAVEN_TAIL_LINES = 40
 
 _INSTALL_HINTS = {
     "java": "install a Java 17 JDK (Debian: apt-get install openjdk-17-jdk-headless)",
+    "javac": "install a Java 17 JDK, not just a JRE (Debian: openjdk-17-jdk-headless)",
     "mvn": "install Apache Maven (Debian: apt-get install maven)",
 }
 
@@ -56,7 +57,7 @@ def ensure_jars(kind: str, settings: Settings, *, quiet: bool = False) -> list[P
         return jars
 
     settings.jars_dir.mkdir(parents=True, exist_ok=True)
-    with _locked(settings.jars_dir / f".{kind}.lock"):
+    with locked(settings.jars_dir / f".{kind}.lock"):
         # Another process may have filled the cache while this one waited for the lock.
         jars = _current_jars(target, digest)
         if jars:
@@ -72,15 +73,23 @@ def ensure_jars(kind: str, settings: Settings, *, quiet: bool = False) -> list[P
                 raise JarSetupError(f"Maven finished but copied no jars for {kind} from {pom}")
             (scratch / STAMP_NAME).write_text(digest + "\n", encoding="utf-8")
             scratch.chmod(0o755)  # mkdtemp's 0700 would hide the cache from other users
-            _swap_in(scratch, target)
+            swap_in(scratch, target)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
     return _jar_files(target)
 
 
 def spark_jars(settings: Settings) -> list[Path]:
-    """Jars to put on Spark's classpath next to the pyspark wheel's own."""
-    return ensure_jars("spark", settings)
+    """Jars to put on Spark's classpath next to the pyspark wheel's own: the Maven-fetched ones and
+    the project's own functions, fetched or compiled first when missing."""
+    from cdc_assets.resources.udf_jar import ensure_udf_jar
+
+    return [*ensure_jars("spark", settings), ensure_udf_jar(settings)]
+
+
+def cached_spark_jars(settings: Settings) -> list[Path]:
+    """The jars of `spark_jars` that the cache holds now, without fetching anything."""
+    return sorted(p for kind in ("spark", "udf") for p in (settings.jars_dir / kind).glob("*.jar"))
 
 
 def kafka_classpath(settings: Settings) -> str:
@@ -145,7 +154,7 @@ def _run_maven(mvn: str, pom: Path, output_dir: Path, kind: str) -> None:
         )
 
 
-def _swap_in(new_dir: Path, target: Path) -> None:
+def swap_in(new_dir: Path, target: Path) -> None:
     """Put ``new_dir`` at ``target``; readers see either the old or the new complete directory."""
     if not target.exists():
         new_dir.rename(target)
@@ -163,7 +172,7 @@ def _swap_in(new_dir: Path, target: Path) -> None:
 
 
 @contextmanager
-def _locked(lock_file: Path) -> Iterator[None]:
+def locked(lock_file: Path) -> Iterator[None]:
     with lock_file.open("a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:

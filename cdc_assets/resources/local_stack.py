@@ -198,7 +198,9 @@ def stack_up(
 
 def _start_spark_connect(settings: Settings) -> int:
     from cdc_assets.resources import build_resources
+    from cdc_assets.resources.jars import spark_jars
 
+    spark_jars(settings)
     return spark_connect.start_server(settings, build_resources(settings)["spark"].conf())
 
 

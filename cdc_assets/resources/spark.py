@@ -46,7 +46,9 @@ class SparkResource(ConfigurableResource):  # type: ignore[type-arg]
         return replace(load_settings(), home=Path(self.home))
 
     def conf(self) -> dict[str, str]:
-        jars = sorted(str(p) for p in (self.settings().jars_dir / "spark").glob("*.jar"))
+        from cdc_assets.resources.jars import cached_spark_jars
+
+        jars = [str(p) for p in cached_spark_jars(self.settings())]
         return spark_conf(
             master=self.master,
             app_name=self.app_name,
@@ -66,7 +68,8 @@ class SparkResource(ConfigurableResource):  # type: ignore[type-arg]
             self._session = None
 
     def get_session(self) -> Any:
-        """The SparkSession, created on first use (fetching missing jars with Maven first)."""
+        """The SparkSession, created on first use (fetching missing jars with Maven and compiling
+        the project's functions first)."""
         if self._session is None and self.remote:
             from pyspark.sql import SparkSession
 
@@ -77,9 +80,9 @@ class SparkResource(ConfigurableResource):  # type: ignore[type-arg]
         if self._session is None:
             from dagster_pyspark.resources import spark_session_from_config
 
-            from cdc_assets.resources.jars import ensure_jars
+            from cdc_assets.resources.jars import spark_jars
 
-            ensure_jars("spark", self.settings())
+            spark_jars(self.settings())
             if self.master.startswith("local"):
                 # Spark picks its local address from the hostname otherwise; stay on loopback.
                 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")

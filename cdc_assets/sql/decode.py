@@ -1,9 +1,9 @@
 """Spark SQL that turns a Debezium JSON record into a ledger row, a dead letter or a skip (pure).
 
-The ingest parses the record value once into an envelope whose ``before``/``after`` images are
-kept as raw JSON text, then parses the image into one raw text field per column. Everything
-below renders expressions over those raw texts; `cdc_assets.pipeline.ingest` applies them. Each
-record gets a ``_status`` (``ledger``/``dead``/``skip``), a ``_stage`` and a ``_reason``.
+The ingest reads the record value once (`ENVELOPE_FUNCTION`) into the envelope, its
+``before``/``after`` images as raw JSON text and the applied image as one raw text per field.
+Everything below renders expressions over those raw texts; `cdc_assets.pipeline.ingest` applies
+them. Each record gets a ``_status`` (``ledger``/``dead``/``skip``), a ``_stage`` and a ``_reason``.
 """
 
 from __future__ import annotations
@@ -18,43 +18,35 @@ SOURCE_STRUCT = (
     "struct<ts_ms:bigint,snapshot:string,db:string,schema:string,table:string,file:string,"
     "pos:bigint,row:bigint,gtid:string,lsn:bigint,txId:bigint>"
 )
-_ENVELOPE_FIELDS = (
-    f"before:string,after:string,op:string,ts_ms:bigint,source:{SOURCE_STRUCT},"
-    "ddl:string,tableChanges:string,status:string,id:string,databaseName:string"
+# The image as a map of raw JSON texts: every column is looked up in it, and its keys reveal
+# fields the spec does not know yet. The ledger's backfill parses ``_row_json`` into the same.
+IMAGE_SCHEMA = "map<string,string>"
+
+# The project's JVM function (cdc_assets/jvm/udf) that reads a record value in one pass: whether
+# it is UTF-8, whether it is a JSON object with envelope fields of the right JSON types, the
+# envelope (from ``payload`` when the record embeds a schema), the before/after images as the
+# source wrote them, and the applied image (before for deletes, else after) as ``img``.
+ENVELOPE_FUNCTION = "cdc_debezium_envelope"
+ENVELOPE_CLASS = "io.cdcassets.spark.DebeziumEnvelope"
+ENVELOPE_FIELDS = (
+    ("value_utf8_ok", "boolean"),
+    ("json_ok", "boolean"),
+    ("op", "string"),
+    ("ts_ms", "bigint"),
+    ("source", SOURCE_STRUCT),
+    ("ddl", "string"),
+    ("tableChanges", "string"),
+    ("status", "string"),
+    ("id", "string"),
+    ("databaseName", "string"),
+    ("before", "string"),
+    ("after", "string"),
+    ("img", IMAGE_SCHEMA),
 )
-CORRUPT = "_corrupt"
-# Top level of a record value: the envelope itself (no embedded schema) or under "payload". The
-# embedded "schema" object is not listed, so Spark skips it instead of materializing it.
-VALUE_SCHEMA = f"struct<payload:struct<{_ENVELOPE_FIELDS}>,{_ENVELOPE_FIELDS},{CORRUPT}:string>"
-ENVELOPE_COLUMNS = (
-    "before",
-    "after",
-    "op",
-    "ts_ms",
-    "source",
-    "ddl",
-    "tableChanges",
-    "status",
-    "id",
-    "databaseName",
-)
+ENVELOPE_TYPE = "struct<" + ",".join(f"{n}:{t}" for n, t in ENVELOPE_FIELDS) + ">"
 TWO_POW_64 = 18446744073709551616
 
 SKIP, DEAD, LEDGER = "skip", "dead", "ledger"
-
-
-def json_options() -> dict[str, str]:
-    return {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
-
-
-# The image is parsed once into a map of raw JSON texts: every column is looked up in it, and its
-# keys reveal fields the spec does not know yet without parsing the image again.
-IMAGE_SCHEMA = "map<string,string>"
-
-
-def envelope_field(name: str) -> str:
-    """An envelope field, from ``payload`` when the record embeds a schema."""
-    return f"CASE WHEN j.payload IS NOT NULL THEN j.payload.{name} ELSE j.{name} END"
 
 
 def raw(plan: FieldPlan) -> str:
@@ -315,15 +307,15 @@ def _value_reasons(plans: list[FieldPlan]) -> list[tuple[str, str]]:
 
 
 def classify(spec: TableSpec, plans: list[FieldPlan]) -> str:
-    """One CASE over the columns ``value_utf8_ok``, ``value`` (string), ``j`` (parsed value), the
-    envelope columns and the decoded fields, giving ``struct<status, stage, reason>``: the first
+    """One CASE over the columns ``value_bin``, the envelope columns (`ENVELOPE_FIELDS`) and the
+    decoded fields, giving ``struct<status, stage, reason>``: the first
     rule that matches decides, and the chain is evaluated once per record."""
     table = spec.source.table
     rules: list[tuple[str, str, str, str]] = [
-        ("value IS NULL", SKIP, "", literal("tombstone")),
+        ("value_bin IS NULL", SKIP, "", literal("tombstone")),
         ("NOT value_utf8_ok", DEAD, "decode", literal("value is not valid UTF-8")),
         (
-            f"j IS NULL OR j.{CORRUPT} IS NOT NULL",
+            "NOT json_ok",
             DEAD,
             "decode",
             literal("value is not a JSON object"),

@@ -29,7 +29,7 @@ from cdc_assets.resources import (
     build_resources,
     spark_connect,
 )
-from cdc_assets.resources.jars import ensure_jars
+from cdc_assets.resources.jars import ensure_jars, spark_jars
 from cdc_assets.resources.local_stack import StackState, stack_down, stack_up
 from cdc_assets.settings import ENV_HOME, ENV_SPECS, Settings, load_settings
 from cdc_assets_tests.conftest import PROJECT_ROOT
@@ -89,6 +89,7 @@ def resources(it_settings: Settings, stack: StackState) -> dict[str, Any]:
     if os.environ.get("CDC_ASSETS_TEST_SPARK") == "connect":
         # The same tests through a Spark Connect server of the session's stack (stack_down
         # stops it); the default is a driver in the test process.
+        spark_jars(it_settings)
         port = spark_connect.start_server(it_settings, res["spark"].conf())
         res["spark"] = res["spark"].model_copy(update={"remote": spark_connect.remote_url(port)})
     return res

@@ -35,3 +35,16 @@ def test_missing_tool_is_named_with_install_hint(
 def test_unknown_jar_kind() -> None:
     with pytest.raises(ValueError, match="unknown jar kind 'flink'"):
         jars.pom_path("flink")
+
+
+def test_missing_javac_stops_the_udf_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from cdc_assets.resources import udf_jar
+
+    real_which = jars.shutil.which
+    monkeypatch.setattr(
+        jars.shutil, "which", lambda name: None if name == "javac" else real_which(name)
+    )
+    settings = load_settings({"CDC_ASSETS_HOME": str(tmp_path)})
+    with pytest.raises(ToolMissingError, match="javac not found on PATH: install a Java 17 JDK"):
+        udf_jar.ensure_udf_jar(settings, quiet=True)
+    assert not (tmp_path / "jars" / "udf").exists()

@@ -1,0 +1,39 @@
+"""The project's Spark functions are compiled into the jar cache once, with javac against the
+installed pyspark, and again only when their sources change."""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from cdc_assets.resources import udf_jar
+from cdc_assets.settings import load_settings
+
+
+def test_compiled_once_then_cached_then_rebuilt_on_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = load_settings({"CDC_ASSETS_HOME": str(tmp_path)})
+    jar = udf_jar.ensure_udf_jar(settings, quiet=True)
+    assert jar == tmp_path / "jars" / "udf" / udf_jar.JAR_NAME
+    with zipfile.ZipFile(jar) as zf:
+        assert "io/cdcassets/spark/DebeziumEnvelope.class" in zf.namelist()
+    built = jar.stat().st_mtime_ns
+
+    def no_javac(name: str) -> None:
+        raise AssertionError(f"{name} should not run when the cache is current")
+
+    with monkeypatch.context() as m:
+        m.setattr(udf_jar, "require_tool", no_javac)
+        assert udf_jar.ensure_udf_jar(settings, quiet=True) == jar
+    assert jar.stat().st_mtime_ns == built
+
+    # Other sources or another pyspark give another digest: a new build.
+    stamp = (jar.parent / ".stamp").read_text().strip()
+    monkeypatch.setattr(udf_jar, "_digest", lambda sources: "changed")
+    assert udf_jar.ensure_udf_jar(settings, quiet=True) == jar
+    assert (jar.parent / ".stamp").read_text().strip() == "changed" != stamp
+    with zipfile.ZipFile(jar) as zf:
+        assert "io/cdcassets/spark/Utf8.class" in zf.namelist()
