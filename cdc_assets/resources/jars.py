@@ -21,7 +21,7 @@ from cdc_assets.settings import Settings
 JVM_DIR = Path(__file__).parent.parent / "jvm"
 KINDS = ("spark", "kafka", "connect")
 STAMP_NAME = ".stamp"
-_MAVEN_TAIL_LINES = 40
+_OUTPUT_TAIL_LINES = 40
 
 _INSTALL_HINTS = {
     "java": "install a Java 17 JDK (Debian: apt-get install openjdk-17-jdk-headless)",
@@ -136,6 +136,16 @@ def _run_maven(mvn: str, pom: Path, output_dir: Path, kind: str) -> None:
         "dependency:copy-dependencies",
         f"-DoutputDirectory={output_dir}",
     ]
+    returncode, tail = run_quietly(command, f"Maven ({mvn}) for the {kind} jars")
+    if returncode != 0:
+        raise JarSetupError(
+            f"Maven failed (exit {returncode}) fetching the {kind} jars from {pom}:\n{tail}"
+        )
+
+
+def run_quietly(command: list[str], what: str) -> tuple[int, str]:
+    """Run a build tool with its output captured: its exit code and the tail of its output.
+    JarSetupError naming ``what`` when it cannot be started at all."""
     try:
         done = subprocess.run(
             command,
@@ -146,12 +156,8 @@ def _run_maven(mvn: str, pom: Path, output_dir: Path, kind: str) -> None:
             check=False,
         )
     except OSError as exc:
-        raise JarSetupError(f"could not run Maven ({mvn}) for the {kind} jars: {exc}") from exc
-    if done.returncode != 0:
-        tail = "\n".join(done.stdout.splitlines()[-_MAVEN_TAIL_LINES:])
-        raise JarSetupError(
-            f"Maven failed (exit {done.returncode}) fetching the {kind} jars from {pom}:\n{tail}"
-        )
+        raise JarSetupError(f"could not run {what}: {exc}") from exc
+    return done.returncode, "\n".join(done.stdout.splitlines()[-_OUTPUT_TAIL_LINES:])
 
 
 def swap_in(new_dir: Path, target: Path) -> None:

@@ -10,19 +10,24 @@ from __future__ import annotations
 
 import hashlib
 import shutil
-import subprocess
 import tempfile
 import zipfile
 from pathlib import Path
 
 from cdc_assets.errors import JarSetupError
-from cdc_assets.resources.jars import JVM_DIR, STAMP_NAME, locked, require_tool, swap_in
+from cdc_assets.resources.jars import (
+    JVM_DIR,
+    STAMP_NAME,
+    locked,
+    require_tool,
+    run_quietly,
+    swap_in,
+)
 from cdc_assets.settings import Settings
 
 SOURCE_DIR = JVM_DIR / "udf" / "src"
 JAR_NAME = "cdc-assets-udf.jar"
 JAVA_RELEASE = "17"
-_OUTPUT_TAIL_LINES = 40
 
 
 def udf_dir(settings: Settings) -> Path:
@@ -104,20 +109,9 @@ def _compile(javac: str, sources: list[Path], classes: Path) -> None:
         str(classes),
         *(str(s) for s in sources),
     ]
-    try:
-        done = subprocess.run(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            check=False,
-        )
-    except OSError as exc:
-        raise JarSetupError(f"could not run javac ({javac}): {exc}") from exc
-    if done.returncode != 0:
-        tail = "\n".join(done.stdout.splitlines()[-_OUTPUT_TAIL_LINES:])
-        raise JarSetupError(f"javac failed (exit {done.returncode}) on {SOURCE_DIR}:\n{tail}")
+    returncode, tail = run_quietly(command, f"javac ({javac})")
+    if returncode != 0:
+        raise JarSetupError(f"javac failed (exit {returncode}) on {SOURCE_DIR}:\n{tail}")
 
 
 def _package(classes: Path, jar: Path) -> None:

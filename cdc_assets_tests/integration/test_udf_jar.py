@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from cdc_assets.errors import JarSetupError
 from cdc_assets.resources import udf_jar
 from cdc_assets.settings import load_settings
 
@@ -37,3 +38,20 @@ def test_compiled_once_then_cached_then_rebuilt_on_change(
     assert (jar.parent / ".stamp").read_text().strip() == "changed" != stamp
     with zipfile.ZipFile(jar) as zf:
         assert "io/cdcassets/spark/Utf8.class" in zf.namelist()
+
+
+def test_a_compile_error_is_reported_with_javac_output_and_keeps_the_old_jar(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = load_settings({"CDC_ASSETS_HOME": str(tmp_path / "home")})
+    jar = udf_jar.ensure_udf_jar(settings, quiet=True)
+    broken = tmp_path / "src" / "io" / "cdcassets" / "spark"
+    broken.mkdir(parents=True)
+    (broken / "Broken.java").write_text("package io.cdcassets.spark;\nclass Broken { int x = ; }\n")
+    monkeypatch.setattr(udf_jar, "SOURCE_DIR", tmp_path / "src")
+    with pytest.raises(JarSetupError, match=r"javac failed \(exit 1\)") as err:
+        udf_jar.ensure_udf_jar(settings, quiet=True)
+    assert "Broken.java:2" in str(err.value)
+    with zipfile.ZipFile(jar) as zf:  # the cache still holds the working jar
+        assert "io/cdcassets/spark/DebeziumEnvelope.class" in zf.namelist()
+    assert not [p for p in settings.jars_dir.iterdir() if p.name.startswith(".udf-")]
