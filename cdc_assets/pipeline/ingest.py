@@ -223,7 +223,7 @@ def _ledger_exprs(spec: TableSpec) -> dict[str, str]:
 # Set after the cache, in `ledger_rows`: current_timestamp() becomes a literal that differs on
 # every run, and inside the decode stage it would change that stage's generated code, so each
 # run would compile the largest code of the ingest again and the JIT would start over on it
-# (about 10 of 40 CPU seconds of a warm 1M-event run went to the C2 compiler).
+# (about 10 of 36 CPU seconds of a warm 1M-event run went to the C2 compiler).
 PROCESSED_AT = "_processed_at"
 
 
