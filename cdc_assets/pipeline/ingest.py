@@ -36,10 +36,9 @@ from cdc_assets.spec.models import TableSpec
 from cdc_assets.sql.ddl import literal, quote
 from cdc_assets.sql.decode import (
     DEAD,
-    ENVELOPE_CLASS,
+    ENVELOPE_EXTENSIONS,
     ENVELOPE_FIELDS,
     ENVELOPE_FUNCTION,
-    ENVELOPE_TYPE,
     LEDGER,
     SKIP,
     classify,
@@ -123,11 +122,37 @@ def read_kafka(
     return reader.load()
 
 
+class EnvelopeFunctionMissingError(CdcAssetsError):
+    """The session cannot call the project's envelope reader (its jar or extension is missing)."""
+
+
 def register_envelope_function(spark: Any) -> None:
-    """Make the project's envelope reader (compiled into the jar cache, on ``spark.jars``)
-    callable from SQL in this session (once: Spark warns on every re-registration)."""
-    if not spark.catalog.functionExists(ENVELOPE_FUNCTION):
-        spark.udf.registerJavaFunction(ENVELOPE_FUNCTION, ENVELOPE_CLASS, ENVELOPE_TYPE)
+    """Make sure the project's envelope reader (compiled into the jar cache, on ``spark.jars``)
+    is callable from SQL in this session.
+
+    Sessions configured by `SparkResource` (and the Connect server it starts) have it from the
+    ``spark.sql.extensions`` entry; a session started otherwise, with the jar on its classpath,
+    gets it registered here.
+    """
+    if spark.catalog.functionExists(ENVELOPE_FUNCTION):
+        return
+    from cdc_assets.pipeline.session_kind import is_connect
+
+    if not is_connect(spark):
+        try:
+            spark._jvm.io.cdcassets.spark.CdcExtensions.register(spark._jsparkSession)
+            return
+        except Exception as exc:  # py4j: the class is not on the driver's classpath
+            raise EnvelopeFunctionMissingError(_missing_function(str(exc))) from exc
+    raise EnvelopeFunctionMissingError(_missing_function("a Connect server without it"))
+
+
+def _missing_function(detail: str) -> str:
+    return (
+        f"Spark SQL function {ENVELOPE_FUNCTION} is not available ({detail.splitlines()[0]}): put "
+        "the project's cdc-assets-udf.jar (`cdc-assets jars`) on spark.jars and add "
+        f"{ENVELOPE_EXTENSIONS} to spark.sql.extensions"
+    )
 
 
 def classify_records(records: Any, spec: TableSpec) -> Any:

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from cdc_assets.sql.decode import ENVELOPE_EXTENSIONS
+
 CatalogType = Literal["jdbc", "rest"]
 
 # Storage-partitioned join prerequisites for the MERGE into base (see the design notes); the
@@ -88,7 +90,11 @@ def spark_conf(
     conf = {
         "spark.master": master,
         "spark.app.name": app_name,
-        "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
+        # Iceberg's SQL (MERGE, procedures) and the project's envelope reader
+        # (cdc_debezium_envelope, in the jar cache's cdc-assets-udf.jar on spark.jars).
+        "spark.sql.extensions": (
+            f"org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions,{ENVELOPE_EXTENSIONS}"
+        ),
         "spark.sql.defaultCatalog": catalog.name,
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": str(shuffle_partitions),

@@ -25,9 +25,10 @@ IMAGE_SCHEMA = "map<string,string>"
 # The project's JVM function (cdc_assets/jvm/udf) that reads a record value in one pass: whether
 # it is UTF-8, whether it is a JSON object with envelope fields of the right JSON types, the
 # envelope (from ``payload`` when the record embeds a schema), the before/after images as the
-# source wrote them, and the applied image (before for deletes, else after) as ``img``.
+# source wrote them, and the applied image (before for deletes, else after) as ``img``. The
+# session extension ``ENVELOPE_EXTENSIONS`` (in ``spark.sql.extensions``) provides it.
 ENVELOPE_FUNCTION = "cdc_debezium_envelope"
-ENVELOPE_CLASS = "io.cdcassets.spark.DebeziumEnvelope"
+ENVELOPE_EXTENSIONS = "io.cdcassets.spark.CdcExtensions"
 ENVELOPE_FIELDS = (
     ("value_utf8_ok", "boolean"),
     ("json_ok", "boolean"),

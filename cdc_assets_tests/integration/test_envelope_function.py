@@ -87,6 +87,15 @@ JSON_CASES = [
     '{"op":"c","after":{"x":NaN,"y":-Infinity}}',
     '{"op":"c","after":{"big":123456789012345678901234567890,"e":1e3,"neg":-0}}',
     '{"op":"c","after":{"s":"tab\\tquote\\"slash\\/uni\\u00e9"}}',
+    # The image scanner's edges: nested texts with brackets and quotes in strings, spacing,
+    # literals, an escaped key, single quotes inside a nested value, many duplicated fields.
+    '{"op":"c","after":{"j":{"s":"}{\\"]","t":[1,"]"]},"k":1}}',
+    '{"op":"c","after":{"j":{\'a\':\'}\'},"k":2}}',
+    '{"op":"c","after" : { "a" : 1 ,\n "b" :\t"x" , "c":[ ] } }',
+    '{"op":"c","after":{"t":true,"f":false,"n":null,"nul":"null"}}',
+    '{"op":"c","after":{"a\\u0062":1,"ab":2}}',
+    json.dumps({"op": "u", "after": {f"c{i}": i for i in range(20)}})[:-2]
+    + ', "c3": "again", "c19": null}}',
     "[]",
     "42",
     '"c"',

@@ -20,7 +20,7 @@ def test_compiled_once_then_cached_then_rebuilt_on_change(
     jar = udf_jar.ensure_udf_jar(settings, quiet=True)
     assert jar == tmp_path / "jars" / "udf" / udf_jar.JAR_NAME
     with zipfile.ZipFile(jar) as zf:
-        assert "io/cdcassets/spark/DebeziumEnvelope.class" in zf.namelist()
+        assert "io/cdcassets/spark/EnvelopeReader.class" in zf.namelist()
     built = jar.stat().st_mtime_ns
 
     def no_javac(name: str) -> None:
@@ -53,5 +53,5 @@ def test_a_compile_error_is_reported_with_javac_output_and_keeps_the_old_jar(
         udf_jar.ensure_udf_jar(settings, quiet=True)
     assert "Broken.java:2" in str(err.value)
     with zipfile.ZipFile(jar) as zf:  # the cache still holds the working jar
-        assert "io/cdcassets/spark/DebeziumEnvelope.class" in zf.namelist()
+        assert "io/cdcassets/spark/EnvelopeReader.class" in zf.namelist()
     assert not [p for p in settings.jars_dir.iterdir() if p.name.startswith(".udf-")]

@@ -70,4 +70,8 @@ def test_spark_conf_has_iceberg_spj_and_extra_wins() -> None:
     assert conf["spark.sql.defaultCatalog"] == "lake"
     assert conf["spark.sql.shuffle.partitions"] == "64"
     assert all(conf[k] == v for k, v in SPJ_CONF.items())
-    assert "IcebergSparkSessionExtensions" in conf["spark.sql.extensions"]
+    extensions = conf["spark.sql.extensions"].split(",")
+    assert extensions == [
+        "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
+        "io.cdcassets.spark.CdcExtensions",  # the envelope reader, from the project's jar
+    ]

@@ -7,29 +7,32 @@ import com.fasterxml.jackson.core.StreamReadConstraints;
 import com.fasterxml.jackson.core.json.JsonReadFeature;
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
-import java.util.HashMap;
-import java.util.Map;
-import org.apache.spark.sql.Row;
-import org.apache.spark.sql.RowFactory;
-import org.apache.spark.sql.api.java.UDF1;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.unsafe.types.UTF8String;
 
 /**
  * One pass over a Kafka record value: UTF-8 check, the Debezium envelope (with or without an
- * embedded schema) and the row image the event applies, as Spark SQL function
- * {@code cdc_debezium_envelope(value BINARY)}.
+ * embedded schema) and the row image the event applies, as Spark's internal values (the result of
+ * SQL function {@code cdc_debezium_envelope(value BINARY)}, see {@link CdcExtensions}).
  *
  * <p>It gives what {@code is_valid_utf8}, {@code from_json} of the envelope with the images as
  * strings, and {@code from_json} of the image as {@code map<string,string>} give together, but
  * reads the bytes once: the images are cut out of the value as the source wrote them instead of
- * being written back out as JSON by the parser (which cost a fifth of the ingest's CPU), and the
- * image's values are taken as text (strings unescaped, numbers, booleans, objects and arrays as
- * their JSON text). The Python side lists the result's fields in {@code cdc_assets.sql.decode}.
+ * being written back out as JSON by the parser, and the image's values are taken as text (strings
+ * unescaped, numbers, booleans, objects and arrays as their JSON text). Values are built as
+ * Spark's own UTF8String, mostly as slices of the record's bytes, so no text is decoded to a Java
+ * string and encoded back (that round trip and Spark's conversion of a Java UDF's result were a
+ * third of the function's time). The Python side lists the result's fields in
+ * {@code cdc_assets.sql.decode}.
  *
  * <p>A value that is not a JSON object, or whose envelope fields have the wrong JSON type (a
  * string for ts_ms, say), gives {@code json_ok = false}, as a corrupt record of from_json would.
  */
-public final class DebeziumEnvelope implements UDF1<byte[], Row> {
-  private static final long serialVersionUID = 1L;
+public final class EnvelopeReader {
+  private EnvelopeReader() {}
 
   // The JSON dialect of Spark's from_json defaults: single quotes and NaN/Infinity accepted.
   static final JsonFactory FACTORY =
@@ -42,6 +45,16 @@ public final class DebeziumEnvelope implements UDF1<byte[], Row> {
                   .maxNumberLength(Integer.MAX_VALUE)
                   .build())
           .build();
+
+  /** The result's type; cdc_assets.sql.decode.ENVELOPE_FIELDS names the same fields. */
+  static final StructType TYPE =
+      (StructType)
+          DataType.fromDDL(
+              "struct<value_utf8_ok:boolean,json_ok:boolean,op:string,ts_ms:bigint,"
+                  + "source:struct<ts_ms:bigint,snapshot:string,db:string,schema:string,"
+                  + "table:string,file:string,pos:bigint,row:bigint,gtid:string,lsn:bigint,"
+                  + "txId:bigint>,ddl:string,tableChanges:string,status:string,id:string,"
+                  + "databaseName:string,before:string,after:string,img:map<string,string>>");
 
   private static final int FIELDS = 13;
   private static final int SOURCE_FIELDS = 11;
@@ -67,21 +80,18 @@ public final class DebeziumEnvelope implements UDF1<byte[], Row> {
   private static final class Envelope {
     Image before;
     Image after;
-    String op;
-    String ddl;
-    String tableChanges;
-    String status;
-    String id;
-    String databaseName;
+    UTF8String op;
+    UTF8String ddl;
+    UTF8String tableChanges;
+    UTF8String status;
+    UTF8String id;
+    UTF8String databaseName;
     Long tsMs;
-    Row source;
+    InternalRow source;
   }
 
-  @Override
-  public Row call(byte[] value) {
-    if (value == null) {
-      return null;
-    }
+  /** The envelope of a non-null record value. */
+  public static InternalRow read(byte[] value) {
     if (!Utf8.isValid(value)) {
       return failed(false);
     }
@@ -113,42 +123,41 @@ public final class DebeziumEnvelope implements UDF1<byte[], Row> {
     }
     // With an embedded schema the envelope is the "payload" object.
     Envelope e = payload != null ? payload : top;
-    Image applied = "d".equals(e.op) ? e.before : e.after;
-    return RowFactory.create(
-        true,
-        true,
-        e.op,
-        e.tsMs,
-        e.source,
-        e.ddl,
-        e.tableChanges,
-        e.status,
-        e.id,
-        e.databaseName,
-        text(e.before, value),
-        text(e.after, value),
-        applied == null ? null : imageMap(applied, value));
+    Image applied = e.op == OPS[2] || OPS[2].equals(e.op) ? e.before : e.after;
+    Object[] f = new Object[FIELDS];
+    f[0] = true;
+    f[1] = true;
+    f[2] = e.op;
+    f[3] = e.tsMs;
+    f[4] = e.source;
+    f[5] = e.ddl;
+    f[6] = e.tableChanges;
+    f[7] = e.status;
+    f[8] = e.id;
+    f[9] = e.databaseName;
+    f[10] = text(e.before, value);
+    f[11] = text(e.after, value);
+    f[12] = applied == null ? null : image(applied, value);
+    return new GenericInternalRow(f);
   }
 
-  private static Row failed(boolean utf8) {
+  private static InternalRow failed(boolean utf8) {
     Object[] fields = new Object[FIELDS];
     fields[0] = utf8;
     fields[1] = false;
-    return RowFactory.create(fields);
+    return new GenericInternalRow(fields);
   }
 
-  private static String text(Image image, byte[] value) {
+  private static UTF8String text(Image image, byte[] value) {
     if (image == null) {
       return null;
     }
-    if (image.text == null) {
-      image.text = utf8(value, image.start, image.end);
-    }
-    return image.text;
+    return image.text != null ? UTF8String.fromString(image.text) : slice(value, image.start, image.end);
   }
 
-  private static String utf8(byte[] value, int start, int end) {
-    return new String(value, start, end - start, StandardCharsets.UTF_8);
+  /** Bytes of a value already checked to be UTF-8: wrapped, not copied. */
+  static UTF8String slice(byte[] value, int start, int end) {
+    return UTF8String.fromBytes(value, start, end - start);
   }
 
   private static void envelopeField(
@@ -157,7 +166,7 @@ public final class DebeziumEnvelope implements UDF1<byte[], Row> {
     switch (name) {
       case "before" -> env.before = image(p, t);
       case "after" -> env.after = image(p, t);
-      case "op" -> env.op = string(p, t, value);
+      case "op" -> env.op = op(p, t, value);
       case "ts_ms" -> env.tsMs = bigint(p, t);
       case "source" -> env.source = source(p, t, value);
       case "ddl" -> env.ddl = string(p, t, value);
@@ -184,17 +193,40 @@ public final class DebeziumEnvelope implements UDF1<byte[], Row> {
     return image;
   }
 
+  // c, u, d (OPS[2]: the op whose applied image is "before"), r, t, m.
+  private static final UTF8String[] OPS = {
+    UTF8String.fromString("c"),
+    UTF8String.fromString("u"),
+    UTF8String.fromString("d"),
+    UTF8String.fromString("r"),
+    UTF8String.fromString("t"),
+    UTF8String.fromString("m"),
+  };
+
+  /** The op code: the usual one-letter codes are shared constants. */
+  private static UTF8String op(JsonParser p, JsonToken t, byte[] value) throws IOException {
+    if (t == JsonToken.VALUE_STRING && p.getTextLength() == 1) {
+      char c = p.getTextCharacters()[p.getTextOffset()];
+      for (UTF8String known : OPS) {
+        if (known.getByte(0) == c) {
+          return known;
+        }
+      }
+    }
+    return string(p, t, value);
+  }
+
   /** A string field: a JSON string unescaped, any other value as its JSON text. */
-  private static String string(JsonParser p, JsonToken t, byte[] value) throws IOException {
+  private static UTF8String string(JsonParser p, JsonToken t, byte[] value) throws IOException {
     if (t == JsonToken.VALUE_NULL) {
       return null;
     }
     if (t == JsonToken.START_OBJECT || t == JsonToken.START_ARRAY) {
       int start = (int) p.currentTokenLocation().getByteOffset();
       p.skipChildren();
-      return utf8(value, start, (int) p.currentLocation().getByteOffset());
+      return slice(value, start, (int) p.currentLocation().getByteOffset());
     }
-    return p.getText();
+    return UTF8String.fromString(p.getText());
   }
 
   /** A bigint field: an integral JSON number within 64 bits, or null; anything else corrupt. */
@@ -212,7 +244,8 @@ public final class DebeziumEnvelope implements UDF1<byte[], Row> {
   }
 
   /** The fields of decode.SOURCE_STRUCT, in its order. */
-  private static Row source(JsonParser p, JsonToken t, byte[] value) throws IOException, Corrupt {
+  private static InternalRow source(JsonParser p, JsonToken t, byte[] value)
+      throws IOException, Corrupt {
     if (t == JsonToken.VALUE_NULL) {
       return null;
     }
@@ -238,51 +271,24 @@ public final class DebeziumEnvelope implements UDF1<byte[], Row> {
         default -> p.skipChildren();
       }
     }
-    return RowFactory.create(f);
+    return new GenericInternalRow(f);
   }
 
   /**
    * The image's fields as text (as from_json into map<string,string>); null when the image is
    * not a JSON object. A JSON string holding an object is parsed, as from_json would.
    */
-  private static Map<String, String> imageMap(Image image, byte[] value) {
-    boolean sliced = image.start >= 0;
-    try (JsonParser p =
-        sliced
-            ? FACTORY.createParser(value, image.start, image.end - image.start)
-            : FACTORY.createParser(image.text)) {
-      if (p.nextToken() != JsonToken.START_OBJECT) {
-        return null;
+  private static Object image(Image image, byte[] value) {
+    if (image.start >= 0) {
+      Object fast = ImageScanner.scan(value, image.start, image.end);
+      if (fast != ImageScanner.UNSURE) {
+        return fast;
       }
-      Map<String, String> out = new HashMap<>();
-      while (p.nextToken() == JsonToken.FIELD_NAME) {
-        String name = p.currentName();
-        JsonToken t = p.nextToken();
-        String text;
-        if (t == JsonToken.VALUE_NULL) {
-          text = null;
-        } else if (t == JsonToken.START_OBJECT || t == JsonToken.START_ARRAY) {
-          // Offsets are relative to the parsed slice (bytes) or string (chars).
-          if (sliced) {
-            int start = image.start + (int) p.currentTokenLocation().getByteOffset();
-            p.skipChildren();
-            text = utf8(value, start, image.start + (int) p.currentLocation().getByteOffset());
-          } else {
-            int start = (int) p.currentTokenLocation().getCharOffset();
-            p.skipChildren();
-            text = image.text.substring(start, (int) p.currentLocation().getCharOffset());
-          }
-        } else {
-          text = p.getText();
-        }
-        out.put(name, text);
-      }
-      if (p.currentToken() != JsonToken.END_OBJECT) {
-        return null;
-      }
-      return out;
-    } catch (IOException | RuntimeException e) {
-      return null;
     }
+    return ImageScanner.parse(image.text, value, image.start, image.end);
+  }
+
+  static String utf8(byte[] value, int start, int end) {
+    return new String(value, start, end - start, StandardCharsets.UTF_8);
   }
 }

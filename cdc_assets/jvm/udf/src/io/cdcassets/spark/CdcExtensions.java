@@ -1,0 +1,70 @@
+package io.cdcassets.spark;
+
+import org.apache.spark.sql.SparkSession;
+import org.apache.spark.sql.SparkSessionExtensions;
+import org.apache.spark.sql.catalyst.FunctionIdentifier;
+import org.apache.spark.sql.catalyst.expressions.Expression;
+import org.apache.spark.sql.catalyst.expressions.ExpressionInfo;
+import org.apache.spark.sql.catalyst.expressions.objects.StaticInvoke;
+import org.apache.spark.sql.types.AbstractDataType;
+import org.apache.spark.sql.types.BinaryType$;
+import scala.Option;
+import scala.Function1;
+import scala.Tuple3;
+import scala.collection.immutable.Seq;
+import scala.jdk.javaapi.CollectionConverters;
+import scala.runtime.AbstractFunction1;
+import scala.runtime.BoxedUnit;
+
+/**
+ * The project's SQL functions for every session: {@code spark.sql.extensions} names this class
+ * (with the jar on {@code spark.jars}), as it names Iceberg's. {@link #register} adds them to a
+ * session started without it.
+ */
+public final class CdcExtensions extends AbstractFunction1<SparkSessionExtensions, BoxedUnit> {
+  /** {@code cdc_debezium_envelope(value BINARY)}: see {@link EnvelopeReader}. */
+  public static final String ENVELOPE_NAME = "cdc_debezium_envelope";
+
+  static final FunctionIdentifier ENVELOPE = FunctionIdentifier.apply(ENVELOPE_NAME);
+  static final ExpressionInfo ENVELOPE_INFO =
+      new ExpressionInfo(EnvelopeReader.class.getName(), ENVELOPE_NAME);
+  private static final Seq<AbstractDataType> BINARY =
+      CollectionConverters.asScala(java.util.List.<AbstractDataType>of(BinaryType$.MODULE$))
+          .toList();
+
+  static final Function1<Seq<Expression>, Expression> ENVELOPE_BUILDER =
+      args -> {
+        if (args.size() != 1) {
+          throw new IllegalArgumentException(
+              ENVELOPE_NAME + " takes 1 argument (a record value), got " + args.size());
+        }
+        // Spark's own call of a static method on internal values: generated code calls
+        // EnvelopeReader.read with the value's bytes and takes its InternalRow as the result,
+        // with no conversion of Java objects per row (a Java UDF's cost). A null value (a
+        // tombstone) gives null without a call.
+        return new StaticInvoke(
+            EnvelopeReader.class,
+            EnvelopeReader.TYPE,
+            "read",
+            args,
+            BINARY,
+            true,
+            true,
+            true,
+            Option.empty());
+      };
+
+  @Override
+  public BoxedUnit apply(SparkSessionExtensions extensions) {
+    extensions.injectFunction(new Tuple3<>(ENVELOPE, ENVELOPE_INFO, ENVELOPE_BUILDER));
+    return BoxedUnit.UNIT;
+  }
+
+  /** Register the functions in a running session (one whose configuration lacks the class). */
+  public static void register(SparkSession session) {
+    session
+        .sessionState()
+        .functionRegistry()
+        .registerFunction(ENVELOPE, ENVELOPE_INFO, ENVELOPE_BUILDER);
+  }
+}
