@@ -43,6 +43,8 @@ from cdc_assets.sql.decode import (
     SKIP,
     classify,
     decode_stages,
+    envelope_call,
+    envelope_value,
     ledger_value,
     sequence_columns,
     unavailable_list,
@@ -183,16 +185,15 @@ def classify_records(records: Any, spec: TableSpec) -> Any:
         old_key.alias("_old_key"),
     )
     register_envelope_function(records.sparkSession)
-    df = df.select("*", F.expr(f"{ENVELOPE_FUNCTION}(value_bin)").alias("_envelope"))
+    df = df.select("*", F.expr(envelope_call("value_bin", plans)).alias("_envelope"))
     df = df.select("*", *[F.col(f"_envelope.{name}").alias(name) for name, _ in ENVELOPE_FIELDS])
     df = df.select("*", F.expr("CASE WHEN op = 'd' THEN before ELSE after END").alias("image"))
-    for stage in decode_stages(plans):
+    for stage in decode_stages(plans, envelope_value):
         df = df.select("*", *[F.expr(expr).alias(name) for name, expr in stage])
-    known = ", ".join(repr(p.name) for p in plans)
     df = df.select(
         "*",
         F.expr(classify(spec, plans)).alias("_outcome"),
-        F.expr(f"array_except(map_keys(img), array({known}))").alias("_unknown"),
+        F.col("unknown").alias("_unknown"),
     )
     return df.select(
         "*",

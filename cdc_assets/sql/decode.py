@@ -9,6 +9,7 @@ them. Each record gets a ``_status`` (``ledger``/``dead``/``skip``), a ``_stage`
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable
 
 from cdc_assets.schema.wire import TOAST_PLACEHOLDER, FieldPlan, Wire
 from cdc_assets.spec.models import TableSpec
@@ -18,15 +19,17 @@ SOURCE_STRUCT = (
     "struct<ts_ms:bigint,snapshot:string,db:string,schema:string,table:string,file:string,"
     "pos:bigint,row:bigint,gtid:string,lsn:bigint,txId:bigint>"
 )
-# The image as a map of raw JSON texts: every column is looked up in it, and its keys reveal
-# fields the spec does not know yet. The ledger's backfill parses ``_row_json`` into the same.
+# The image as a map of raw JSON texts, as the ledger's backfill parses ``_row_json``: every
+# column is looked up in it (`map_lookup`).
 IMAGE_SCHEMA = "map<string,string>"
 
 # The project's JVM function (cdc_assets/jvm/udf) that reads a record value in one pass: whether
 # it is UTF-8, whether it is a JSON object with envelope fields of the right JSON types, the
 # envelope (from ``payload`` when the record embeds a schema), the before/after images as the
-# source wrote them, and the applied image (before for deletes, else after) as ``img``. The
-# session extension ``ENVELOPE_EXTENSIONS`` (in ``spark.sql.extensions``) provides it.
+# source wrote them, and of the applied image (before for deletes, else after) the raw text of
+# each field named in its second argument, in that order (``vals``), and the names of the other
+# fields (``unknown``: fields the spec does not know yet). The session extension
+# ``ENVELOPE_EXTENSIONS`` (in ``spark.sql.extensions``) provides it.
 ENVELOPE_FUNCTION = "cdc_debezium_envelope"
 ENVELOPE_EXTENSIONS = "io.cdcassets.spark.CdcExtensions"
 ENVELOPE_FIELDS = (
@@ -42,7 +45,8 @@ ENVELOPE_FIELDS = (
     ("databaseName", "string"),
     ("before", "string"),
     ("after", "string"),
-    ("img", IMAGE_SCHEMA),
+    ("vals", "array<string>"),
+    ("unknown", "array<string>"),
 )
 ENVELOPE_TYPE = "struct<" + ",".join(f"{n}:{t}" for n, t in ENVELOPE_FIELDS) + ">"
 TWO_POW_64 = 18446744073709551616
@@ -56,9 +60,28 @@ def raw(plan: FieldPlan) -> str:
     return ref(plan, "r")
 
 
-def raw_stage(plans: list[FieldPlan]) -> list[tuple[str, str]]:
-    """One map lookup per column; every later expression reads the resulting column."""
-    return [(ref(plan, "r"), f"img[{literal(plan.name)}]") for plan in plans]
+FieldText = Callable[[int, FieldPlan], str]
+
+
+def map_lookup(index: int, plan: FieldPlan) -> str:
+    """A column's raw text from an image parsed into ``img`` (`IMAGE_SCHEMA`)."""
+    return f"img[{literal(plan.name)}]"
+
+
+def envelope_value(index: int, plan: FieldPlan) -> str:
+    """A column's raw text from the envelope function's ``vals`` (asked for in plan order)."""
+    return f"vals[{index}]"
+
+
+def envelope_call(value: str, plans: list[FieldPlan]) -> str:
+    """The envelope function over ``value``, asking for the plans' fields in their order."""
+    names = ", ".join(literal(p.name) for p in plans)
+    return f"{ENVELOPE_FUNCTION}({value}, array({names}))"
+
+
+def raw_stage(plans: list[FieldPlan], field_text: FieldText = map_lookup) -> list[tuple[str, str]]:
+    """One lookup per column; every later expression reads the resulting column."""
+    return [(ref(plan, "r"), field_text(i, plan)) for i, plan in enumerate(plans)]
 
 
 def ref(plan: FieldPlan, part: str) -> str:
@@ -71,8 +94,11 @@ def ref(plan: FieldPlan, part: str) -> str:
 _DECIMAL_WIRES = (Wire.DECIMAL_BYTES, Wire.DECIMAL_VARIABLE)
 
 
-def decode_stages(plans: list[FieldPlan]) -> list[list[tuple[str, str]]]:
-    """Ordered projections (name, expression) computing every field's natural and sink value."""
+def decode_stages(
+    plans: list[FieldPlan], field_text: FieldText = map_lookup
+) -> list[list[tuple[str, str]]]:
+    """Ordered projections (name, expression) computing every field's natural and sink value
+    from each field's raw text (``field_text``: from ``img`` or from the envelope's ``vals``)."""
     hexes, unscaled, naturals, sinks = [], [], [], []
     for p in plans:
         if p.wire is Wire.DECIMAL_BYTES:
@@ -85,7 +111,8 @@ def decode_stages(plans: list[FieldPlan]) -> list[list[tuple[str, str]]]:
             unscaled.append((ref(p, "u"), unscaled_from_hex(ref(p, "h"))))
         naturals.append((ref(p, "n"), decode_natural(p)))
         sinks.append((ref(p, "v"), to_sink(p)))
-    return [stage for stage in (raw_stage(plans), hexes, unscaled, naturals, sinks) if stage]
+    stages = (raw_stage(plans, field_text), hexes, unscaled, naturals, sinks)
+    return [stage for stage in stages if stage]
 
 
 def _placeholders(plan: FieldPlan) -> list[str]:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from cdc_assets.pipeline.ingest import register_envelope_function
+from cdc_assets.sql.ddl import literal
 from cdc_assets.sql.decode import ENVELOPE_FIELDS, ENVELOPE_FUNCTION, IMAGE_SCHEMA, SOURCE_STRUCT
 from cdc_assets_tests.support.bad_records import cases
 
@@ -24,6 +25,11 @@ _ENVELOPE = (
 REFERENCE_SCHEMA = f"struct<payload:struct<{_ENVELOPE}>,{_ENVELOPE},_corrupt:string>"
 _ENVELOPE_NAMES = ["before", "after", "op", "ts_ms", "ddl", "tableChanges", "status", "id"]
 _ENVELOPE_NAMES += ["databaseName"]
+# The image fields asked for (the spec's columns in the ingest): some in every case's order, some
+# absent from every case, some duplicated in a case; every other field is unknown.
+IMAGE_NAMES = ["id", "name", "n", "b", "z", "d", "x", "y", "list", "c3", "c19", "ab", "s", "t"]
+IMAGE_NAMES += ["f", "nul", "j", "k", "b2", "e", "big", "neg", "never_sent"]
+_CALL = f"{ENVELOPE_FUNCTION}(value, array({', '.join(literal(n) for n in IMAGE_NAMES)}))"
 
 UTF8_CASES = [
     b"",
@@ -150,7 +156,7 @@ def test_utf8_check_agrees_with_spark_and_python(envelope_ready: Any) -> None:
         _frame(envelope_ready, list(UTF8_CASES))
         .selectExpr(
             "i",
-            f"{ENVELOPE_FUNCTION}(value).value_utf8_ok AS ours",
+            f"{_CALL}.value_utf8_ok AS ours",
             "is_valid_utf8(value) AS spark",
         )
         .orderBy("i")
@@ -170,7 +176,7 @@ def test_envelope_agrees_with_from_json(envelope_ready: Any) -> None:
     values += [c.value for c in cases()]
     frame = _frame(envelope_ready, values)
     envelope = [f"e.{name}" for name, _ in ENVELOPE_FIELDS]
-    ours = frame.selectExpr("i", f"{ENVELOPE_FUNCTION}(value) AS e").selectExpr("i", *envelope)
+    ours = frame.selectExpr("i", f"{_CALL} AS e").selectExpr("i", *envelope)
     pick = [
         f"CASE WHEN j.payload IS NOT NULL THEN j.payload.{n} ELSE j.{n} END AS {n}"
         for n in [*_ENVELOPE_NAMES, "source"]
@@ -205,6 +211,13 @@ def test_envelope_agrees_with_from_json(envelope_ready: Any) -> None:
             continue
         for name in [*_ENVELOPE_NAMES, "source"]:
             assert _canonical(g[name]) == _canonical(w[name]), (name, value)
-        assert _canonical_map(g["img"]) == _canonical_map(w["img"]), value
+        image = _canonical_map(w["img"])
+        if image is None:
+            assert (g["vals"], g["unknown"]) == (None, None), value
+        else:
+            vals = _canonical_map(dict(zip(IMAGE_NAMES, g["vals"], strict=True)))
+            assert vals == {n: image.get(n) for n in IMAGE_NAMES}, value
+            assert len(g["unknown"]) == len(set(g["unknown"])), value
+            assert set(g["unknown"]) == set(image) - set(IMAGE_NAMES), value
         checked += 1
     assert checked >= 40  # most cases are well-formed envelopes compared field by field

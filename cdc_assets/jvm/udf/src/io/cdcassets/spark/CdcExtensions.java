@@ -8,6 +8,7 @@ import org.apache.spark.sql.catalyst.expressions.ExpressionInfo;
 import org.apache.spark.sql.catalyst.expressions.objects.StaticInvoke;
 import org.apache.spark.sql.types.AbstractDataType;
 import org.apache.spark.sql.types.BinaryType$;
+import org.apache.spark.sql.types.DataTypes;
 import scala.Option;
 import scala.Function1;
 import scala.Tuple3;
@@ -22,21 +23,25 @@ import scala.runtime.BoxedUnit;
  * session started without it.
  */
 public final class CdcExtensions extends AbstractFunction1<SparkSessionExtensions, BoxedUnit> {
-  /** {@code cdc_debezium_envelope(value BINARY)}: see {@link EnvelopeReader}. */
+  /** {@code cdc_debezium_envelope(value BINARY, names ARRAY<STRING>)}: see {@link EnvelopeReader}. */
   public static final String ENVELOPE_NAME = "cdc_debezium_envelope";
 
   static final FunctionIdentifier ENVELOPE = FunctionIdentifier.apply(ENVELOPE_NAME);
   static final ExpressionInfo ENVELOPE_INFO =
       new ExpressionInfo(EnvelopeReader.class.getName(), ENVELOPE_NAME);
-  private static final Seq<AbstractDataType> BINARY =
-      CollectionConverters.asScala(java.util.List.<AbstractDataType>of(BinaryType$.MODULE$))
+  private static final Seq<AbstractDataType> INPUT_TYPES =
+      CollectionConverters.asScala(
+              java.util.List.<AbstractDataType>of(
+                  BinaryType$.MODULE$, DataTypes.createArrayType(DataTypes.StringType)))
           .toList();
 
   static final Function1<Seq<Expression>, Expression> ENVELOPE_BUILDER =
       args -> {
-        if (args.size() != 1) {
+        if (args.size() != 2) {
           throw new IllegalArgumentException(
-              ENVELOPE_NAME + " takes 1 argument (a record value), got " + args.size());
+              ENVELOPE_NAME
+                  + " takes 2 arguments (a record value, the image's field names), got "
+                  + args.size());
         }
         // Spark's own call of a static method on internal values: generated code calls
         // EnvelopeReader.read with the value's bytes and takes its InternalRow as the result,
@@ -47,7 +52,7 @@ public final class CdcExtensions extends AbstractFunction1<SparkSessionExtension
             EnvelopeReader.TYPE,
             "read",
             args,
-            BINARY,
+            INPUT_TYPES,
             true,
             true,
             true,

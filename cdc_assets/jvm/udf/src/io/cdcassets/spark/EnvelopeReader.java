@@ -9,6 +9,8 @@ import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
+import org.apache.spark.sql.catalyst.util.ArrayData;
+import org.apache.spark.sql.catalyst.util.GenericArrayData;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.unsafe.types.UTF8String;
@@ -16,13 +18,17 @@ import org.apache.spark.unsafe.types.UTF8String;
 /**
  * One pass over a Kafka record value: UTF-8 check, the Debezium envelope (with or without an
  * embedded schema) and the row image the event applies, as Spark's internal values (the result of
- * SQL function {@code cdc_debezium_envelope(value BINARY)}, see {@link CdcExtensions}).
+ * SQL function {@code cdc_debezium_envelope(value BINARY, names ARRAY<STRING>)}, see {@link
+ * CdcExtensions}).
  *
  * <p>It gives what {@code is_valid_utf8}, {@code from_json} of the envelope with the images as
  * strings, and {@code from_json} of the image as {@code map<string,string>} give together, but
  * reads the bytes once: the images are cut out of the value as the source wrote them instead of
  * being written back out as JSON by the parser, and the image's values are taken as text (strings
- * unescaped, numbers, booleans, objects and arrays as their JSON text). Values are built as
+ * unescaped, numbers, booleans, objects and arrays as their JSON text). Of the image it gives the
+ * text of each field in {@code names}, in that order ({@code vals}: the spec's columns, so no map
+ * is built and searched per column), and the names of the fields not in {@code names} ({@code
+ * unknown}: fields the spec does not know yet). Values are built as
  * Spark's own UTF8String, mostly as slices of the record's bytes, so no text is decoded to a Java
  * string and encoded back (that round trip and Spark's conversion of a Java UDF's result were a
  * third of the function's time). The Python side lists the result's fields in
@@ -54,9 +60,10 @@ public final class EnvelopeReader {
                   + "source:struct<ts_ms:bigint,snapshot:string,db:string,schema:string,"
                   + "table:string,file:string,pos:bigint,row:bigint,gtid:string,lsn:bigint,"
                   + "txId:bigint>,ddl:string,tableChanges:string,status:string,id:string,"
-                  + "databaseName:string,before:string,after:string,img:map<string,string>>");
+                  + "databaseName:string,before:string,after:string,vals:array<string>,"
+                  + "unknown:array<string>>");
 
-  private static final int FIELDS = 13;
+  private static final int FIELDS = 14;
   private static final int SOURCE_FIELDS = 11;
 
   /** Input from_json would call a corrupt record; thrown without a stack trace. */
@@ -90,8 +97,33 @@ public final class EnvelopeReader {
     InternalRow source;
   }
 
-  /** The envelope of a non-null record value. */
-  public static InternalRow read(byte[] value) {
+  /** The names asked for, read once per distinct array (a literal: the same one every row). */
+  private static final class Names {
+    final ArrayData source;
+    final UTF8String[] names;
+
+    Names(ArrayData source) {
+      this.source = source;
+      this.names = new UTF8String[source.numElements()];
+      for (int i = 0; i < names.length; i++) {
+        names[i] = source.getUTF8String(i);
+      }
+    }
+  }
+
+  private static volatile Names lastNames;
+
+  private static UTF8String[] names(ArrayData source) {
+    Names last = lastNames;
+    if (last == null || last.source != source) {
+      last = new Names(source);
+      lastNames = last;
+    }
+    return last.names;
+  }
+
+  /** The envelope of a non-null record value, with the image's fields {@code names}. */
+  public static InternalRow read(byte[] value, ArrayData names) {
     if (!Utf8.isValid(value)) {
       return failed(false);
     }
@@ -137,7 +169,12 @@ public final class EnvelopeReader {
     f[9] = e.databaseName;
     f[10] = text(e.before, value);
     f[11] = text(e.after, value);
-    f[12] = applied == null ? null : image(applied, value);
+    if (applied != null) {
+      ImageScanner.Fields fields = image(applied, value);
+      if (fields != ImageScanner.NOT_OBJECT) {
+        pick(fields, names(names), f);
+      }
+    }
     return new GenericInternalRow(f);
   }
 
@@ -275,17 +312,71 @@ public final class EnvelopeReader {
   }
 
   /**
-   * The image's fields as text (as from_json into map<string,string>); null when the image is
-   * not a JSON object. A JSON string holding an object is parsed, as from_json would.
+   * The image's fields (as from_json into map<string,string> reads them); NOT_OBJECT when the
+   * image is not a JSON object. A JSON string holding an object is parsed, as from_json would.
    */
-  private static Object image(Image image, byte[] value) {
+  private static ImageScanner.Fields image(Image image, byte[] value) {
     if (image.start >= 0) {
-      Object fast = ImageScanner.scan(value, image.start, image.end);
+      ImageScanner.Fields fast = ImageScanner.scan(value, image.start, image.end);
       if (fast != ImageScanner.UNSURE) {
         return fast;
       }
     }
     return ImageScanner.parse(image.text, value, image.start, image.end);
+  }
+
+  /**
+   * {@code vals} (the text of each of {@code names}; the last of duplicated fields wins, as in a
+   * map) and {@code unknown} (the other fields' names, each once, in image order) into {@code f}.
+   */
+  private static void pick(ImageScanner.Fields fields, UTF8String[] names, Object[] f) {
+    Object[] vals = new Object[names.length];
+    UTF8String[] unknown = null;
+    int unknowns = 0;
+    int next = 0; // sources write the columns in table order, mostly the spec's: try that first
+    for (int j = 0; j < fields.n; j++) {
+      UTF8String key = fields.keys[j];
+      int at = -1;
+      if (next < names.length && names[next].equals(key)) {
+        at = next;
+      } else {
+        for (int i = 0; i < names.length; i++) {
+          if (names[i].equals(key)) {
+            at = i;
+            break;
+          }
+        }
+      }
+      if (at >= 0) {
+        vals[at] = fields.values[j];
+        next = at + 1;
+        continue;
+      }
+      if (unknown == null) {
+        unknown = new UTF8String[4];
+      }
+      if (!contains(unknown, unknowns, key)) {
+        if (unknowns == unknown.length) {
+          unknown = java.util.Arrays.copyOf(unknown, 2 * unknowns);
+        }
+        unknown[unknowns++] = key;
+      }
+    }
+    f[12] = new GenericArrayData(vals);
+    Object[] extra = new Object[unknowns];
+    if (unknowns > 0) {
+      System.arraycopy(unknown, 0, extra, 0, unknowns);
+    }
+    f[13] = new GenericArrayData(extra);
+  }
+
+  private static boolean contains(UTF8String[] keys, int n, UTF8String key) {
+    for (int i = 0; i < n; i++) {
+      if (keys[i].equals(key)) {
+        return true;
+      }
+    }
+    return false;
   }
 
   static String utf8(byte[] value, int start, int end) {

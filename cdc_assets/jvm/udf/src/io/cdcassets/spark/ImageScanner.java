@@ -3,18 +3,13 @@ package io.cdcassets.spark;
 import com.fasterxml.jackson.core.JsonParser;
 import com.fasterxml.jackson.core.JsonToken;
 import java.io.IOException;
-import java.util.HashMap;
-import java.util.LinkedHashMap;
-import java.util.Map;
-import org.apache.spark.sql.catalyst.util.ArrayBasedMapData;
-import org.apache.spark.sql.catalyst.util.GenericArrayData;
+import java.util.Arrays;
 import org.apache.spark.unsafe.types.UTF8String;
 
 /**
- * A row image (a JSON object) as {@code map<string,string>} of its fields' texts, the way
- * {@code from_json(image, 'map<string,string>')} reads it: strings unescaped, numbers and
- * booleans as written, objects and arrays as their JSON text, JSON null as null, the last of
- * duplicate fields kept.
+ * A row image (a JSON object) as its fields' names and texts, the way {@code from_json(image,
+ * 'map<string,string>')} reads them: strings unescaped, numbers and booleans as written, objects
+ * and arrays as their JSON text, JSON null as null. Duplicated fields are all listed, in order.
  *
  * <p>{@link #scan} handles what Debezium writes, fast: the image was already read by Jackson as
  * part of the record, so it is well-formed JSON, and a field's text is a slice of the record's
@@ -24,24 +19,44 @@ import org.apache.spark.unsafe.types.UTF8String;
 final class ImageScanner {
   private ImageScanner() {}
 
+  /** Names and texts of an image's fields, {@code n} of them. */
+  static final class Fields {
+    UTF8String[] keys;
+    UTF8String[] values;
+    int n;
+
+    Fields(int capacity) {
+      keys = new UTF8String[capacity];
+      values = new UTF8String[capacity];
+    }
+
+    void add(UTF8String key, UTF8String value) {
+      if (n == keys.length) {
+        keys = Arrays.copyOf(keys, Math.max(2 * n, 8));
+        values = Arrays.copyOf(values, keys.length);
+      }
+      keys[n] = key;
+      values[n] = value;
+      n++;
+    }
+  }
+
+  /** The image is not a JSON object (from_json gives null). */
+  static final Fields NOT_OBJECT = new Fields(0);
+
   /** The answer of {@link #scan} when the image needs the careful path. */
-  static final Object UNSURE = new Object();
+  static final Fields UNSURE = new Fields(0);
 
-  // Above this many fields, duplicates are found through a hash map instead of a linear search.
-  private static final int LINEAR_DEDUPE_MAX = 16;
-
-  /** The fields of the well-formed JSON value {@code v[start, end)}, null if it is not an object. */
-  static Object scan(byte[] v, int start, int end) {
+  /** The fields of the well-formed JSON value {@code v[start, end)}. */
+  static Fields scan(byte[] v, int start, int end) {
     int i = ws(v, start, end);
     if (i >= end || v[i] != '{') {
-      return i < end && v[i] == '[' ? null : UNSURE;
+      return i < end && v[i] == '[' ? NOT_OBJECT : UNSURE;
     }
-    UTF8String[] keys = new UTF8String[16];
-    UTF8String[] values = new UTF8String[16];
-    int n = 0;
+    Fields fields = new Fields(16);
     i = ws(v, i + 1, end);
     if (i < end && v[i] == '}') {
-      return map(keys, values, 0);
+      return fields;
     }
     while (true) {
       if (i >= end || v[i] != '"') {
@@ -88,19 +103,13 @@ final class ImageScanner {
         text = isNull ? null : EnvelopeReader.slice(v, i, tokenEnd);
         i = tokenEnd;
       }
-      if (n == keys.length) {
-        keys = java.util.Arrays.copyOf(keys, n * 2);
-        values = java.util.Arrays.copyOf(values, n * 2);
-      }
-      keys[n] = key;
-      values[n] = text;
-      n++;
+      fields.add(key, text);
       i = ws(v, i, end);
       if (i >= end) {
         return UNSURE;
       }
       if (v[i] == '}') {
-        return map(keys, values, dedupe(keys, values, n));
+        return fields;
       }
       if (v[i] != ',') {
         return UNSURE;
@@ -110,18 +119,18 @@ final class ImageScanner {
   }
 
   /** The image read by Jackson: the text of a JSON string holding an object, or a slice. */
-  static Object parse(String text, byte[] value, int start, int end) {
+  static Fields parse(String text, byte[] value, int start, int end) {
     boolean sliced = start >= 0;
     try (JsonParser p =
         sliced
             ? EnvelopeReader.FACTORY.createParser(value, start, end - start)
             : EnvelopeReader.FACTORY.createParser(text)) {
       if (p.nextToken() != JsonToken.START_OBJECT) {
-        return null;
+        return NOT_OBJECT;
       }
-      Map<String, UTF8String> out = new LinkedHashMap<>();
+      Fields fields = new Fields(16);
       while (p.nextToken() == JsonToken.FIELD_NAME) {
-        String name = p.currentName();
+        UTF8String name = UTF8String.fromString(p.currentName());
         JsonToken t = p.nextToken();
         UTF8String field;
         if (t == JsonToken.VALUE_NULL) {
@@ -131,72 +140,23 @@ final class ImageScanner {
           if (sliced) {
             int from = start + (int) p.currentTokenLocation().getByteOffset();
             p.skipChildren();
-            field = EnvelopeReader.slice(value, from, start + (int) p.currentLocation().getByteOffset());
+            int to = start + (int) p.currentLocation().getByteOffset();
+            field = EnvelopeReader.slice(value, from, to);
           } else {
             int from = (int) p.currentTokenLocation().getCharOffset();
             p.skipChildren();
-            field = UTF8String.fromString(text.substring(from, (int) p.currentLocation().getCharOffset()));
+            int to = (int) p.currentLocation().getCharOffset();
+            field = UTF8String.fromString(text.substring(from, to));
           }
         } else {
           field = UTF8String.fromString(p.getText());
         }
-        out.put(name, field);
+        fields.add(name, field);
       }
-      if (p.currentToken() != JsonToken.END_OBJECT) {
-        return null;
-      }
-      UTF8String[] keys = new UTF8String[out.size()];
-      UTF8String[] values = new UTF8String[out.size()];
-      int i = 0;
-      for (Map.Entry<String, UTF8String> e : out.entrySet()) {
-        keys[i] = UTF8String.fromString(e.getKey());
-        values[i] = e.getValue();
-        i++;
-      }
-      return map(keys, values, i);
+      return p.currentToken() == JsonToken.END_OBJECT ? fields : NOT_OBJECT;
     } catch (IOException | RuntimeException e) {
-      return null;
+      return NOT_OBJECT;
     }
-  }
-
-  private static ArrayBasedMapData map(UTF8String[] keys, UTF8String[] values, int n) {
-    Object[] k = new Object[n];
-    Object[] v = new Object[n];
-    System.arraycopy(keys, 0, k, 0, n);
-    System.arraycopy(values, 0, v, 0, n);
-    return new ArrayBasedMapData(new GenericArrayData(k), new GenericArrayData(v));
-  }
-
-  /** Keep the first position and the last value of each key; the number of keys left. */
-  private static int dedupe(UTF8String[] keys, UTF8String[] values, int n) {
-    int kept = 0;
-    if (n <= LINEAR_DEDUPE_MAX) {
-      outer:
-      for (int i = 0; i < n; i++) {
-        for (int j = 0; j < kept; j++) {
-          if (keys[j].equals(keys[i])) {
-            values[j] = values[i];
-            continue outer;
-          }
-        }
-        keys[kept] = keys[i];
-        values[kept] = values[i];
-        kept++;
-      }
-      return kept;
-    }
-    Map<UTF8String, Integer> seen = new HashMap<>(n * 2);
-    for (int i = 0; i < n; i++) {
-      Integer at = seen.putIfAbsent(keys[i], kept);
-      if (at != null) {
-        values[at] = values[i];
-        continue;
-      }
-      keys[kept] = keys[i];
-      values[kept] = values[i];
-      kept++;
-    }
-    return kept;
   }
 
   private static boolean delimiter(byte c) {
