@@ -39,6 +39,7 @@ from cdc_assets.sql.decode import (
     ENVELOPE_EXTENSIONS,
     ENVELOPE_FIELDS,
     ENVELOPE_FUNCTION,
+    HEADER_FUNCTION,
     LEDGER,
     SKIP,
     classify,
@@ -168,11 +169,9 @@ def classify_records(records: Any, spec: TableSpec) -> Any:
     from pyspark.sql import functions as F
 
     plans = plan_fields(spec)
+    register_envelope_function(records.sparkSession)
     old_key = (
-        F.expr(
-            "CAST(try_element_at(filter(headers, h -> h.key = "
-            f"{literal(OLD_KEY_HEADER)}), 1).value AS STRING)"
-        )
+        F.expr(f"{HEADER_FUNCTION}(headers, {literal(OLD_KEY_HEADER)})")
         if "headers" in records.columns
         else F.lit(None).cast("string")  # redriven dead letters keep no headers
     )
@@ -184,7 +183,6 @@ def classify_records(records: Any, spec: TableSpec) -> Any:
         F.col("timestamp").alias("_kafka_ts"),
         old_key.alias("_old_key"),
     )
-    register_envelope_function(records.sparkSession)
     df = df.select("*", F.expr(envelope_call("value_bin", plans)).alias("_envelope"))
     df = df.select("*", *[F.col(f"_envelope.{name}").alias(name) for name, _ in ENVELOPE_FIELDS])
     df = df.select("*", F.expr("CASE WHEN op = 'd' THEN before ELSE after END").alias("image"))

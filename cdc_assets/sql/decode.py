@@ -32,6 +32,9 @@ IMAGE_SCHEMA = "map<string,string>"
 # ``ENVELOPE_EXTENSIONS`` (in ``spark.sql.extensions``) provides it.
 ENVELOPE_FUNCTION = "cdc_debezium_envelope"
 ENVELOPE_EXTENSIONS = "io.cdcassets.spark.CdcExtensions"
+# The same extension's cdc_kafka_header(headers, name): the first Kafka header of that name as
+# text (what filter() over the headers gives, in the stage's generated code).
+HEADER_FUNCTION = "cdc_kafka_header"
 ENVELOPE_FIELDS = (
     ("value_utf8_ok", "boolean"),
     ("json_ok", "boolean"),

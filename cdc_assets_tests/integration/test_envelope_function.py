@@ -14,7 +14,13 @@ import pytest
 
 from cdc_assets.pipeline.ingest import register_envelope_function
 from cdc_assets.sql.ddl import literal
-from cdc_assets.sql.decode import ENVELOPE_FIELDS, ENVELOPE_FUNCTION, IMAGE_SCHEMA, SOURCE_STRUCT
+from cdc_assets.sql.decode import (
+    ENVELOPE_FIELDS,
+    ENVELOPE_FUNCTION,
+    HEADER_FUNCTION,
+    IMAGE_SCHEMA,
+    SOURCE_STRUCT,
+)
 from cdc_assets_tests.support.bad_records import cases
 
 # What the ingest parsed with before the one-pass reader: the reference here.
@@ -221,3 +227,31 @@ def test_envelope_agrees_with_from_json(envelope_ready: Any) -> None:
             assert set(g["unknown"]) == set(image) - set(IMAGE_NAMES), value
         checked += 1
     assert checked >= 40  # most cases are well-formed envelopes compared field by field
+
+
+def test_kafka_header_agrees_with_filter(envelope_ready: Any) -> None:
+    name = "__debezium.oldkey"
+    cases: list[list[tuple[str | None, bytes | None] | None] | None] = [
+        None,
+        [],
+        [("other", b"x")],
+        [(name, b'{"id":1}')],
+        [("other", b"x"), (name, b'{"id":2}'), (name, b'{"id":3}')],  # the first one counts
+        [(name, None), (name, b"later")],
+        [None, (None, b"no key"), (name, "é".encode())],
+    ]
+    frame = envelope_ready.createDataFrame(
+        list(enumerate(cases)), "i int, headers array<struct<key:string,value:binary>>"
+    )
+    rows = (
+        frame.selectExpr(
+            "i",
+            f"{HEADER_FUNCTION}(headers, {literal(name)}) AS ours",
+            f"CAST(try_element_at(filter(headers, h -> h.key = {literal(name)}), 1).value "
+            "AS STRING) AS spark",
+        )
+        .orderBy("i")
+        .collect()
+    )
+    assert [r["ours"] for r in rows] == [r["spark"] for r in rows]
+    assert [r["ours"] for r in rows][3:6] == ['{"id":1}', '{"id":2}', None]

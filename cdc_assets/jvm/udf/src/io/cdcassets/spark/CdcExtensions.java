@@ -18,7 +18,8 @@ import scala.runtime.AbstractFunction1;
 import scala.runtime.BoxedUnit;
 
 /**
- * The project's SQL functions for every session: {@code spark.sql.extensions} names this class
+ * The project's SQL functions ({@code cdc_debezium_envelope}, {@code cdc_kafka_header}) for every
+ * session: {@code spark.sql.extensions} names this class
  * (with the jar on {@code spark.jars}), as it names Iceberg's. {@link #register} adds them to a
  * session started without it.
  */
@@ -59,9 +60,36 @@ public final class CdcExtensions extends AbstractFunction1<SparkSessionExtension
             Option.empty());
       };
 
+  /** {@code cdc_kafka_header(headers, name)}: see {@link KafkaHeaders}. */
+  public static final String HEADER_NAME = "cdc_kafka_header";
+
+  static final FunctionIdentifier HEADER = FunctionIdentifier.apply(HEADER_NAME);
+  static final ExpressionInfo HEADER_INFO =
+      new ExpressionInfo(KafkaHeaders.class.getName(), HEADER_NAME);
+
+  static final Function1<Seq<Expression>, Expression> HEADER_BUILDER =
+      args -> {
+        if (args.size() != 2) {
+          throw new IllegalArgumentException(
+              HEADER_NAME + " takes 2 arguments (the headers, a name), got " + args.size());
+        }
+        // No input types: the headers' type is the Kafka source's, and a name is a string.
+        return new StaticInvoke(
+            KafkaHeaders.class,
+            DataTypes.StringType,
+            "first",
+            args,
+            CollectionConverters.asScala(java.util.List.<AbstractDataType>of()).toList(),
+            true,
+            true,
+            true,
+            Option.empty());
+      };
+
   @Override
   public BoxedUnit apply(SparkSessionExtensions extensions) {
     extensions.injectFunction(new Tuple3<>(ENVELOPE, ENVELOPE_INFO, ENVELOPE_BUILDER));
+    extensions.injectFunction(new Tuple3<>(HEADER, HEADER_INFO, HEADER_BUILDER));
     return BoxedUnit.UNIT;
   }
 
@@ -71,5 +99,6 @@ public final class CdcExtensions extends AbstractFunction1<SparkSessionExtension
         .sessionState()
         .functionRegistry()
         .registerFunction(ENVELOPE, ENVELOPE_INFO, ENVELOPE_BUILDER);
+    session.sessionState().functionRegistry().registerFunction(HEADER, HEADER_INFO, HEADER_BUILDER);
   }
 }

@@ -111,13 +111,15 @@ public final class EnvelopeReader {
     }
   }
 
-  private static volatile Names lastNames;
+  // Per thread: each task deserializes its own copy of the literal, and two tasks running at
+  // once would otherwise replace each other's entry on every row.
+  private static final ThreadLocal<Names> LAST_NAMES = new ThreadLocal<>();
 
   private static UTF8String[] names(ArrayData source) {
-    Names last = lastNames;
+    Names last = LAST_NAMES.get();
     if (last == null || last.source != source) {
       last = new Names(source);
-      lastNames = last;
+      LAST_NAMES.set(last);
     }
     return last.names;
   }
