@@ -8,6 +8,7 @@ import org.apache.spark.sql.catalyst.expressions.ExpressionInfo;
 import org.apache.spark.sql.catalyst.expressions.objects.StaticInvoke;
 import org.apache.spark.sql.types.AbstractDataType;
 import org.apache.spark.sql.types.BinaryType$;
+import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DataTypes;
 import scala.Option;
 import scala.Function1;
@@ -19,9 +20,8 @@ import scala.runtime.BoxedUnit;
 
 /**
  * The project's SQL functions ({@code cdc_debezium_envelope}, {@code cdc_kafka_header}) for every
- * session: {@code spark.sql.extensions} names this class
- * (with the jar on {@code spark.jars}), as it names Iceberg's. {@link #register} adds them to a
- * session started without it.
+ * session: {@code spark.sql.extensions} names this class (with the jar on {@code spark.jars}), as
+ * it names Iceberg's. {@link #register} adds them to a session started without it.
  */
 public final class CdcExtensions extends AbstractFunction1<SparkSessionExtensions, BoxedUnit> {
   /** {@code cdc_debezium_envelope(value BINARY, names ARRAY<STRING>)}: see {@link EnvelopeReader}. */
@@ -30,7 +30,11 @@ public final class CdcExtensions extends AbstractFunction1<SparkSessionExtension
   static final FunctionIdentifier ENVELOPE = FunctionIdentifier.apply(ENVELOPE_NAME);
   static final ExpressionInfo ENVELOPE_INFO =
       new ExpressionInfo(EnvelopeReader.class.getName(), ENVELOPE_NAME);
-  private static final Seq<AbstractDataType> INPUT_TYPES =
+
+  private static final Seq<AbstractDataType> NO_TYPES =
+      CollectionConverters.asScala(java.util.List.<AbstractDataType>of()).toList();
+
+  private static final Seq<AbstractDataType> ENVELOPE_TYPES =
       CollectionConverters.asScala(
               java.util.List.<AbstractDataType>of(
                   BinaryType$.MODULE$, DataTypes.createArrayType(DataTypes.StringType)))
@@ -44,20 +48,9 @@ public final class CdcExtensions extends AbstractFunction1<SparkSessionExtension
                   + " takes 2 arguments (a record value, the image's field names), got "
                   + args.size());
         }
-        // Spark's own call of a static method on internal values: generated code calls
-        // EnvelopeReader.read with the value's bytes and takes its InternalRow as the result,
-        // with no conversion of Java objects per row (a Java UDF's cost). A null value (a
-        // tombstone) gives null without a call.
-        return new StaticInvoke(
-            EnvelopeReader.class,
-            EnvelopeReader.TYPE,
-            "read",
-            args,
-            INPUT_TYPES,
-            true,
-            true,
-            true,
-            Option.empty());
+        // Generated code calls EnvelopeReader.read with the value's bytes and takes its
+        // InternalRow as the result. A null value (a tombstone) gives null without a call.
+        return staticCall(EnvelopeReader.class, EnvelopeReader.TYPE, "read", args, ENVELOPE_TYPES);
       };
 
   /** {@code cdc_kafka_header(headers, name)}: see {@link KafkaHeaders}. */
@@ -74,17 +67,21 @@ public final class CdcExtensions extends AbstractFunction1<SparkSessionExtension
               HEADER_NAME + " takes 2 arguments (the headers, a name), got " + args.size());
         }
         // No input types: the headers' type is the Kafka source's, and a name is a string.
-        return new StaticInvoke(
-            KafkaHeaders.class,
-            DataTypes.StringType,
-            "first",
-            args,
-            CollectionConverters.asScala(java.util.List.<AbstractDataType>of()).toList(),
-            true,
-            true,
-            true,
-            Option.empty());
+        return staticCall(KafkaHeaders.class, DataTypes.StringType, "first", args, NO_TYPES);
       };
+
+  /**
+   * Spark's own call of a static Java method on internal values, inside generated code: no
+   * conversion of Java objects per row (a Java UDF's cost); null when an argument is null.
+   */
+  private static Expression staticCall(
+      Class<?> owner,
+      DataType type,
+      String method,
+      Seq<Expression> args,
+      Seq<AbstractDataType> inputTypes) {
+    return new StaticInvoke(owner, type, method, args, inputTypes, true, true, true, Option.empty());
+  }
 
   @Override
   public BoxedUnit apply(SparkSessionExtensions extensions) {

@@ -6,7 +6,6 @@ import com.fasterxml.jackson.core.JsonToken;
 import com.fasterxml.jackson.core.StreamReadConstraints;
 import com.fasterxml.jackson.core.json.JsonReadFeature;
 import java.io.IOException;
-import java.nio.charset.StandardCharsets;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
 import org.apache.spark.sql.catalyst.util.ArrayData;
@@ -379,9 +378,5 @@ public final class EnvelopeReader {
       }
     }
     return false;
-  }
-
-  static String utf8(byte[] value, int start, int end) {
-    return new String(value, start, end - start, StandardCharsets.UTF_8);
   }
 }
