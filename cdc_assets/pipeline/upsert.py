@@ -181,7 +181,8 @@ def build_bucketed(
         result.up_to_date = True
         result.seconds = time.monotonic() - started
         return result
-    probe = spark.sql(render_window_probe(window)).collect()[0]
+    placeholders = spec.source.connector in PLACEHOLDER_CONNECTORS
+    probe = spark.sql(render_window_probe(window, count_moves=placeholders)).collect()[0]
     floor = state.floor
     truncate = None
     if probe["truncate"] is not None:
@@ -200,7 +201,6 @@ def build_bucketed(
         floor=floor,
     )
     window = ChangeWindow(**{**window.__dict__, "floor": floor})
-    placeholders = spec.source.connector in PLACEHOLDER_CONNECTORS
     moved = None
     if placeholders and probe["moved_creates"]:
         moved = moved_values_view(

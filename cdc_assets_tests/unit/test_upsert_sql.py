@@ -49,6 +49,8 @@ def test_window_reads_offset_ranges_of_one_ledger_snapshot() -> None:
     assert "l.dt >= '2026-01-01'" in sql
     redriven = ChangeWindow(**{**WINDOW.__dict__, "extra_files": ("file:/w/a.parquet",)})
     assert "OR l._file IN ('file:/w/a.parquet')" in render_window_probe(redriven)
+    assert "_before_json" in sql  # moves are counted (placeholder sources) ...
+    assert "_before_json" not in render_window_probe(WINDOW, count_moves=False)  # ... or not
 
 
 def test_newest_changes_apply_floor_tombstones_and_placeholders() -> None:
@@ -69,7 +71,7 @@ def test_old_key_deletes_need_a_plain_key_encoding() -> None:
     users = SPECS["users"]
     sql = old_key_deletes(users, WINDOW, ["id", "email", "_op", "_kafka_offset"])
     assert sql is not None
-    assert "CAST(get_json_object(l._before_json, '$.id') AS BIGINT) AS `id`" in sql
+    assert "try_cast(get_json_object(l._before_json, '$.id') AS BIGINT) AS `id`" in sql
     dated = users.model_copy(
         update={
             "columns": [
@@ -83,7 +85,7 @@ def test_old_key_deletes_need_a_plain_key_encoding() -> None:
     assert composite is not None
     # either key column moving counts, and the OR must not escape the other conditions
     assert composite.endswith("<=> l.`line_no`))")
-    assert " AND (NOT (CAST(get_json_object(l._before_json, '$.order_id')" in composite
+    assert " AND (NOT (try_cast(get_json_object(l._before_json, '$.order_id')" in composite
 
 
 @pytest.mark.parametrize("name", sorted(SPECS))
