@@ -21,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cdc_assets.errors import CdcAssetsError
+from cdc_assets.pipeline.batch_cache import session_conf
 from cdc_assets.pipeline.failpoint import failpoint
 from cdc_assets.pipeline.moved_rows import moved_values_view
 from cdc_assets.pipeline.offsets import (
@@ -64,6 +65,8 @@ from cdc_assets.sql.upsert import (
 )
 
 COMMIT_RETRIES = 5
+# Iceberg's session override of the tables' write.*.distribution-mode.
+DISTRIBUTION_MODE_CONF = "spark.sql.iceberg.distribution-mode"
 # Connectors whose events can carry an "unavailable value" placeholder (PostgreSQL TOAST).
 PLACEHOLDER_CONNECTORS = ("postgresql",)
 
@@ -269,11 +272,24 @@ def _run_with_retry(spark: Any, sql: str, props: dict[str, str], result: MergeRe
     raise AssertionError("unreachable")
 
 
+def _lines_up(base: Any) -> bool:
+    """Whether the MERGE will be storage-partitioned: base has data files, all in one partition
+    spec (bucketed like the bucketed table). Then each task of the join holds one bucket and
+    its output needs no shuffle before the write: Iceberg's writers take it as it comes (they
+    fan out when the table asks for no ordering)."""
+    current = base.current_snapshot()
+    if current is None or len(base.specs()) != 1:
+        return False
+    summary = current.summary.additional_properties if current.summary else {}
+    return int(summary.get("total-data-files", 0)) > 0
+
+
 def merge_base(spark: Any, catalog: str, iceberg_catalog: Any, spec: TableSpec) -> MergeResult:
     """MERGE the bucketed changes into base and commit base's new state with them."""
     started = time.monotonic()
     base_l, bucketed_l, tomb_l = base_layout(spec), bucketed_layout(spec), tombstones_layout(spec)
-    state = base_state(load_table(iceberg_catalog, base_l))
+    base_table = load_table(iceberg_catalog, base_l)
+    state = base_state(base_table)
     props = current_properties(load_table(iceberg_catalog, bucketed_l))
     result = MergeResult(spec.name, state, state)
     if WATERMARK not in props:
@@ -312,7 +328,9 @@ def merge_base(spark: Any, catalog: str, iceberg_catalog: Any, spec: TableSpec) 
     commit_props = {**to_state.properties(), UPSERT_KIND: "upsert"}
     # A Connect client cannot see the plan a statement ran with: it plans the MERGE once more.
     planned = merge_plan(spark, merge_sql) if is_connect(spark) else None
-    merged = _run_with_retry(spark, merge_sql, commit_props, result)
+    conf = {DISTRIBUTION_MODE_CONF: "none"} if _lines_up(base_table) else {}
+    with session_conf(spark, conf):
+        merged = _run_with_retry(spark, merge_sql, commit_props, result)
     # The plan the MERGE ran with, not a second planning: did base reach the join unshuffled?
     shuffles = shuffles_between_scan_and_join(
         planned or executed_plan(merged), plain_identifier(catalog, base_l)
