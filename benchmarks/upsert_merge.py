@@ -723,7 +723,10 @@ def summarise(runs: list[Run]) -> dict[str, Any]:
         "changed": runs[0].changed,
         "seconds": statistics.median(r.seconds for r in ok) if ok else None,
         "prep_s": statistics.median(r.prep_s for r in ok) if ok else None,
-        "steps": first.steps,
+        # per step, the median over the runs (the first run alone is often the slowest)
+        "steps": {
+            k: statistics.median(r.steps[k] for r in ok if k in r.steps) for k in first.steps
+        },
         "written": first.written,
         "data_files_written": sum(t["added-data-files"] for t in first.written.values()),
         "delete_files_written": sum(t["added-delete-files"] for t in first.written.values()),
