@@ -158,27 +158,34 @@ def redact_url(url: str) -> str:
 
 
 def source_jdbc_url(
-    settings: Settings, connector: str, database: str, explicit: str | None = None
+    settings: Settings,
+    connector: str,
+    database: str,
+    explicit: str | None = None,
+    server: str | None = None,
 ) -> str:
     """The JDBC URL of a source database: the one given, else the settings variable
-    (``CDC_ASSETS_SOURCE_URL_<CONNECTOR>_<DATABASE>``, then ``..._<DATABASE>``), else the local
-    stack's source of that kind when `stack up --sources` started it."""
+    (``CDC_ASSETS_SOURCE_URL_<SERVER>_<DATABASE>``, ``..._<CONNECTOR>_<DATABASE>``, then
+    ``..._<DATABASE>``), else the local stack's source of that kind when `stack up --sources`
+    started it."""
     from cdc_assets.resources import sources
-    from cdc_assets.settings import source_url_variable
+    from cdc_assets.settings import source_url_variables
 
     if explicit:
         return explicit
-    url = settings.source_url(database, connector)
+    url = settings.source_url(database, connector, server)
     if url:
         return url
-    server = "postgres" if connector == "postgresql" else "mariadb"
+    kind = "postgres" if connector == "postgresql" else "mariadb"
     if sources.state_path(settings).exists():
-        for db, kind, local in sources.jdbc_urls(settings):
-            if (db, kind) == (database, server):
+        for db, local_kind, local in sources.jdbc_urls(settings):
+            if (db, local_kind) == (database, kind):
                 return local
+    tried = " or ".join(source_url_variables(database, connector, server))
     raise CdcAssetsError(
-        f"no JDBC URL for {connector} database {database!r}: pass --url, or set "
-        f"{source_url_variable(database, connector)} (or {source_url_variable(database)}), "
+        f"no JDBC URL for {connector} database {database!r}"
+        + (f" on server {server!r}" if server else "")
+        + f": pass --url, or set {tried}, "
         "or start the local sources with `cdc-assets stack up --sources`"
     )
 
@@ -534,7 +541,9 @@ def _cmd_bootstrap(settings: Settings, args: argparse.Namespace) -> int:
         )
     url = args.jdbc_url
     if args.from_source:
-        url = source_jdbc_url(settings, spec.source.connector, spec.source.database)
+        url = source_jdbc_url(
+            settings, spec.source.connector, spec.source.database, server=spec.source.server_name
+        )
     props: dict[str, str] = {}
     if args.jdbc_user:
         props["user"] = args.jdbc_user

@@ -49,9 +49,7 @@ def build_defs(
     maintenance_job = build_maintenance_job(specs)
     evolve_job = build_evolve_job()
     source_urls = {
-        s.name: url
-        for s in specs
-        if (url := settings.source_url(s.source.database, s.source.connector)) is not None
+        s.name: url for s in specs if (url := settings.source_url_of(s.source)) is not None
     }
     drift_job = build_drift_job(specs, settings.specs_dir, source_urls)
     check_job = build_check_job()
@@ -63,9 +61,7 @@ def build_defs(
         asset_checks=[
             check
             for spec in specs
-            for check in build_table_checks(
-                spec, settings.source_url(spec.source.database, spec.source.connector)
-            )
+            for check in build_table_checks(spec, settings.source_url_of(spec.source))
         ],
         jobs=[
             build_onboard_job(specs),

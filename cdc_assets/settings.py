@@ -9,6 +9,10 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cdc_assets.spec.models import SourceSpec
 
 ENV_HOME = "CDC_ASSETS_HOME"
 ENV_SPECS = "CDC_ASSETS_SPECS"
@@ -27,18 +31,28 @@ ENV_PARTITIONS_START = "CDC_ASSETS_PARTITIONS_START"
 # after every micro-batch of the sensors' runs.
 ENV_CHECKS_CRON = "CDC_ASSETS_CHECKS_CRON"
 DEFAULT_CHECKS_CRON = "*/15 * * * *"
-# CDC_ASSETS_SOURCE_URL_<CONNECTOR>_<DATABASE> or CDC_ASSETS_SOURCE_URL_<DATABASE>: a JDBC URL of a
-# source database, for the checks that compare with the source (row counts, schema drift) and the
-# drift check. Unset means the source is not reachable from here.
+# CDC_ASSETS_SOURCE_URL_<SERVER>_<DATABASE>, CDC_ASSETS_SOURCE_URL_<CONNECTOR>_<DATABASE> or
+# CDC_ASSETS_SOURCE_URL_<DATABASE>, looked up in that order: a JDBC URL of a source database, for
+# the checks that compare with the source (row counts, schema drift) and the drift check. SERVER is
+# the spec's source server (Debezium's topic.prefix): the only form that tells apart two servers
+# holding a database of the same name. Unset means the source is not reachable from here.
 ENV_SOURCE_URL_PREFIX = "CDC_ASSETS_SOURCE_URL_"
 
 
-def source_url_variable(database: str, connector: str | None = None) -> str:
-    """The environment variable holding the JDBC URL of a source database; with ``connector``,
-    the variable that names the server kind too (``..._POSTGRESQL_SHOP``), for a database name
-    that exists on two servers."""
-    name = database if connector is None else f"{connector}_{database}"
+def source_url_variable(database: str, qualifier: str | None = None) -> str:
+    """The environment variable holding the JDBC URL of a source database; with ``qualifier``
+    (a server name, or a connector kind), the variable that names it too (``..._SHARD_A_SHOP``,
+    ``..._POSTGRESQL_SHOP``), for a database name that exists on two servers."""
+    name = database if qualifier is None else f"{qualifier}_{database}"
     return ENV_SOURCE_URL_PREFIX + re.sub(r"[^A-Za-z0-9]", "_", name).upper()
+
+
+def source_url_variables(
+    database: str, connector: str | None = None, server: str | None = None
+) -> list[str]:
+    """The variables tried for a source database, most specific first."""
+    names = [source_url_variable(database, q) for q in (server, connector) if q is not None]
+    return [*names, source_url_variable(database)]
 
 
 @dataclass(frozen=True)
@@ -59,13 +73,19 @@ class Settings:
     spark_remote: str | None = None
     checks_cron: str = DEFAULT_CHECKS_CRON
 
-    def source_url(self, database: str, connector: str | None = None) -> str | None:
-        """The JDBC URL of a source database: the connector-qualified variable first."""
-        if connector is not None:
-            url = self.source_urls.get(source_url_variable(database, connector))
-            if url:
+    def source_url(
+        self, database: str, connector: str | None = None, server: str | None = None
+    ) -> str | None:
+        """The JDBC URL of a source database: the server-qualified variable first, then the
+        connector-qualified one, then the database's alone."""
+        for name in source_url_variables(database, connector, server):
+            if url := self.source_urls.get(name):
                 return url
-        return self.source_urls.get(source_url_variable(database))
+        return None
+
+    def source_url_of(self, source: SourceSpec) -> str | None:
+        """The JDBC URL of a spec's source database (see ``source_url``)."""
+        return self.source_url(source.database, source.connector, source.server_name)
 
     @property
     def jars_dir(self) -> Path:

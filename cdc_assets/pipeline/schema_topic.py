@@ -26,10 +26,21 @@ class SeenChange:
         return f"{self.topic}:{self.partition}:{self.offset}:{self.change.table}"
 
 
-def matches(spec: TableSpec, change: SchemaChange) -> bool:
+def matches(spec: TableSpec, change: SchemaChange, topic: str) -> bool:
+    """Whether ``change``, read from schema-change topic ``topic``, is of the spec's source table.
+
+    The topic identifies the server (each connector writes its own schema-change topic), so a
+    table of the same database and name on another server never matches; a record that names
+    its server (``source.name``) must also name the spec's server when the spec sets one.
+    """
+    source = spec.source
+    if source.schema_changes != topic:
+        return False
+    if source.server is not None and change.server is not None and change.server != source.server:
+        return False
     return (
-        change.table.lower() == spec.source.table.lower()
-        and change.database.lower() == spec.source.database.lower()
+        change.table.lower() == source.table.lower()
+        and change.database.lower() == source.database.lower()
     )
 
 
@@ -86,7 +97,7 @@ def newest_schema_change(kafka: KafkaResource, spec: TableSpec) -> SeenChange | 
     if topic is None:
         return None
     changes, _ = read_schema_changes(kafka, topic, {})
-    mine = [c for c in changes if matches(spec, c.change)]
+    mine = [c for c in changes if matches(spec, c.change, topic)]
     return max(mine, key=lambda c: (c.change.ts_ms or 0, c.partition, c.offset), default=None)
 
 

@@ -224,6 +224,18 @@ def connector_configs(values: dict[str, str]) -> list[dict[str, Any]]:
     return definitions
 
 
+def logical_names() -> dict[sources.ServerName, str]:
+    """Each local server's connector ``topic.prefix`` (its logical name, the specs' server)."""
+    names: dict[sources.ServerName, str] = {}
+    for name in CONNECTOR_FILES:
+        config = json.loads((CONNECTORS_DIR / name).read_text(encoding="utf-8"))["config"]
+        kind: sources.ServerName = (
+            "postgres" if "postgresql" in config["connector.class"].lower() else "mariadb"
+        )
+        names[kind] = config["topic.prefix"]
+    return names
+
+
 def placeholder_values(settings: Settings, bootstrap: str) -> dict[str, str]:
     data = sources.load_state(settings)
     ports = data.get("ports", {})

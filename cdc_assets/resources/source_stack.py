@@ -84,17 +84,19 @@ _CONNECTORS = {"mariadb": ("mariadb", "mysql"), "postgres": ("postgresql",)}
 
 
 def local_source_urls(settings: Settings) -> dict[str, str]:
-    """``CDC_ASSETS_SOURCE_URL_<CONNECTOR>_<DATABASE>`` -> JDBC URL of each database of the local
-    sources, when they run (an empty dict otherwise): so the drift job and the source checks
-    reach the local databases without configuration."""
+    """``CDC_ASSETS_SOURCE_URL_<CONNECTOR>_<DATABASE>`` and ``..._<SERVER>_<DATABASE>`` -> JDBC
+    URL of each database of the local sources, when they run (an empty dict otherwise): so the
+    drift job and the source checks reach the local databases without configuration."""
     if not sources.state_path(settings).exists():
         return {}
     running = {s.name for s in sources.sources_status(settings) if s.state == "running"}
     urls = {}
+    logical = connect.logical_names()
     for database, server, url in sources.jdbc_urls(settings):
         if server in running:
-            for connector in _CONNECTORS[server]:
-                urls[source_url_variable(database, connector)] = url
+            # The connector's logical name (its topic.prefix) is the specs' default server.
+            for qualifier in (*_CONNECTORS[server], logical[server]):
+                urls[source_url_variable(database, qualifier)] = url
     return urls
 
 

@@ -38,7 +38,11 @@ def build_schema_change_sensor(
     specs: list[TableSpec], specs_dir: Path, job: UnresolvedAssetJobDefinition
 ) -> dg.SensorDefinition:
     watched = [s for s in specs if s.source.schema_changes]
-    topics = sorted({t for s in watched if (t := s.source.schema_changes)})
+    by_topic: dict[str, list[TableSpec]] = {}
+    for s in watched:
+        if (t := s.source.schema_changes) is not None:
+            by_topic.setdefault(t, []).append(s)
+    topics = sorted(by_topic)
     postgres = [s for s in specs if s.source.connector == "postgresql"]
 
     def request(table: str, create: str, audit: list[str], key: str, at: str) -> dg.RunRequest:
@@ -127,11 +131,12 @@ def build_schema_change_sensor(
             # DDL), with the DDLs before it as the audit trail: records replayed from an older
             # position (a lost cursor, a new process) can never move the spec backwards.
             by_table: dict[str, list[SeenChange]] = {}
+            # Matched among this topic's specs only: another server's table of the same
+            # database and name is another spec's, never this one's.
             for item in sorted(seen, key=lambda i: (i.partition, i.offset)):
-                spec = next((s for s in watched if matches(s, item.change)), None)
-                if spec is None or spec.source.schema_changes != topic:
-                    continue
-                by_table.setdefault(spec.name, []).append(item)
+                for spec in by_topic[topic]:
+                    if matches(spec, item.change, topic):
+                        by_table.setdefault(spec.name, []).append(item)
             for table, items in sorted(by_table.items()):
                 newest = items[-1]
                 audit = [i.change.ddl for i in items]

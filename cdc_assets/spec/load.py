@@ -113,6 +113,8 @@ def load_specs(directory: Path) -> list[TableSpec]:
 def _check_unique(specs: list[TableSpec], directory: Path) -> None:
     topics: dict[str, str] = {}
     sinks: dict[tuple[str, str], str] = {}
+    sources: dict[tuple[str, str, str, str], str] = {}
+    servers: dict[str, tuple[str, str]] = {}  # explicit server -> (schema-change topic, spec)
     for spec in specs:
         other = topics.setdefault(spec.source.topic, spec.name)
         if other != spec.name:
@@ -126,3 +128,20 @@ def _check_unique(specs: list[TableSpec], directory: Path) -> None:
             raise SpecError(
                 f"{directory}: sink {'.'.join(sink)} is written by both {other!r} and {spec.name!r}"
             )
+        identity = spec.source.identity
+        other = sources.setdefault(identity.key, spec.name)
+        if other != spec.name:
+            raise SpecError(
+                f"{directory}: source {identity} is the source of both {other!r} and "
+                f"{spec.name!r}; tables of the same name on different servers need "
+                "source.server (the connector's topic.prefix) set apart"
+            )
+        server, changes = spec.source.server, spec.source.schema_changes
+        if server is not None and changes is not None:
+            seen_topic, seen_spec = servers.setdefault(server, (changes, spec.name))
+            if seen_topic != changes:
+                raise SpecError(
+                    f"{directory}: source.server {server!r} has schema-change topic "
+                    f"{seen_topic!r} in {seen_spec!r} but {changes!r} in {spec.name!r}; one "
+                    "server (one connector) writes one schema-change topic"
+                )

@@ -7,6 +7,7 @@ validators below so that every renderer can trust a loaded spec.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from enum import StrEnum
 from functools import cached_property
 from typing import Annotated, Literal
@@ -99,8 +100,37 @@ class DebeziumSpec(_Strict):
     bigint_unsigned_handling_mode: Literal["long", "precise"] = "long"
 
 
+ServerName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._-]{1,249}$")]
+
+
+@dataclass(frozen=True)
+class SourceIdentity:
+    """A source table named the way no other server's table can be: server first. Database,
+    schema and table names compare case-insensitively, as MySQL on most systems and Debezium's
+    table ids do; the server name exactly."""
+
+    server: str
+    database: str
+    schema: str | None
+    table: str
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        return (self.server, self.database.lower(), (self.schema or "").lower(), self.table.lower())
+
+    def __str__(self) -> str:
+        middle = f"{self.database}.{self.schema}" if self.schema else self.database
+        return f"{self.server}:{middle}.{self.table}"
+
+
 class SourceSpec(_Strict):
     connector: Connector
+    # The source server's logical name: Debezium's `topic.prefix` of its connector. Two servers
+    # may hold the same database and table (shards, regions, staging beside production): a
+    # source is identified by server + database (+ schema) + table, never without the server.
+    # Default: the schema-change topic when given (MySQL family: it is the topic prefix), else
+    # the part of `topic` before the first dot.
+    server: ServerName | None = None
     database: SourceName
     schema_: SourceName | None = Field(default=None, alias="schema")
     table: SourceName
@@ -113,11 +143,21 @@ class SourceSpec(_Strict):
     debezium: DebeziumSpec = DebeziumSpec()
 
     @property
+    def server_name(self) -> str:
+        """The server this table lives on (see ``server``)."""
+        return self.server or self.schema_change_topic or self.topic.split(".")[0]
+
+    @property
+    def identity(self) -> SourceIdentity:
+        """Server, database, schema and table: what tells this source apart from every other."""
+        return SourceIdentity(self.server_name, self.database, self.schema_, self.table)
+
+    @property
     def schema_changes(self) -> str | None:
         """The schema-change topic to watch, or None for PostgreSQL."""
         if self.connector == "postgresql":
             return None
-        return self.schema_change_topic or self.topic.split(".")[0]
+        return self.schema_change_topic or self.server or self.topic.split(".")[0]
 
     @property
     def time_precision_mode(self) -> TimePrecisionMode:

@@ -32,6 +32,13 @@ class SchemaChange:
     ts_ms: int | None = None
     position: Mapping[str, Any] = field(default_factory=dict)  # source block: file, pos, gtid
 
+    @property
+    def server(self) -> str | None:
+        """The connector's logical name (``source.name``: its topic.prefix), when the record
+        carries it."""
+        name = self.position.get("name")
+        return str(name) if name else None
+
 
 def _type_text(column: Mapping[str, Any]) -> str:
     name = str(column.get("typeExpression") or column.get("typeName") or "").strip()
