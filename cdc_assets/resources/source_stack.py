@@ -62,9 +62,10 @@ def up(settings: Settings, bootstrap: str) -> SourcesUp:
 def down(settings: Settings, *, purge: bool = False) -> None:
     """Stop the worker first (it holds replication connections), then the databases."""
     connect.stop_worker(settings)
+    mariadb_servers = sources.mariadb_servers(settings)
     sources.stop_sources(settings)
     if purge:
-        for directory in ("mariadb", "postgres", "connect"):
+        for directory in (*mariadb_servers, "postgres", "connect"):
             shutil.rmtree(settings.stack_dir / directory, ignore_errors=True)
         sources.state_path(settings).unlink(missing_ok=True)
 

@@ -19,6 +19,7 @@ import shutil
 import signal
 import subprocess
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -48,6 +49,7 @@ STOP_TIMEOUT_S = 30.0
 INSTALL_HINT = "run `make sources-setup` (as root), or `apt-get install -y {packages}`"
 
 ServerName = Literal["mariadb", "postgres"]
+MARIADB = "mariadb"  # the stack's own MariaDB server (further ones have names of their own)
 RunState = Literal["running", "dead", "stopped"]
 
 
@@ -77,7 +79,7 @@ EXAMPLE_TABLES = (
 
 @dataclass(frozen=True)
 class ServerStatus:
-    name: ServerName | Literal["connect"]
+    name: str  # "mariadb" (or a further "mariadb-..."), "postgres" or "connect"
     state: RunState
     pid: int | None
     port: int | None
@@ -231,18 +233,26 @@ class MariaDbFiles:
         return f"--datadir={self.data_dir}"
 
 
-def mariadb_files(settings: Settings) -> MariaDbFiles:
-    base = settings.stack_dir / "mariadb"
+def mariadb_files(settings: Settings, name: str = MARIADB) -> MariaDbFiles:
+    base = settings.stack_dir / name
     return MariaDbFiles(
         base=base,
         data_dir=base / "data",
         socket=base / "mysqld.sock",
         pid_file=base / "mariadbd.pid",
-        log_file=settings.stack_dir / "logs" / "mariadb.log",
+        log_file=settings.stack_dir / "logs" / f"{name}.log",
     )
 
 
-def mariadb_command(tools: MariaDbTools, files: MariaDbFiles, port: int) -> list[str]:
+def mariadb_server_id(name: str) -> int:
+    """The replication server id of a local MariaDB server: 1 for the stack's own, a stable
+    different one for each further server (replicas and connectors need them distinct)."""
+    return 1 if name == MARIADB else 100 + zlib.crc32(name.encode()) % 4000
+
+
+def mariadb_command(
+    tools: MariaDbTools, files: MariaDbFiles, port: int, server_id: int = 1
+) -> list[str]:
     """mariadbd on loopback with what the Debezium MariaDB connector needs from the binlog."""
     command = [
         tools.server,
@@ -253,7 +263,7 @@ def mariadb_command(tools: MariaDbTools, files: MariaDbFiles, port: int) -> list
         f"--bind-address={HOST}",
         f"--port={port}",
         "--skip-name-resolve",
-        "--server-id=1",
+        f"--server-id={server_id}",
         "--log-bin=mariadb-bin",
         "--binlog-format=ROW",
         "--binlog-row-image=FULL",
@@ -271,10 +281,12 @@ def mariadb_command(tools: MariaDbTools, files: MariaDbFiles, port: int) -> list
     return command
 
 
-def mariadb_client_command(settings: Settings, database: str | None = None) -> list[str]:
+def mariadb_client_command(
+    settings: Settings, database: str | None = None, name: str = MARIADB
+) -> list[str]:
     """The `mariadb` client as the admin user over the server's socket (SQL on stdin)."""
     tools = mariadb_tools()
-    files = mariadb_files(settings)
+    files = mariadb_files(settings, name)
     command = [
         tools.client,
         "--no-defaults",
@@ -288,19 +300,46 @@ def mariadb_client_command(settings: Settings, database: str | None = None) -> l
     return [*command, database] if database else command
 
 
-def mariadb_execute(settings: Settings, sql: str, database: str | None = None) -> str:
-    """Run SQL on the local MariaDB as admin; its output (tab-separated rows)."""
-    return _run_client("MariaDB", mariadb_client_command(settings, database), sql)
+def mariadb_execute(
+    settings: Settings, sql: str, database: str | None = None, name: str = MARIADB
+) -> str:
+    """Run SQL on a local MariaDB server (the stack's own by default) as admin; its output
+    (tab-separated rows)."""
+    return _run_client(f"MariaDB {name}", mariadb_client_command(settings, database, name), sql)
 
 
-def start_mariadb(settings: Settings) -> int:
-    """Start (initialising once) the private MariaDB server; return its port."""
+def mariadb_jdbc_url(settings: Settings, database: str, name: str = MARIADB) -> str:
+    """The JDBC URL of a database on a running local MariaDB server, as the cdc user."""
+    port = port_of(settings, name)
+    if port is None:
+        raise StackError(f"the local MariaDB server {name!r} was never started")
+    password = cdc_password(settings)
+    return f"jdbc:mariadb://{HOST}:{port}/{database}?user={CDC_USER}&password={password}"
+
+
+def mariadb_servers(settings: Settings) -> list[str]:
+    """The names of the local MariaDB servers this stack started: its own and any further one
+    (a second server of the same schema, a replica), each with its own directory and port."""
+    extra = load_state(settings).get("mariadb_servers")
+    names = [n for n in extra if isinstance(n, str)] if isinstance(extra, list) else []
+    return [MARIADB, *sorted(set(names) - {MARIADB})]
+
+
+def start_mariadb(settings: Settings, name: str = MARIADB) -> int:
+    """Start (initialising once) a private MariaDB server; return its port. ``name`` other than
+    the default starts a further server (own data directory, port, server id, ``cdc`` user)
+    without the example tables, stopped with the others by ``stop_sources``."""
+    if not re.fullmatch(r"mariadb[a-z0-9-]*", name):
+        raise StackError(f"{name!r}: a local MariaDB server's name starts with 'mariadb'")
     tools = mariadb_tools()
-    files = mariadb_files(settings)
-    running = _running_entry(settings, "mariadb", files.marker)
+    files = mariadb_files(settings, name)
+    if name != MARIADB and name not in mariadb_servers(settings):
+        settings.stack_dir.mkdir(parents=True, exist_ok=True)
+        update_state(settings, mariadb_servers=[*mariadb_servers(settings)[1:], name])
+    running = _running_entry(settings, name, files.marker)
     if running is not None:
         return running
-    _stop_server(settings, "mariadb", files.marker, signal.SIGTERM)
+    _stop_server(settings, name, files.marker, signal.SIGTERM)
     fresh = not (files.base / SETUP_MARKER).exists()
     if fresh:
         shutil.rmtree(files.base, ignore_errors=True)  # a half-finished setup starts over
@@ -317,12 +356,13 @@ def start_mariadb(settings: Settings) -> int:
             ],
             files.log_file,
         )
-    port = choose_port(settings, "mariadb")
+    port = choose_port(settings, name)
     files.socket.unlink(missing_ok=True)
+    files.log_file.parent.mkdir(parents=True, exist_ok=True)
     pid = local_process.start_detached(
-        mariadb_command(tools, files, port), files.log_file, cwd=files.base
+        mariadb_command(tools, files, port, mariadb_server_id(name)), files.log_file, cwd=files.base
     )
-    _record_server(settings, "mariadb", pid, port, socket=str(files.socket))
+    _record_server(settings, name, pid, port, socket=str(files.socket))
     try:
         _wait_ready(
             "MariaDB",
@@ -331,15 +371,15 @@ def start_mariadb(settings: Settings) -> int:
             lambda: port_answers(port) and files.socket.exists(),
         )
         if fresh:
-            _setup_mariadb(settings)
+            _setup_mariadb(settings, name)
             (files.base / SETUP_MARKER).write_text("ok\n", encoding="utf-8")
     except BaseException:
-        _stop_server(settings, "mariadb", files.marker, signal.SIGTERM)
+        _stop_server(settings, name, files.marker, signal.SIGTERM)
         raise
     return port
 
 
-def _setup_mariadb(settings: Settings) -> None:
+def _setup_mariadb(settings: Settings, name: str) -> None:
     password = cdc_password(settings)
     statements = [
         f"CREATE USER '{CDC_USER}'@'{HOST}' IDENTIFIED BY '{password}';",
@@ -348,13 +388,13 @@ def _setup_mariadb(settings: Settings) -> None:
         f"ON *.* TO '{CDC_USER}'@'{HOST}';",
     ]
     for table in EXAMPLE_TABLES:
-        if table.server == "mariadb":
+        if table.server == "mariadb" and name == MARIADB:
             statements += [
                 f"CREATE DATABASE IF NOT EXISTS `{table.database}`;",
                 f"USE `{table.database}`;",
                 table.ddl(),
             ]
-    mariadb_execute(settings, "\n".join(statements))
+    mariadb_execute(settings, "\n".join(statements), name=name)
 
 
 # --- PostgreSQL ------------------------------------------------------------------------------
@@ -421,7 +461,7 @@ def postgres_command(bindir: Path, files: PostgresFiles, port: int) -> list[str]
 def psql_command(settings: Settings, database: str = "postgres") -> list[str]:
     """psql as the superuser over the cluster's socket (SQL on stdin, stop at the first error)."""
     files = postgres_files(settings)
-    port = _port_of(settings, "postgres")
+    port = port_of(settings, "postgres")
     if port is None:
         raise StackError(
             "the local PostgreSQL was never started: run `cdc-assets stack up --sources`"
@@ -556,8 +596,9 @@ def start_sources(settings: Settings) -> dict[str, int]:
 
 
 def stop_sources(settings: Settings) -> None:
-    """Stop both servers (recorded or stray); their data stays."""
-    _stop_server(settings, "mariadb", mariadb_files(settings).marker, signal.SIGTERM)
+    """Stop every server (recorded or stray); their data stays."""
+    for name in mariadb_servers(settings):
+        _stop_server(settings, name, mariadb_files(settings, name).marker, signal.SIGTERM)
     # SIGINT is PostgreSQL's fast shutdown; SIGTERM would wait for clients to disconnect.
     _stop_server(settings, "postgres", postgres_files(settings).marker, signal.SIGINT)
 
@@ -570,13 +611,14 @@ def sources_status(settings: Settings) -> list[ServerStatus]:
         return [ServerStatus("mariadb", "dead", None, None, str(exc))]
     statuses = []
     markers = {
-        "mariadb": (mariadb_files(settings).marker, mariadb_files(settings).log_file),
-        "postgres": (postgres_files(settings).marker, postgres_files(settings).log_file),
+        name: (mariadb_files(settings, name).marker, mariadb_files(settings, name).log_file)
+        for name in mariadb_servers(settings)
     }
+    markers["postgres"] = (postgres_files(settings).marker, postgres_files(settings).log_file)
     for name, (marker, log_file) in markers.items():
         if name not in data.get("ports", {}):
             continue
-        statuses.append(server_status(settings, name, marker, log_file))  # type: ignore[arg-type]
+        statuses.append(server_status(settings, name, marker, log_file))
     return statuses
 
 
@@ -587,16 +629,14 @@ def jdbc_urls(settings: Settings) -> list[tuple[str, ServerName, str]]:
     scheme = {"mariadb": "jdbc:mariadb", "postgres": "jdbc:postgresql"}
     urls = []
     for server, database in sorted({(t.server, t.database) for t in EXAMPLE_TABLES}):
-        port = _port_of(settings, server)
+        port = port_of(settings, server)
         if port is not None:
             url = f"{scheme[server]}://{HOST}:{port}/{database}?user={CDC_USER}&password={password}"
             urls.append((database, server, url))
     return urls
 
 
-def server_status(
-    settings: Settings, name: ServerName | Literal["connect"], marker: str, log_file: Path
-) -> ServerStatus:
+def server_status(settings: Settings, name: str, marker: str, log_file: Path) -> ServerStatus:
     entry = load_state(settings).get(name)
     if not isinstance(entry, dict):
         return ServerStatus(name, "stopped", None, None, "not running")
@@ -622,7 +662,7 @@ def server_status(
     return ServerStatus(name, "running", pid, port, f"pid {pid} on {HOST}:{port}")
 
 
-def _port_of(settings: Settings, name: str) -> int | None:
+def port_of(settings: Settings, name: str) -> int | None:
     entry = load_state(settings).get(name)
     port = entry.get("port") if isinstance(entry, dict) else None
     if isinstance(port, int):
@@ -647,7 +687,7 @@ def _record_server(settings: Settings, name: str, pid: int, port: int, **extra: 
 
 
 def _stop_server(settings: Settings, name: str, marker: str, sig: signal.Signals) -> None:
-    program = {"mariadb": "mariadbd", "postgres": "postgres"}[name]
+    program = "postgres" if name == "postgres" else "mariadbd"
     pids = set(local_process.find_pids(program, marker))
     entry = load_state(settings).get(name)
     recorded = entry.get("pid") if isinstance(entry, dict) else None

@@ -34,6 +34,8 @@ class ExtraConnector:
         """Every topic the connector writes (table topics are found by prefix)."""
         extra = [connect.heartbeat_topic(self.config)]
         history = self.config.get("schema.history.internal.kafka.topic")
+        if self.config.get("include.schema.changes") == "true":
+            extra.append(self.prefix)  # the schema-change topic is named as the prefix
         return extra + ([history] if history else [])
 
 
@@ -61,14 +63,22 @@ def register(
     server: sources.ServerName,
     tag: str,
     tables: list[str],
+    *,
+    prefix: str | None = None,
+    mariadb_name: str = sources.MARIADB,
+    schema_changes: bool = False,
 ) -> ExtraConnector:
     """Register a connector capturing ``tables`` (``db.table`` or ``schema.table``) with its own
-    name, prefix and server id or slot; return once its snapshot is done (first heartbeat)."""
+    name, prefix and server id or slot; return once its snapshot is done (first heartbeat).
+    ``mariadb_name`` picks a further local MariaDB server; ``schema_changes`` makes the
+    connector write its schema-change topic (named as its prefix)."""
     config = _base_config(settings, bootstrap, server)
     for key in [k for k in config if k.startswith("transforms")]:
         del config[key]  # topics keep Debezium's own names under our prefix
     name = f"it-{server}-{tag}"
-    prefix = f"it{server[0]}{tag}"
+    prefix = prefix or f"it{server[0]}{tag}"
+    if server == "mariadb" and mariadb_name != sources.MARIADB:
+        config["database.port"] = str(sources.port_of(settings, mariadb_name))
     config.update(
         {
             "topic.prefix": prefix,
@@ -79,9 +89,10 @@ def register(
     )
     slot = None
     if server == "mariadb":
+        config["database.include.list"] = ",".join(sorted({t.split(".")[0] for t in tables}))
         config["database.server.id"] = str(6000 + int(tag, 16) % 3000)
         config["schema.history.internal.kafka.topic"] = f"_cdc-schema-history.{name}"
-        config["include.schema.changes"] = "false"
+        config["include.schema.changes"] = "true" if schema_changes else "false"
     else:
         slot = f"it_{tag}"
         config["slot.name"] = slot  # the publication of the stack covers the example table
