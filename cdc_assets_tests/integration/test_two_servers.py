@@ -156,7 +156,8 @@ def wait_delivered(two: TwoServers) -> None:
         key = next(two.markers)
         two.execute(
             server,
-            f"INSERT INTO users (id, email, score) VALUES ({key}, 'marker', 0); DELETE FROM users WHERE id = {key};",
+            f"INSERT INTO users (id, email, score) VALUES ({key}, 'marker', 0);"
+            f"DELETE FROM users WHERE id = {key};",
         )
         pending[two.spec(server).source.topic] = key
     consumer = Consumer(
