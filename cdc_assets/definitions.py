@@ -79,7 +79,7 @@ def build_defs(
         ],
         sensors=[
             build_new_offsets_sensor(specs, ingest_job),
-            build_ledger_updated_sensor(ingest_job, upsert_job),
+            build_ledger_updated_sensor(ingest_job, upsert_job, evolve_job),
             build_schema_change_sensor(specs, settings.specs_dir, evolve_job),
             build_drift_sensor(drift_job, evolve_job, maintenance_job),
         ],

@@ -134,6 +134,7 @@ def build_table_assets(
     raw = build_raw_asset(spec, spec_args("raw", None))
     cdc = build_ledger_asset(
         spec,
+        specs_dir,
         {
             **spec_args("cdc", "raw"),
             "partitions_def": hourly,
@@ -143,6 +144,7 @@ def build_table_assets(
     )
     bucketed, base = build_upsert_assets(
         spec,
+        specs_dir,
         spec_args("bucketed", "cdc"),
         {**spec_args("base", "bucketed"), "freshness_policy": freshness_policy(spec)},
     )

@@ -6,12 +6,14 @@ backfill: it rebuilds exactly that hour from Kafka. ``mode`` in the run config o
 """
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any, Literal
 
 import dagster as dg
 from pydantic import Field
 
 from cdc_assets.assets.metadata import commit_metadata, markdown_summary
+from cdc_assets.pipeline import catch_up
 from cdc_assets.pipeline.ingest import IngestResult, hour_bounds, ingest_incremental, rebuild_hour
 from cdc_assets.resources.iceberg import IcebergCatalogResource
 from cdc_assets.resources.kafka import KafkaResource
@@ -54,7 +56,9 @@ def result_metadata(result: IngestResult) -> dict[str, Any]:
     }
 
 
-def build_ledger_asset(spec: TableSpec, asset_args: dict[str, Any]) -> dg.AssetsDefinition:
+def build_ledger_asset(
+    spec: TableSpec, specs_dir: Path, asset_args: dict[str, Any]
+) -> dg.AssetsDefinition:
     @dg.asset(**asset_args)  # type: ignore[untyped-decorator]
     def cdc(
         context: dg.AssetExecutionContext,
@@ -64,7 +68,8 @@ def build_ledger_asset(spec: TableSpec, asset_args: dict[str, Any]) -> dg.Assets
         kafka: KafkaResource,
     ) -> dg.MaterializeResult:  # type: ignore[type-arg]
         key = context.partition_key
-        mode = choose_mode(config.mode, key, datetime.now(UTC))
+        started_at = datetime.now(UTC)
+        mode = choose_mode(config.mode, key, started_at)
         session = spark.get_session()
         catalog = iceberg.load_catalog()
         if mode == "rebuild":
@@ -72,6 +77,16 @@ def build_ledger_asset(spec: TableSpec, asset_args: dict[str, Any]) -> dg.Assets
         else:
             result = ingest_incremental(session, spark.catalog.name, catalog, kafka, spec)
         metadata = result_metadata(result)
+        metadata["spec_version"] = spec.spec_version
+        if result.read:
+            # An evolution may have made a newer spec while this run decoded with `spec`: its
+            # rows and dead letters get the newer version's values (pipeline.catch_up).
+            caught = catch_up.after_ingest(
+                session, spark.catalog.name, catalog, spec, specs_dir, started_at
+            )
+            if caught is not None:
+                context.log.warning(f"{spec.name}: {caught.reason}; caught up {caught.metadata()}")
+                metadata.update(caught.metadata())
         ledger = catalog.load_table(f"{spec.sink.namespace}.{ledger_layout(spec).name}")
         metadata.update(commit_metadata(ledger, result.snapshot_id))
         metadata["summary"] = markdown_summary(

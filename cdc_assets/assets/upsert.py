@@ -4,11 +4,13 @@ Both share the pool ``cdc_upsert/<table>`` so two upserts of one table never int
 refuses a bucketed table built from another base state instead of applying it out of order.
 """
 
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
 
 from cdc_assets.assets.metadata import commit_metadata, live_rows, markdown_summary
+from cdc_assets.pipeline import catch_up
 from cdc_assets.pipeline.offsets import encode_offsets
 from cdc_assets.pipeline.upsert import (
     BucketedResult,
@@ -102,7 +104,7 @@ def _merge_summary(spec: TableSpec, meta: dict[str, Any]) -> dg.MetadataValue:
 
 
 def build_upsert_assets(
-    spec: TableSpec, bucketed_args: dict[str, Any], base_args: dict[str, Any]
+    spec: TableSpec, specs_dir: Path, bucketed_args: dict[str, Any], base_args: dict[str, Any]
 ) -> list[dg.AssetsDefinition]:
     pool = f"cdc_upsert/{spec.name}"
 
@@ -140,6 +142,21 @@ def build_upsert_assets(
                 "expected only while base is empty"
             )
         meta = merge_metadata(result)
+        if result.applied:
+            # Rows decoded under an older spec than the file's now (an evolution ran meanwhile):
+            # carry their recovered values to base (pipeline.catch_up says why that is safe).
+            caught = catch_up.after_upsert(
+                spark.get_session(),
+                spark.catalog.name,
+                catalog,
+                spec,
+                specs_dir,
+                result.from_state.ledger_sequence,
+                result.to_state.ledger_sequence,
+            )
+            if caught is not None:
+                context.log.warning(f"{spec.name}: {caught.reason}; caught up {caught.metadata()}")
+                meta.update(caught.metadata())
         table = load_table(catalog, base_layout(spec))
         meta.update({k: v for k, v in commit_metadata(table).items() if k.startswith("dagster/")})
         meta["summary"] = _merge_summary(spec, meta)

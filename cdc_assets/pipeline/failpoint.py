@@ -1,4 +1,5 @@
-"""Test hook for crash tests: a named failpoint kills the current process at that point."""
+"""Test hooks: a named failpoint kills the current process at that point (crash tests); a hold
+point pauses it until the test releases it (races forced deterministically)."""
 
 from __future__ import annotations
 
@@ -15,3 +16,28 @@ def failpoint(name: str) -> None:
     """Die like a crash (SIGKILL, no cleanup) when ``$CDC_ASSETS_FAILPOINT`` names this point."""
     if armed(name):
         os.kill(os.getpid(), 9)
+
+
+HOLD_ENV = "CDC_ASSETS_HOLD"
+HOLD_TIMEOUT_S = 600.0
+
+
+def hold(name: str) -> None:
+    """Pause here while a test makes another run happen, when ``$CDC_ASSETS_HOLD`` is
+    ``<name>=<directory>``: write ``<directory>/<name>.held``, then wait for
+    ``<directory>/<name>.release`` (created by the test; at most ten minutes). Forces a race
+    deterministically, across processes (a daemon's run worker) as within one."""
+    import time
+    from pathlib import Path
+
+    spec = os.environ.get(HOLD_ENV, "")
+    point, _, directory = spec.partition("=")
+    if point != name or not directory:
+        return
+    base = Path(directory)
+    (base / f"{name}.held").write_text(str(os.getpid()), encoding="utf-8")
+    deadline = time.monotonic() + HOLD_TIMEOUT_S
+    while not (base / f"{name}.release").exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"hold point {name}: no release within {HOLD_TIMEOUT_S:.0f} s")
+        time.sleep(0.1)

@@ -19,11 +19,12 @@ from typing import Any
 
 from cdc_assets.errors import CdcAssetsError
 from cdc_assets.pipeline.batch_cache import cached_batch
-from cdc_assets.pipeline.failpoint import armed, failpoint
+from cdc_assets.pipeline.failpoint import armed, failpoint, hold
 from cdc_assets.pipeline.offsets import (
     COUNTS_PROPERTY,
     KIND_PROPERTY,
     OFFSETS_PROPERTY,
+    SPEC_VERSION_PROPERTY,
     START_OFFSETS_PROPERTY,
     TOPIC_PROPERTY,
     committed_offsets,
@@ -368,6 +369,7 @@ def ingest_incremental(
     batch = prepare(classify_records(records, spec), spec)
     with cached_batch(spark, batch, sum(end[p] - start[p] for p in end)) as classified:
         _summarise(classified, result)
+        hold("ingest_before_commit")  # tests: an evolution runs between decode and commit
         if result.dead:
             merge_dead_letters(spark, catalog, spec, dead_letter_rows(classified, spec))
         failpoint("after_dead_letters")
@@ -380,6 +382,7 @@ def ingest_incremental(
             .option(f"snapshot-property.{START_OFFSETS_PROPERTY}", encode_offsets(start))
             .option(f"snapshot-property.{COUNTS_PROPERTY}", _counts_json(result))
             .option(f"snapshot-property.{KIND_PROPERTY}", "incremental")
+            .option(f"snapshot-property.{SPEC_VERSION_PROPERTY}", str(spec.spec_version))
             .option(f"snapshot-property.{TOPIC_PROPERTY}", spec.source.topic)
             # Each task writes its own files: a batch mostly falls into one or two hours, and
             # hash distribution by dt/hr would funnel it through one task.
@@ -495,6 +498,7 @@ def rebuild_hour(
             ledger_rows(classified, spec)
             .writeTo(ledger_identifier(catalog, spec))
             .option(f"snapshot-property.{KIND_PROPERTY}", "rebuild")
+            .option(f"snapshot-property.{SPEC_VERSION_PROPERTY}", str(spec.spec_version))
             .option(f"snapshot-property.{COUNTS_PROPERTY}", _counts_json(result))
             .option("snapshot-property.cdc.hour", partition_key)
             .option("distribution-mode", "none")

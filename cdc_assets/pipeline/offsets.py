@@ -15,6 +15,8 @@ OFFSETS_PROPERTY = "cdc.offsets"
 START_OFFSETS_PROPERTY = "cdc.start-offsets"
 COUNTS_PROPERTY = "cdc.counts"
 KIND_PROPERTY = "cdc.kind"
+# The spec version a ledger commit's rows were decoded with (pipeline.catch_up reads it).
+SPEC_VERSION_PROPERTY = "cdc.spec-version"
 TOPIC_PROPERTY = "cdc.topic"
 # cdc.kind of a redrive commit: rows behind the consumed offsets that an upsert must still read.
 REDRIVE_KIND = "redrive"

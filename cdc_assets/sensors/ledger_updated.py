@@ -1,4 +1,6 @@
-"""One sensor for all tables: after a successful ingest run, upsert the tables it ingested."""
+"""One sensor for all tables: after a successful ingest or evolution run, upsert the tables it
+touched (an evolution's backfill and redrive leave ledger rows that only an upsert brings to base).
+"""
 
 import dagster as dg
 from dagster._core.definitions.unresolved_asset_job_definition import (
@@ -9,24 +11,28 @@ from cdc_assets.sensors.runs import WAITING, table_tags, tables_in_runs
 
 
 def upsert_selection(asset_keys: list[dg.AssetKey]) -> list[dg.AssetKey]:
-    """bucketed/<t> and base/<t> for every cdc/<t> among ``asset_keys``."""
-    tables = sorted({k.path[1] for k in asset_keys if len(k.path) == 2 and k.path[0] == "cdc"})
+    """bucketed/<t> and base/<t> for every cdc/<t> or schema/<t> among ``asset_keys``."""
+    tables = sorted(
+        {k.path[1] for k in asset_keys if len(k.path) == 2 and k.path[0] in ("cdc", "schema")}
+    )
     return [dg.AssetKey([layer, t]) for t in tables for layer in ("bucketed", "base")]
 
 
 def build_ledger_updated_sensor(
-    ingest_job: UnresolvedAssetJobDefinition, upsert_job: UnresolvedAssetJobDefinition
+    ingest_job: UnresolvedAssetJobDefinition,
+    upsert_job: UnresolvedAssetJobDefinition,
+    evolve_job: UnresolvedAssetJobDefinition | None = None,
 ) -> dg.RunStatusSensorDefinition:
     @dg.run_status_sensor(
         name="ledger_updated",
         run_status=dg.DagsterRunStatus.SUCCESS,
-        monitored_jobs=[ingest_job],
+        monitored_jobs=[ingest_job] if evolve_job is None else [ingest_job, evolve_job],
         request_job=upsert_job,
         # It reads run events of this instance only: checking often costs little and keeps the
         # upsert right behind the ingest.
         minimum_interval_seconds=5,
         default_status=dg.DefaultSensorStatus.RUNNING,
-        description="Starts an upsert of the tables a successful ingest run wrote to.",
+        description="Starts an upsert of the tables a successful ingest or evolution run wrote to.",
     )
     def ledger_updated(context: dg.RunStatusSensorContext) -> dg.RunRequest | dg.SkipReason:
         run = context.dagster_run

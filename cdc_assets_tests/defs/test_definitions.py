@@ -234,6 +234,19 @@ def test_ledger_updated_sensor_targets_the_ingested_tables() -> None:
         dg.AssetKey(["base", "users"]),
     ]
     assert upsert_selection([]) == []
+    # an evolution's backfill and redrive leave ledger rows for the next upsert
+    assert upsert_selection([dg.AssetKey(["schema", "orders"])]) == [
+        dg.AssetKey(["bucketed", "orders"]),
+        dg.AssetKey(["base", "orders"]),
+    ]
+
+
+def test_ledger_updated_sensor_watches_ingests_and_evolutions(defs: dg.Definitions) -> None:
+    sensor = defs.get_sensor_def("ledger_updated")
+    assert isinstance(sensor, dg.RunStatusSensorDefinition)
+    # No public accessor for the monitored jobs; the run-status machinery reads this one.
+    watched = {getattr(j, "name", None) for j in sensor._monitored_jobs or []}
+    assert {"ingest_ledgers", "evolve_schemas"} <= watched
 
 
 def test_runs_share_one_process_and_spark_driver(defs: dg.Definitions) -> None:

@@ -1,0 +1,169 @@
+"""Catch-up after a run that raced a schema evolution: no interleaving of runs loses a value.
+
+Runs of one table start independently (the daemon's sensors start ingests, upserts and
+evolutions; their pools are separate), so an ingest that loaded spec v1 can commit after an
+evolution to v2 has backfilled the ledger: its rows lack v2's new columns, its dead letters
+were refused by v1's narrower types, and nothing would revisit them. Likewise an upsert can
+merge ledger rows into base after the evolution carried the backfilled values to base.
+
+The rule, with the evolution's order of phases (Iceberg, then the spec file, then the backfill
+of ledger, base and dead letters):
+
+- every ledger commit records the spec version its rows were decoded with
+  (``cdc.spec-version`` in the snapshot summary);
+- after an ingest commits, it reads the spec file: when it is newer than the version the ingest
+  decoded with, the ingest runs the evolution's backfill itself for the columns that changed in
+  between (ledger rows from the row images, base rows holding the same changes, dead letters
+  redriven);
+- after an upsert commits, it reads the ledger commits it consumed: when any was decoded with a
+  version older than the spec file's, it runs the same backfill.
+
+Why that is enough: a value is lost only if a row decoded under an old version is written (into
+the ledger, or into base) after every backfill that would fix it has read. An evolution writes
+the spec file before its backfill reads the ledger; a run reads the spec file after it commits.
+So either the run committed before the evolution's backfill read (which then sees the row), or
+the run's check comes after the spec file write and sees the new version, and the run backfills
+itself, after its own commit. The backfill is idempotent (it rewrites only values that differ),
+so two of them racing (Iceberg retries the loser) or one more than needed changes nothing.
+The ingest's catch-up commits before its run succeeds, and the ``ledger_updated`` sensor starts
+an upsert after every successful ingest and evolution: redriven rows reach base.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from cdc_assets.errors import SpecError
+from cdc_assets.pipeline.evolve import BackfillResult, backfill_from_ledger
+from cdc_assets.pipeline.offsets import SPEC_VERSION_PROPERTY
+from cdc_assets.pipeline.upsert import load_table
+from cdc_assets.schema.layers import ledger_layout
+from cdc_assets.schema.recover import changed_columns, value_columns
+from cdc_assets.spec.load import load_spec
+from cdc_assets.spec.models import TableSpec
+
+
+@dataclass(frozen=True)
+class CatchUp:
+    """One catch-up backfill: why, between which versions, which columns, what it changed."""
+
+    table: str
+    reason: str
+    from_version: int
+    to_version: int
+    columns: tuple[str, ...]
+    backfill: BackfillResult
+
+    def metadata(self) -> dict[str, Any]:
+        return {
+            "catch_up_reason": self.reason,
+            "catch_up_versions": f"{self.from_version} -> {self.to_version}",
+            "catch_up_columns": list(self.columns),
+            "catch_up_ledger_rows": self.backfill.ledger_rows_updated,
+            "catch_up_base_rows": self.backfill.base_rows_updated,
+            "catch_up_redriven": self.backfill.redriven,
+        }
+
+
+def spec_on_disk(specs_dir: Path, table: str) -> TableSpec | None:
+    """The table's spec as the spec directory holds it now (None: no such file)."""
+    path = specs_dir / f"{table}.yaml"
+    try:
+        return load_spec(path)
+    except (FileNotFoundError, SpecError):
+        return None
+
+
+def after_ingest(
+    spark: Any,
+    catalog: str,
+    iceberg_catalog: Any,
+    decoded_with: TableSpec,
+    specs_dir: Path,
+    started_at: datetime,
+) -> CatchUp | None:
+    """Run after an ingest committed rows decoded with ``decoded_with``."""
+    current = spec_on_disk(specs_dir, decoded_with.name)
+    if current is None or current.spec_version <= decoded_with.spec_version:
+        return None
+    columns = changed_columns(decoded_with, current)
+    if not columns:
+        return None
+    result = backfill_from_ledger(spark, catalog, iceberg_catalog, current, columns, started_at)
+    return CatchUp(
+        current.name,
+        f"the ingest decoded with v{decoded_with.spec_version}; an evolution made "
+        f"v{current.spec_version} while it ran",
+        decoded_with.spec_version,
+        current.spec_version,
+        tuple(columns),
+        result,
+    )
+
+
+@dataclass(frozen=True)
+class LedgerCommit:
+    snapshot_id: int
+    spec_version: int
+    timestamp_ms: int
+
+
+def decoded_versions(ledger: Any, after_sequence: int, upto_sequence: int) -> list[LedgerCommit]:
+    """The ledger commits with a recorded spec version whose sequence number lies in
+    (``after_sequence``, ``upto_sequence``]: what an upsert between those states consumed."""
+    from pyiceberg.table.snapshots import ancestors_of
+
+    current = ledger.current_snapshot()
+    if current is None:
+        return []
+    out = []
+    for snapshot in ancestors_of(current, ledger.metadata):
+        sequence = snapshot.sequence_number or 0
+        if sequence <= after_sequence:
+            break
+        props = snapshot.summary.additional_properties if snapshot.summary else {}
+        version = props.get(SPEC_VERSION_PROPERTY)
+        if sequence <= upto_sequence and version is not None:
+            out.append(LedgerCommit(snapshot.snapshot_id, int(version), snapshot.timestamp_ms))
+    return out
+
+
+def after_upsert(
+    spark: Any,
+    catalog: str,
+    iceberg_catalog: Any,
+    spec: TableSpec,
+    specs_dir: Path,
+    after_sequence: int,
+    upto_sequence: int,
+) -> CatchUp | None:
+    """Run after an upsert (with ``spec``) merged the ledger commits between two sequence
+    numbers into base."""
+    current = spec_on_disk(specs_dir, spec.name) or spec
+    ledger = load_table(iceberg_catalog, ledger_layout(current))
+    stale = [
+        c
+        for c in decoded_versions(ledger, after_sequence, upto_sequence)
+        if c.spec_version < current.spec_version
+    ]
+    if not stale:
+        return None
+    oldest = min(c.spec_version for c in stale)
+    # The upsert's own spec is the only older version at hand; rows of an even older one get
+    # every column checked (the backfill rewrites only values that differ).
+    columns = changed_columns(spec, current) if oldest == spec.spec_version else []
+    columns = columns or value_columns(current)
+    since = datetime.fromtimestamp(min(c.timestamp_ms for c in stale) / 1000, UTC)
+    result = backfill_from_ledger(spark, catalog, iceberg_catalog, current, columns, since)
+    return CatchUp(
+        current.name,
+        f"the upsert merged ledger rows decoded with v{oldest}; the spec is "
+        f"v{current.spec_version}",
+        oldest,
+        current.spec_version,
+        tuple(columns),
+        result,
+    )

@@ -1,0 +1,186 @@
+"""An ingest that decoded with the old spec commits after an evolution finished (issue 27).
+
+The race the daemon can run into, forced deterministically: an ingest run is started in a
+process of its own (as the daemon's run launcher starts one), with the spec it loaded (v1); it
+reads and decodes a batch that holds the source's new shape (a column added and a column
+widened past INT in one change) and is held just before its commit (hold point
+``ingest_before_commit``). Meanwhile the ``schema_changes`` sensor starts the evolution, which
+applies both changes and backfills; it finds nothing of the held batch. Released, the ingest
+commits rows with the new column null and the wide values as dead letters, then catches up
+(``pipeline.catch_up``); the upsert follows. Base must equal an independent replay of the topic
+under the final spec, with no dead letter left and no ledger coordinate twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import pytest
+
+from cdc_assets.demo.events import workload
+from cdc_assets.pipeline.failpoint import HOLD_ENV
+from cdc_assets.pipeline.tables import ensure_tables
+from cdc_assets.resources import IcebergCatalogResource, KafkaResource
+from cdc_assets.schema.layers import dead_letter_layout, ledger_layout
+from cdc_assets.settings import Settings
+from cdc_assets.spec.models import ColumnSpec
+from cdc_assets_tests.conftest import PROJECT_ROOT
+from cdc_assets_tests.integration.test_evolve import later, wide_logins
+from cdc_assets_tests.integration.test_ingest import read_table
+from cdc_assets_tests.integration.test_schema_evolution_flow import (
+    Table,
+    _cursors,
+    _tick,
+    schema_record,
+    with_column,
+    with_type,
+)
+from cdc_assets_tests.integration.test_upsert import assert_base_matches, expected_base, ingest
+
+pytestmark = pytest.mark.integration
+
+HELD_TIMEOUT_S = 300.0
+
+# The run worker: the project's definitions over the table's spec directory, the ingest job
+# executed as Dagster executes it; the run's materialization metadata printed as JSON.
+CHILD = """
+import json
+from datetime import UTC, datetime
+import dagster as dg
+from cdc_assets.definitions import build_defs
+from cdc_assets.resources import build_resources
+from cdc_assets.sensors.new_offsets import current_hour_key
+from cdc_assets.settings import load_settings
+
+settings = load_settings()
+resources = build_resources(settings)
+resources["spark"] = resources["spark"].model_copy(update={"master": "local[1]"})
+defs = build_defs(settings=settings, resource_overrides=resources)
+result = defs.resolve_job_def("ingest_ledgers").execute_in_process(
+    instance=dg.DagsterInstance.ephemeral(),
+    partition_key=current_hour_key(datetime.now(UTC)),
+)
+assert result.success
+# The run's own materialization comes last (one per further hour written may precede it).
+mat = result.asset_materializations_for_node("cdc__users")[-1]
+wanted = ("spec_version", "dead_letters", "catch_up_")
+values = {k: v.value for k, v in mat.metadata.items() if k.startswith(wanted)}
+print("METADATA " + json.dumps(values, default=str))
+"""
+
+
+def start_held_ingest(table: Table, hold_dir: Path) -> subprocess.Popen[str]:
+    env = {
+        **os.environ,
+        "CDC_ASSETS_HOME": str(table.settings.home),
+        "CDC_ASSETS_SPECS": str(table.specs_dir),
+        HOLD_ENV: f"ingest_before_commit={hold_dir}",
+    }
+    return subprocess.Popen(
+        [sys.executable, "-c", CHILD],
+        cwd=PROJECT_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_held(child: subprocess.Popen[str], hold_dir: Path) -> None:
+    deadline = time.monotonic() + HELD_TIMEOUT_S
+    while not (hold_dir / "ingest_before_commit.held").exists():
+        if child.poll() is not None:
+            out, err = child.communicate()
+            raise AssertionError(f"the ingest ended before its hold point:\n{out}\n{err[-4000:]}")
+        assert time.monotonic() < deadline, "the ingest never reached its hold point"
+        time.sleep(0.2)
+
+
+def test_an_ingest_committing_after_the_evolution_loses_no_value(
+    it_settings: Settings,
+    spark: Any,
+    iceberg: IcebergCatalogResource,
+    kafka: KafkaResource,
+    resources: dict[str, Any],
+    tmp_path: Path,
+) -> None:
+    _cursors.clear()
+    table = Table(it_settings, kafka, tmp_path)
+    v1 = table.v1
+    ensure_tables(spark, "lake", v1)
+    table.produce(workload(v1, random.Random(71), keys=30, events=90))
+    ingest(spark, iceberg, kafka, v1)
+    instance = dg.DagsterInstance.ephemeral()
+
+    # The source adds `phone` and widens login_count to BIGINT in one change; the rows after it
+    # carry phones and, every third, a login count beyond INT.
+    final = with_type(
+        with_column(v1, ColumnSpec(id=9, name="phone", type="varchar(32)"), "display_name"),
+        "login_count",
+        "bigint",
+    )
+    table.produce(
+        [
+            schema_record(
+                final,
+                "ALTER TABLE users ADD COLUMN phone varchar(32) AFTER display_name, "
+                "MODIFY login_count BIGINT NOT NULL DEFAULT 0",
+            )
+        ],
+        table.schema_topic,
+    )
+    table.produce(wide_logins(later(workload(final, random.Random(72), keys=30, events=90), 1)))
+
+    hold_dir = tmp_path / "hold"
+    hold_dir.mkdir()
+    child = start_held_ingest(table, hold_dir)
+    try:
+        wait_held(child, hold_dir)
+        # The daemon's sensor tick and the evolution it starts, while the ingest is held.
+        defs = table.defs(resources)
+        (request,) = _tick(defs, "schema_changes", instance, resources).run_requests
+        run = defs.resolve_job_def("evolve_schemas").execute_in_process(
+            instance=instance,
+            run_config=request.run_config,
+            asset_selection=list(request.asset_selection or []),
+        )
+        assert run.success
+        assert table.spec().spec_version == 2
+        (hold_dir / "ingest_before_commit.release").touch()
+        out, err = child.communicate(timeout=HELD_TIMEOUT_S)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert child.returncode == 0, err[-4000:]
+    line = next(x for x in out.splitlines() if x.startswith("METADATA "))
+    metadata = json.loads(line.removeprefix("METADATA "))
+    assert metadata["spec_version"] == 1  # it did decode with the old spec
+    assert metadata["dead_letters"] > 0  # the wide values, refused by v1
+    assert metadata["catch_up_versions"] == "1 -> 2"
+    assert metadata["catch_up_redriven"] == metadata["dead_letters"]
+    assert metadata["catch_up_ledger_rows"] > 0
+
+    # The upsert the ledger_updated sensor starts after the ingest, as Dagster runs it.
+    current = table.spec()
+    upsert = (
+        table.defs(resources).resolve_job_def("upsert_bases").execute_in_process(instance=instance)
+    )
+    assert upsert.success
+    assert_base_matches(current, iceberg, expected_base(current, kafka))
+    dead = read_table(iceberg, *_names(dead_letter_layout(current)))
+    assert dead == [], dead[:3]
+    ledger = read_table(iceberg, *_names(ledger_layout(current)))
+    coordinates = [(r["_kafka_partition"], r["_kafka_offset"]) for r in ledger]
+    assert len(coordinates) == len(set(coordinates)), "a Kafka record is in the ledger twice"
+
+
+def _names(layout: Any) -> tuple[str, str]:
+    return layout.namespace, layout.name
