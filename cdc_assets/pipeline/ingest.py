@@ -20,6 +20,12 @@ from typing import Any
 from cdc_assets.errors import CdcAssetsError
 from cdc_assets.pipeline.batch_cache import cached_batch
 from cdc_assets.pipeline.failpoint import armed, failpoint, hold
+from cdc_assets.pipeline.ledger_commit import (
+    LedgerMovedError,
+    append_if_unchanged,
+    remove_stale_branches,
+    start_snapshot,
+)
 from cdc_assets.pipeline.offsets import (
     COUNTS_PROPERTY,
     KIND_PROPERTY,
@@ -334,6 +340,10 @@ def _counts_json(result: IngestResult) -> str:
     )
 
 
+# Starts over after a refused ledger commit (another commit came first) at most this often.
+MOVED_RETRIES = 5
+
+
 def plan_offsets(
     partitions: list[PartitionOffsets], committed: dict[int, int], topic: str
 ) -> tuple[dict[int, int], dict[int, int]]:
@@ -354,10 +364,30 @@ def plan_offsets(
 def ingest_incremental(
     spark: Any, catalog: str, iceberg_catalog: Any, kafka: KafkaResource, spec: TableSpec
 ) -> IngestResult:
-    """Consume everything new on the spec's topic into its ledger and dead-letter tables."""
+    """Consume everything new on the spec's topic into its ledger and dead-letter tables.
+
+    Exactly once without a lock (``pipeline.ledger_commit``): the ledger commit is published
+    only if nothing reached the ledger since this run read its offsets; otherwise the run starts
+    over from the offsets committed then."""
+    for attempt in range(1, MOVED_RETRIES + 1):
+        try:
+            return _ingest_once(spark, catalog, iceberg_catalog, kafka, spec)
+        except LedgerMovedError:
+            if attempt == MOVED_RETRIES:
+                raise
+            time.sleep(0.2 * attempt)
+    raise AssertionError("unreachable")
+
+
+def _ingest_once(
+    spark: Any, catalog: str, iceberg_catalog: Any, kafka: KafkaResource, spec: TableSpec
+) -> IngestResult:
     started = time.monotonic()
     layout = ledger_layout(spec)
-    table = iceberg_catalog.load_table(f"{layout.namespace}.{layout.name}")
+    identifier = f"{layout.namespace}.{layout.name}"
+    table = iceberg_catalog.load_table(identifier)
+    expected = start_snapshot(table)  # the offsets below are this snapshot's
+    remove_stale_branches(table)
     committed = committed_offsets(table, spec.source.topic)
     start, end = plan_offsets(kafka.topic_offsets(spec.source.topic), committed, spec.source.topic)
     result = IngestResult(spec.name, "incremental", start, end)
@@ -376,23 +406,26 @@ def ingest_incremental(
         rows = ledger_rows(classified, spec)
         if armed("during_ledger_write"):
             rows = _kill_during_write(rows)
-        (
-            rows.writeTo(ledger_identifier(catalog, spec))
-            .option(f"snapshot-property.{OFFSETS_PROPERTY}", encode_offsets(end))
-            .option(f"snapshot-property.{START_OFFSETS_PROPERTY}", encode_offsets(start))
-            .option(f"snapshot-property.{COUNTS_PROPERTY}", _counts_json(result))
-            .option(f"snapshot-property.{KIND_PROPERTY}", "incremental")
-            .option(f"snapshot-property.{SPEC_VERSION_PROPERTY}", str(spec.spec_version))
-            .option(f"snapshot-property.{TOPIC_PROPERTY}", spec.source.topic)
-            # Each task writes its own files: a batch mostly falls into one or two hours, and
-            # hash distribution by dt/hr would funnel it through one task.
-            .option("distribution-mode", "none")
-            .append()
+
+        def write(target: str) -> None:
+            (
+                rows.writeTo(target)
+                .option(f"snapshot-property.{OFFSETS_PROPERTY}", encode_offsets(end))
+                .option(f"snapshot-property.{START_OFFSETS_PROPERTY}", encode_offsets(start))
+                .option(f"snapshot-property.{COUNTS_PROPERTY}", _counts_json(result))
+                .option(f"snapshot-property.{KIND_PROPERTY}", "incremental")
+                .option(f"snapshot-property.{SPEC_VERSION_PROPERTY}", str(spec.spec_version))
+                .option(f"snapshot-property.{TOPIC_PROPERTY}", spec.source.topic)
+                # Each task writes its own files: a batch mostly falls into one or two hours,
+                # and hash distribution by dt/hr would funnel it through one task.
+                .option("distribution-mode", "none")
+                .append()
+            )
+
+        result.snapshot_id = append_if_unchanged(
+            iceberg_catalog, identifier, ledger_identifier(catalog, spec), expected, write
         )
         failpoint("after_ledger_commit")
-    table = iceberg_catalog.load_table(f"{layout.namespace}.{layout.name}")
-    snapshot = table.current_snapshot()
-    result.snapshot_id = snapshot.snapshot_id if snapshot else None
     result.seconds = time.monotonic() - started
     return result
 
