@@ -340,12 +340,15 @@ def _partitioning(tbl: Any) -> str:
 
 def report_tables(settings: Settings) -> Table:
     """What exists in the catalog for each spec, read independently with pyiceberg."""
+    from cdc_assets.assets.metadata import live_rows
     from cdc_assets.resources import build_resources
     from cdc_assets.schema.layers import all_layouts
     from cdc_assets.spec import load_specs
 
     catalog = build_resources(settings)["iceberg"].load_catalog()
-    table = Table("spec", "layer", "iceberg table", "columns", "partitioning", "snapshots", "rows")
+    table = Table(
+        "spec", "layer", "iceberg table", "columns", "partitioning", "snapshots", "live rows"
+    )
     for spec in load_specs(settings.specs_dir):
         for layer, layout in all_layouts(spec).items():
             ident = f"{layout.namespace}.{layout.name}"
@@ -354,7 +357,10 @@ def report_tables(settings: Settings) -> Table:
                 continue
             tbl = catalog.load_table(ident)
             snap = tbl.current_snapshot()
-            rows = snap.summary.get("total-records", "0") if snap and snap.summary else "0"
+            # Live rows: data rows less merge-on-read deletes (total-records alone counts every
+            # version an upsert replaced).
+            live = live_rows(snap.summary.additional_properties) if snap and snap.summary else 0
+            rows = 0 if live is None else live
             table.add_row(
                 spec.name,
                 layer,

@@ -85,7 +85,8 @@ def build_ledger_asset(
                 session, spark.catalog.name, catalog, spec, specs_dir, started_at
             )
             if caught is not None:
-                context.log.warning(f"{spec.name}: {caught.reason}; caught up {caught.metadata()}")
+                log = context.log.warning if caught.changed else context.log.info
+                log(f"{spec.name}: {caught.reason}; caught up {caught.metadata()}")
                 metadata.update(caught.metadata())
         ledger = catalog.load_table(f"{spec.sink.namespace}.{ledger_layout(spec).name}")
         metadata.update(commit_metadata(ledger, result.snapshot_id))

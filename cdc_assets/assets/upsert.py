@@ -155,7 +155,8 @@ def build_upsert_assets(
                 result.to_state.ledger_sequence,
             )
             if caught is not None:
-                context.log.warning(f"{spec.name}: {caught.reason}; caught up {caught.metadata()}")
+                log = context.log.warning if caught.changed else context.log.info
+                log(f"{spec.name}: {caught.reason}; caught up {caught.metadata()}")
                 meta.update(caught.metadata())
         table = load_table(catalog, base_layout(spec))
         meta.update({k: v for k, v in commit_metadata(table).items() if k.startswith("dagster/")})

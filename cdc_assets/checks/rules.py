@@ -215,11 +215,19 @@ def schema_drift_verdict(
     return _verdict(failures, "Iceberg tables match the spec", meta)
 
 
-def dead_letter_rate_verdict(read: int, dead: int, commits: int, *, max_rate: float) -> Verdict:
-    rate = dead / read if read else 0.0
+def dead_letter_rate_verdict(
+    read: int, dead: int, commits: int, *, max_rate: float, waiting: int | None = None
+) -> Verdict:
+    """``dead`` records became dead letters out of ``read`` over ``commits`` ingests; ``waiting``
+    of them are still in the dead-letter table (None: unknown, all). The rate that warns is of
+    those still waiting: after a redrive there is nothing left to advise."""
+    waiting = dead if waiting is None else waiting
+    rate = waiting / read if read else 0.0
     meta: dict[str, object] = {
         "records_read": read,
         "dead_letters": dead,
+        "dead_letters_waiting": waiting,
+        "redriven": dead - waiting,
         "ingest_commits": commits,
         "dead_letter_rate": round(rate, 6),
         "max_dead_letter_rate": max_rate,
@@ -229,11 +237,50 @@ def dead_letter_rate_verdict(read: int, dead: int, commits: int, *, max_rate: fl
         failures.append(
             (
                 "WARN",
-                f"{dead} of {read} records ({rate:.2%}) became dead letters over the last "
-                f"{commits} ingests (limit {max_rate:.2%}); fix and `cdc-assets redrive`",
+                f"{waiting} of {read} records ({rate:.2%}) read by the last {commits} ingests "
+                f"are dead letters (limit {max_rate:.2%}); fix and `cdc-assets redrive`",
             )
         )
-    return _verdict(failures, f"{rate:.2%} dead letters over {commits} ingests", meta)
+    done = f", {dead - waiting} of them redriven since" if dead > waiting else ""
+    return _verdict(failures, f"{rate:.2%} dead letters waiting over {commits} ingests{done}", meta)
+
+
+@dataclass(frozen=True)
+class ImageMismatches:
+    """Typed values that disagree with the raw row images the ledger keeps."""
+
+    ledger_rows: int  # ledger rows with a row image that were compared
+    ledger: Mapping[str, int]  # column -> ledger rows whose image holds another value
+    ledger_examples: Sequence[str] = ()
+    base: int = 0  # base rows holding a change whose ledger row has another value
+    base_examples: Sequence[str] = ()
+    since: str | None = None  # the oldest ledger dt compared (None: all)
+
+
+def image_values_verdict(m: ImageMismatches) -> Verdict:
+    """Fail (ERROR) when a row image holds a value that its typed ledger row, or the base row
+    holding that change, lacks or holds otherwise: a value lost on the way (say, decoded with an
+    older spec and never backfilled). `cdc-assets backfill <table> --column <c>` recovers it."""
+    wrong = {c: n for c, n in m.ledger.items() if n}
+    meta: dict[str, object] = {
+        "ledger_rows_compared": m.ledger_rows,
+        "ledger_mismatches": dict(wrong),
+        "base_mismatches": m.base,
+        "examples": [*m.ledger_examples, *m.base_examples],
+        "since_dt": m.since or "all",
+    }
+    failures: list[tuple[Severity, str]] = []
+    if wrong:
+        listed = ", ".join(f"{c} ({n})" for c, n in sorted(wrong.items()))
+        failures.append(("ERROR", f"ledger rows whose row image holds another value: {listed}"))
+    if m.base:
+        failures.append(("ERROR", f"{m.base} base rows lack a value their ledger change holds"))
+    if failures and wrong:
+        columns = " ".join(f"--column {c}" for c in sorted(wrong))
+        failures.append(("ERROR", f"recover with `cdc-assets backfill <table> {columns}`"))
+    return _verdict(
+        failures, f"{m.ledger_rows} row images agree with their ledger and base rows", meta
+    )
 
 
 def row_count_verdict(base_rows: int, source_rows: int, pending: int) -> Verdict:

@@ -81,12 +81,12 @@ def build_table_checks(
         f"ingests (warn above {limits.max_dead_letter_rate:.2%}).",
     )
     def dead_letter_rate(iceberg: IcebergCatalogResource) -> dg.AssetCheckResult:
-        read, dead, commits = health.dead_letter_counts(
+        read, dead, commits, waiting = health.dead_letter_counts(
             iceberg.load_catalog(), spec, limits.dead_letter_commits
         )
         return check_result(
             rules.dead_letter_rate_verdict(
-                read, dead, commits, max_rate=limits.max_dead_letter_rate
+                read, dead, commits, max_rate=limits.max_dead_letter_rate, waiting=waiting
             )
         )
 
@@ -137,6 +137,20 @@ def build_table_checks(
                 now=datetime.now(UTC),
             )
         )
+
+    @dg.asset_check(
+        asset=base,
+        name="image_values",
+        description="Typed values agree with the raw row images the ledger keeps: no ledger row "
+        "whose image holds a value its column lacks or holds otherwise, no base row lacking a "
+        f"value of the ledger change it holds (ledger partitions of the last "
+        f"{spec.base.lookback_hours} h). Catches values lost to a spec that did not know them.",
+    )
+    def image_values(spark: SparkResource, iceberg: IcebergCatalogResource) -> dg.AssetCheckResult:
+        found = health.image_mismatches(
+            spark.get_session(), spark.catalog.name, iceberg.load_catalog(), spec
+        )
+        return check_result(rules.image_values_verdict(found))
 
     @dg.asset_check(
         asset=base,
@@ -201,6 +215,7 @@ def build_table_checks(
         dead_letter_rate,
         ledger_null_counts,
         null_counts,
+        image_values,
         primary_key_unique,
         watermark_lag,
         schema_drift,

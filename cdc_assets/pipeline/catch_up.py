@@ -57,6 +57,12 @@ class CatchUp:
     columns: tuple[str, ...]
     backfill: BackfillResult
 
+    @property
+    def changed(self) -> bool:
+        """Whether the backfill found values to recover (else it only confirmed none were lost)."""
+        b = self.backfill
+        return bool(b.ledger_rows_updated or b.base_rows_updated or b.redriven)
+
     def metadata(self) -> dict[str, Any]:
         return {
             "catch_up_reason": self.reason,
@@ -68,13 +74,20 @@ class CatchUp:
         }
 
 
-def spec_on_disk(specs_dir: Path, table: str) -> TableSpec | None:
-    """The table's spec as the spec directory holds it now (None: no such file)."""
-    path = specs_dir / f"{table}.yaml"
+def spec_on_disk(specs_dir: Path, spec: TableSpec) -> TableSpec | None:
+    """The spec's newest version as the spec directory holds it now (None: no such file, or a
+    file of the same name that describes another table: definitions built from specs of their
+    own, not the directory's)."""
     try:
-        return load_spec(path)
+        found = load_spec(specs_dir / f"{spec.name}.yaml")
     except (FileNotFoundError, SpecError):
         return None
+    same_table = (
+        found.source.topic == spec.source.topic
+        and found.sink.namespace == spec.sink.namespace
+        and (found.sink.table or found.name) == (spec.sink.table or spec.name)
+    )
+    return found if same_table else None
 
 
 def after_ingest(
@@ -86,7 +99,7 @@ def after_ingest(
     started_at: datetime,
 ) -> CatchUp | None:
     """Run after an ingest committed rows decoded with ``decoded_with``."""
-    current = spec_on_disk(specs_dir, decoded_with.name)
+    current = spec_on_disk(specs_dir, decoded_with)
     if current is None or current.spec_version <= decoded_with.spec_version:
         return None
     columns = changed_columns(decoded_with, current)
@@ -142,7 +155,7 @@ def after_upsert(
 ) -> CatchUp | None:
     """Run after an upsert (with ``spec``) merged the ledger commits between two sequence
     numbers into base."""
-    current = spec_on_disk(specs_dir, spec.name) or spec
+    current = spec_on_disk(specs_dir, spec) or spec
     ledger = load_table(iceberg_catalog, ledger_layout(current))
     stale = [
         c

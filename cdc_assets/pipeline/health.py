@@ -7,13 +7,30 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from cdc_assets.checks.rules import DuplicateKeys, KafkaLag, NullCounts, WatermarkLag
-from cdc_assets.pipeline.offsets import COUNTS_PROPERTY, OFFSETS_PROPERTY
+from cdc_assets.checks.rules import (
+    DuplicateKeys,
+    ImageMismatches,
+    KafkaLag,
+    NullCounts,
+    WatermarkLag,
+)
+from cdc_assets.pipeline.offsets import (
+    COUNTS_PROPERTY,
+    OFFSETS_PROPERTY,
+    START_OFFSETS_PROPERTY,
+    decode_offsets,
+)
 from cdc_assets.pipeline.topic import observe_topic
 from cdc_assets.pipeline.watermark import base_state
 from cdc_assets.resources.kafka import KafkaResource
 from cdc_assets.schema.drift import LiveColumn, layout_differences
-from cdc_assets.schema.layers import TableLayout, all_layouts, base_layout, ledger_layout
+from cdc_assets.schema.layers import (
+    TableLayout,
+    all_layouts,
+    base_layout,
+    dead_letter_layout,
+    ledger_layout,
+)
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.sql.checks import (
     AddedColumnProbe,
@@ -113,6 +130,57 @@ def ledger_null_counts(
     ), hours
 
 
+def image_mismatches(
+    spark: Any, catalog: str, iceberg_catalog: Any, spec: TableSpec, *, examples: int = 5
+) -> ImageMismatches:
+    """Compare the typed values of the ledger with its row images (decoded as the ingest decodes
+    them under ``spec``), and base with the ledger changes it holds, over the ledger partitions
+    of the upsert's lookback before now."""
+    from cdc_assets.pipeline.evolve import _readable_snapshot
+    from cdc_assets.schema.recover import value_columns
+    from cdc_assets.sql.backfill import (
+        backfill_min_dt,
+        render_image_mismatch_counts,
+        render_image_mismatch_examples,
+        render_ledger_values,
+        render_position_count,
+        render_position_examples,
+    )
+
+    columns = value_columns(spec)
+    ledger_l = ledger_layout(spec)
+    snapshot = _readable_snapshot(_load(iceberg_catalog, ledger_l))
+    since = backfill_min_dt(datetime.now(UTC), spec.base.lookback_hours)
+    if snapshot is None or not columns:
+        return ImageMismatches(0, {}, since=since)
+    ledger = table_identifier(catalog, ledger_l)
+    values = render_ledger_values(spec, ledger, snapshot, columns, min_dt=since)
+    counts = spark.sql(render_image_mismatch_counts(values, columns)).collect()[0]
+    compared = int(spark.sql(f"SELECT count(*) AS n FROM ({values}) AS v").collect()[0]["n"])
+    per_column = {c: int(counts[c]) for c in columns}
+    ledger_examples: list[str] = []
+    if any(per_column.values()):
+        ledger_examples = [
+            f"ledger p{r['_kafka_partition']}@{r['_kafka_offset']}: {r['mismatch']}"
+            for r in spark.sql(render_image_mismatch_examples(values, columns, examples)).collect()
+        ]
+    base = table_identifier(catalog, base_layout(spec))
+    base_count = int(
+        spark.sql(
+            render_position_count(spec, base, ledger, snapshot, columns, min_dt=since)
+        ).collect()[0]["n"]
+    )
+    base_examples: list[str] = []
+    if base_count:
+        sql = render_position_examples(
+            spec, base, ledger, snapshot, columns, min_dt=since, limit=examples
+        )
+        base_examples = [f"base {r['key']}: {r['mismatch']}" for r in spark.sql(sql).collect()]
+    return ImageMismatches(
+        compared, per_column, ledger_examples, base_count, base_examples, since=since
+    )
+
+
 def duplicate_keys(spark: Any, catalog: str, spec: TableSpec, sample: int = 5) -> DuplicateKeys:
     table = table_identifier(catalog, base_layout(spec))
     keys = [c.sink_name for c in spec.key_columns]
@@ -151,16 +219,24 @@ def kafka_lag(kafka: KafkaResource, iceberg_catalog: Any, spec: TableSpec) -> Ka
     return KafkaLag(sum(obs.lag.values()), obs.retention_headroom_s, obs.retention_ms)
 
 
-def dead_letter_counts(iceberg_catalog: Any, spec: TableSpec, commits: int) -> tuple[int, int, int]:
-    """(records read, dead letters, ingest commits) over the newest ``commits`` ingest commits
-    of the ledger's current lineage."""
+def dead_letter_counts(
+    iceberg_catalog: Any, spec: TableSpec, commits: int
+) -> tuple[int, int, int, int]:
+    """(records read, dead letters at ingest, ingest commits, dead letters still waiting) over
+    the newest ``commits`` ingest commits of the ledger's current lineage. Still waiting: those
+    of the commits' offset ranges the dead-letter table holds now (a redrive took the others)."""
+    from pyiceberg import expressions as ex
     from pyiceberg.table.snapshots import ancestors_of
 
     table = _load(iceberg_catalog, ledger_layout(spec))
     current = table.current_snapshot()
     read = dead = seen = 0
     if current is None:
-        return 0, 0, 0
+        return 0, 0, 0, 0
+    ranges: list[Any] = []
+    eq: Any = ex.EqualTo
+    ge: Any = ex.GreaterThanOrEqual
+    lt: Any = ex.LessThan
     for snapshot in ancestors_of(current, table.metadata):
         props = snapshot.summary.additional_properties if snapshot.summary else {}
         if OFFSETS_PROPERTY not in props or COUNTS_PROPERTY not in props:
@@ -168,10 +244,21 @@ def dead_letter_counts(iceberg_catalog: Any, spec: TableSpec, commits: int) -> t
         counts = json.loads(props[COUNTS_PROPERTY])
         read += int(counts.get("read", 0))
         dead += int(counts.get("dead", 0))
+        if int(counts.get("dead", 0)):
+            start = decode_offsets(props.get(START_OFFSETS_PROPERTY, "{}"))
+            for p, o in decode_offsets(props[OFFSETS_PROPERTY]).items():
+                ranges.append(
+                    ex.And(eq("partition", p), ge("offset", start.get(p, 0)), lt("offset", o))
+                )
         seen += 1
         if seen >= commits:
             break
-    return read, dead, seen
+    waiting = 0
+    if ranges:
+        dlt = _load(iceberg_catalog, dead_letter_layout(spec))
+        row_filter = ranges[0] if len(ranges) == 1 else ex.Or(*ranges)
+        waiting = dlt.scan(row_filter=row_filter, selected_fields=("offset",)).to_arrow().num_rows
+    return read, dead, seen, waiting
 
 
 def _type_name(iceberg_type: Any) -> str:

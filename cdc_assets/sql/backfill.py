@@ -125,8 +125,9 @@ def render_ledger_values(
     )
     names = ", ".join(quote(p.sink_name) for p in plans)
     rejected = " OR ".join(f"__rejected{i}" for i in range(len(plans)))
+    olds = ", ".join(_old(i) for i in range(len(plans)))
     return (
-        f"SELECT dt, hr, _kafka_partition, _kafka_offset, {names}, "
+        f"SELECT dt, hr, _kafka_partition, _kafka_offset, {names}, {olds}, "
         f"nullif(concat_ws(',', __old_unavailable, {added}), '') AS _unavailable, "
         f"({' OR '.join(changed)}) AS __changed, ({rejected}) AS __rejected FROM ({sql}) AS w"
     )
@@ -137,6 +138,36 @@ def render_ledger_counts(values: str) -> str:
     return (
         "SELECT count_if(__changed) AS changed, count_if(__rejected) AS rejected "
         f"FROM ({values}) AS c"
+    )
+
+
+def _image_differs(i: int, column: str) -> str:
+    return f"({quote(column)} IS NOT NULL AND NOT ({quote(column)} <=> {_old(i)}))"
+
+
+def _shown(expr: str) -> str:
+    return f"coalesce(substr(cast({expr} AS STRING), 1, 40), 'null')"
+
+
+def render_image_mismatch_counts(values: str, columns: Sequence[str]) -> str:
+    """One row: per column (of a `render_ledger_values` query over ``columns``), the ledger rows
+    whose row image holds a value the typed column lacks or holds otherwise."""
+    counts = [f"count_if({_image_differs(i, c)}) AS {quote(c)}" for i, c in enumerate(columns)]
+    return f"SELECT {', '.join(counts)} FROM ({values}) AS m"
+
+
+def render_image_mismatch_examples(values: str, columns: Sequence[str], limit: int = 5) -> str:
+    """Up to ``limit`` such ledger rows: Kafka coordinates and what differs, as text."""
+    parts = ", ".join(
+        f"CASE WHEN {_image_differs(i, c)} THEN concat({literal(c + ': image ')}, "
+        f"{_shown(quote(c))}, ' row ', {_shown(_old(i))}) END"
+        for i, c in enumerate(columns)
+    )
+    any_differs = " OR ".join(_image_differs(i, c) for i, c in enumerate(columns))
+    return (
+        "SELECT _kafka_partition, _kafka_offset, "
+        f"concat_ws('; ', {parts}) AS mismatch FROM ({values}) AS m "
+        f"WHERE {any_differs} ORDER BY _kafka_partition, _kafka_offset LIMIT {int(limit)}"
     )
 
 
@@ -204,6 +235,32 @@ def render_position_update(
     return (
         f"MERGE INTO {target} t USING ({source}) s ON {_position_match(spec)} "
         f"WHEN MATCHED AND ({_differs(columns)}) THEN UPDATE SET {sets}"
+    )
+
+
+def render_position_examples(
+    spec: TableSpec,
+    target: str,
+    ledger: str,
+    snapshot_id: int,
+    columns: Sequence[str],
+    *,
+    min_dt: str | None = None,
+    limit: int = 5,
+) -> str:
+    """Up to ``limit`` rows `render_position_update` would rewrite: key and what differs."""
+    source = _position_source(spec, ledger, snapshot_id, columns, min_dt)
+    keys = ", ".join(f"t.{quote(k)}" for k in key_names(spec))
+    parts = ", ".join(
+        f"CASE WHEN s.{quote(c)} IS NOT NULL AND NOT (t.{quote(c)} <=> s.{quote(c)}) THEN "
+        f"concat({literal(c + ': ledger ')}, {_shown('s.' + quote(c))}, ' base ', "
+        f"{_shown('t.' + quote(c))}) END"
+        for c in columns
+    )
+    return (
+        f"SELECT to_json(struct({keys})) AS key, concat_ws('; ', {parts}) AS mismatch "
+        f"FROM {target} t JOIN ({source}) s ON {_position_match(spec)} "
+        f"WHERE {_differs(columns)} LIMIT {int(limit)}"
     )
 
 

@@ -104,7 +104,7 @@ def test_table_checks_schedule_runs_every_check_on_its_cron(tmp_path: Path) -> N
         assert schedule.default_status == dg.DefaultScheduleStatus.RUNNING
         job = defs.resolve_job_def("check_tables")
         checks = job.asset_layer.asset_graph.asset_check_keys
-        assert len(checks) == len(TABLES) * 8
+        assert len(checks) == len(TABLES) * len(TABLE_CHECKS)
 
 
 def test_ledgers_share_hourly_partitions(defs: dg.Definitions) -> None:
@@ -123,6 +123,7 @@ TABLE_CHECKS = {
     "cdc/{t}:dead_letter_rate",
     "cdc/{t}:ledger_null_counts",
     "base/{t}:null_counts",
+    "base/{t}:image_values",
     "base/{t}:primary_key_unique",
     "base/{t}:watermark_lag",
     "base/{t}:schema_drift",

@@ -152,6 +152,12 @@ def test_dead_letter_rate_and_row_count() -> None:
     v = rules.dead_letter_rate_verdict(1000, 11, 3, max_rate=0.01)
     assert not v.passed
     assert v.severity == "WARN"
+    # after a redrive took them, nothing is left to advise
+    done = rules.dead_letter_rate_verdict(1000, 11, 3, max_rate=0.01, waiting=0)
+    assert done.passed
+    assert done.summary == "0.00% dead letters waiting over 3 ingests, 11 of them redriven since"
+    assert done.metadata["redriven"] == 11
+    assert not rules.dead_letter_rate_verdict(1000, 30, 3, max_rate=0.01, waiting=20).passed
     assert rules.row_count_verdict(5, 5, 0).passed
     off = rules.row_count_verdict(4, 5, 2)
     assert not off.passed
@@ -212,3 +218,28 @@ def test_pending_filter_and_ledger_filter() -> None:
         "(_kafka_partition = 1 AND _kafka_offset < 5))"
     )
     assert sql.ledger_image_filter([]).endswith("AND (false)")
+
+
+def test_image_values_fail_with_the_columns_and_examples() -> None:
+    clean = rules.image_values_verdict(rules.ImageMismatches(120, {"phone": 0, "score": 0}))
+    assert clean.passed
+    assert clean.summary == "120 row images agree with their ledger and base rows"
+    lost = rules.image_values_verdict(
+        rules.ImageMismatches(
+            120,
+            {"phone": 150, "score": 0},
+            ["ledger p0@7: phone: image +1-555 row null"],
+            3,
+            ['base {"id":7}: phone: ledger +1-555 base null'],
+            since="2026-11-24",
+        )
+    )
+    assert not lost.passed
+    assert lost.severity == "ERROR"
+    assert "phone (150)" in lost.summary
+    assert "3 base rows" in lost.summary
+    assert "cdc-assets backfill <table> --column phone" in lost.summary
+    assert lost.metadata["examples"] == [
+        "ledger p0@7: phone: image +1-555 row null",
+        'base {"id":7}: phone: ledger +1-555 base null',
+    ]
