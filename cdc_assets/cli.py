@@ -660,8 +660,8 @@ def _cmd_redrive(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _cmd_checks(settings: Settings, args: argparse.Namespace) -> int:
-    """Every asset check against the live tables (with --demo, after a fresh demo run);
-    1 when any error-severity check fails."""
+    """Every asset check against the live tables (with --demo, after a fresh run of the
+    generated-events demo, `cdc-assets run --generator`); 1 when any error-severity check fails."""
     import json
 
     from cdc_assets.checks.runner import run_checks
@@ -894,7 +894,10 @@ def build_parser() -> argparse.ArgumentParser:
     checks.add_argument("--check", action="append", help="only this check name (repeatable)")
     checks.add_argument("--json", help="also write the outcomes to this JSON file")
     checks.add_argument(
-        "--demo", action="store_true", help="first run the demo (`cdc-assets run`): CI's check"
+        "--demo",
+        action="store_true",
+        help="first run the generated-events demo (`cdc-assets run --generator`, no databases): "
+        "what the test suite checks once per session",
     )
     checks.add_argument("--events", type=int, default=2000, help="with --demo: events per table")
     checks.set_defaults(fn=_cmd_checks)

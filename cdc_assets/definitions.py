@@ -9,7 +9,7 @@ import dagster as dg
 
 from cdc_assets.assets.factory import build_table_assets
 from cdc_assets.checks.table_checks import build_table_checks
-from cdc_assets.jobs.checks import build_check_job, build_check_schedule
+from cdc_assets.jobs.checks import build_check_job, build_check_schedules
 from cdc_assets.jobs.evolve import (
     build_drift_job,
     build_drift_schedule,
@@ -52,17 +52,22 @@ def build_defs(
         s.name: url for s in specs if (url := settings.source_url_of(s.source)) is not None
     }
     drift_job = build_drift_job(specs, settings.specs_dir, source_urls)
+    asset_checks = [
+        check
+        for spec in specs
+        for check in build_table_checks(spec, settings.source_url_of(spec.source))
+    ]
+    check_keys: dict[str, list[dg.AssetCheckKey]] = {}
+    for checks_def in asset_checks:
+        for key in checks_def.check_keys:
+            check_keys.setdefault(key.asset_key.path[-1], []).append(key)
     check_job = build_check_job()
     return dg.Definitions(
         assets=assets,
         # Every step needs the Spark session: in one process per run the driver starts once and
         # the steps share it, where Dagster's default would start a process and a driver per step.
         executor=dg.in_process_executor,
-        asset_checks=[
-            check
-            for spec in specs
-            for check in build_table_checks(spec, settings.source_url_of(spec.source))
-        ],
+        asset_checks=asset_checks,
         jobs=[
             build_onboard_job(specs),
             ingest_job,
@@ -75,7 +80,12 @@ def build_defs(
         schedules=[
             build_maintenance_schedule(specs, maintenance_job),
             build_drift_schedule(drift_job),
-            build_check_schedule(check_job, settings.checks_cron),
+            *build_check_schedules(
+                check_job,
+                {s.name: s.schedule.cron for s in specs},
+                check_keys,
+                settings.checks_cron,
+            ),
         ],
         sensors=[
             build_new_offsets_sensor(specs, ingest_job),

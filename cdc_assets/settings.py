@@ -27,10 +27,9 @@ ENV_WAREHOUSE = "CDC_ASSETS_WAREHOUSE"
 ENV_KAFKA_BOOTSTRAP = "CDC_ASSETS_KAFKA_BOOTSTRAP"
 ENV_KAFKA_PORT = "CDC_ASSETS_KAFKA_PORT"
 ENV_PARTITIONS_START = "CDC_ASSETS_PARTITIONS_START"
-# Cron of the `table_checks` schedule: the checks that scan whole tables run on this cadence, not
-# after every micro-batch of the sensors' runs.
+# Cron of the `table_checks` schedule for every table, over each spec's `schedule.cron`: the
+# checks that scan whole tables run on this cadence, not after every micro-batch of the sensors.
 ENV_CHECKS_CRON = "CDC_ASSETS_CHECKS_CRON"
-DEFAULT_CHECKS_CRON = "*/15 * * * *"
 # CDC_ASSETS_SOURCE_URL_<SERVER>_<DATABASE>, CDC_ASSETS_SOURCE_URL_<CONNECTOR>_<DATABASE> or
 # CDC_ASSETS_SOURCE_URL_<DATABASE>, looked up in that order: a JDBC URL of a source database, for
 # the checks that compare with the source (row counts, schema drift) and the drift check. SERVER is
@@ -71,7 +70,7 @@ class Settings:
     partitions_start: str = "2026-01-01-00:00"
     source_urls: dict[str, str] = field(default_factory=dict)  # variable name -> JDBC URL
     spark_remote: str | None = None
-    checks_cron: str = DEFAULT_CHECKS_CRON
+    checks_cron: str | None = None  # None: each spec's schedule.cron
 
     def source_url(
         self, database: str, connector: str | None = None, server: str | None = None
@@ -122,5 +121,5 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         partitions_start=env.get(ENV_PARTITIONS_START, "2026-01-01-00:00"),
         source_urls={k: v for k, v in env.items() if k.startswith(ENV_SOURCE_URL_PREFIX) and v},
         spark_remote=env.get(ENV_SPARK_REMOTE) or None,
-        checks_cron=env.get(ENV_CHECKS_CRON) or DEFAULT_CHECKS_CRON,
+        checks_cron=env.get(ENV_CHECKS_CRON) or None,
     )

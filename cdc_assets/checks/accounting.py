@@ -7,6 +7,7 @@ from typing import Any
 
 import dagster as dg
 
+from cdc_assets.checks.failsafe import failsafe
 from cdc_assets.pipeline.offsets import (
     COUNTS_PROPERTY,
     START_OFFSETS_PROPERTY,
@@ -28,6 +29,7 @@ def build_accounting_check(spec: TableSpec) -> dg.AssetChecksDefinition:
         "and the ledger and dead-letter tables hold each kept record of its range once "
         "(redriven dead letters count in the ledger).",
     )
+    @failsafe
     def offsets_accounted(iceberg: IcebergCatalogResource) -> dg.AssetCheckResult:
         from pyiceberg import expressions as ex
 

@@ -15,6 +15,7 @@ import dagster as dg
 
 from cdc_assets.checks import rules
 from cdc_assets.checks.accounting import build_accounting_check
+from cdc_assets.checks.failsafe import failsafe
 from cdc_assets.pipeline import health
 from cdc_assets.resources.iceberg import IcebergCatalogResource
 from cdc_assets.resources.kafka import KafkaResource
@@ -62,6 +63,7 @@ def build_table_checks(
         description="Records the ledger has not read, and how long before the oldest of them "
         f"falls out of Kafka's retention (error under {limits.min_retention_headroom_hours} h).",
     )
+    @failsafe
     def kafka_lag_retention(
         kafka: KafkaResource, iceberg: IcebergCatalogResource
     ) -> dg.AssetCheckResult:
@@ -80,6 +82,7 @@ def build_table_checks(
         description=f"Dead letters per record read over the last {limits.dead_letter_commits} "
         f"ingests (warn above {limits.max_dead_letter_rate:.2%}).",
     )
+    @failsafe
     def dead_letter_rate(iceberg: IcebergCatalogResource) -> dg.AssetCheckResult:
         read, dead, commits, waiting = health.dead_letter_counts(
             iceberg.load_catalog(), spec, limits.dead_letter_commits
@@ -96,6 +99,7 @@ def build_table_checks(
         description=f"Nulls per column in the row images of the newest "
         f"{limits.ledger_partitions} ledger partitions (NOT NULL columns must have none).",
     )
+    @failsafe
     def ledger_null_counts(
         spark: SparkResource, iceberg: IcebergCatalogResource
     ) -> dg.AssetCheckResult:
@@ -123,6 +127,7 @@ def build_table_checks(
         f"limits, and no column added more than {sla} min ago still null in every row "
         "changed since.",
     )
+    @failsafe
     def null_counts(spark: SparkResource, iceberg: IcebergCatalogResource) -> dg.AssetCheckResult:
         counts = health.base_null_counts(
             spark.get_session(), spark.catalog.name, iceberg.load_catalog(), spec
@@ -146,6 +151,7 @@ def build_table_checks(
         f"value of the ledger change it holds (ledger partitions of the last "
         f"{spec.base.lookback_hours} h). Catches values lost to a spec that did not know them.",
     )
+    @failsafe
     def image_values(spark: SparkResource, iceberg: IcebergCatalogResource) -> dg.AssetCheckResult:
         found = health.image_mismatches(
             spark.get_session(), spark.catalog.name, iceberg.load_catalog(), spec
@@ -159,6 +165,7 @@ def build_table_checks(
         description=f"Every key ({', '.join(spec.primary_key)}) is held by exactly one row of "
         "base. Blocking: a broken mirror stops downstream assets.",
     )
+    @failsafe
     def primary_key_unique(spark: SparkResource) -> dg.AssetCheckResult:
         dups = health.duplicate_keys(spark.get_session(), spark.catalog.name, spec)
         return check_result(rules.unique_key_verdict(dups, spec.primary_key))
@@ -169,6 +176,7 @@ def build_table_checks(
         description=f"No change waits in the ledger for the upsert longer than the {sla} min "
         "SLA; reports base's lag behind the newest ledger event and behind now.",
     )
+    @failsafe
     def watermark_lag(spark: SparkResource, iceberg: IcebergCatalogResource) -> dg.AssetCheckResult:
         lag = health.watermark_lag(
             spark.get_session(), spark.catalog.name, iceberg.load_catalog(), spec
@@ -198,6 +206,7 @@ def build_table_checks(
     if source_url is not None:
 
         @dg.asset_check(**drift_args)
+        @failsafe
         def schema_drift(
             spark: SparkResource, iceberg: IcebergCatalogResource
         ) -> dg.AssetCheckResult:
@@ -206,6 +215,7 @@ def build_table_checks(
     else:
 
         @dg.asset_check(**drift_args)
+        @failsafe
         def schema_drift(iceberg: IcebergCatalogResource) -> dg.AssetCheckResult:
             return drift_body(None, iceberg)  # type: ignore[no-any-return]
 
@@ -229,6 +239,7 @@ def build_table_checks(
             description="Rows in base equal rows in the source table (warn: a busy source is "
             "ahead of base by the changes in flight).",
         )
+        @failsafe
         def source_row_count(
             spark: SparkResource, iceberg: IcebergCatalogResource
         ) -> dg.AssetCheckResult:

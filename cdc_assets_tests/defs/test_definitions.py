@@ -107,6 +107,33 @@ def test_table_checks_schedule_runs_every_check_on_its_cron(tmp_path: Path) -> N
         assert len(checks) == len(TABLES) * len(TABLE_CHECKS)
 
 
+def test_each_spec_schedule_cron_times_its_own_checks(tmp_path: Path) -> None:
+    """Specs whose schedule.cron differ get a checks schedule each, running only their checks;
+    CDC_ASSETS_CHECKS_CRON puts every table back on one."""
+    specs_dir = tmp_path / "specs"
+    specs_dir.mkdir()
+    for spec in load_specs(PROJECT_ROOT / "table_specs"):
+        text = (PROJECT_ROOT / "table_specs" / f"{spec.name}.yaml").read_text()
+        if spec.name == "orders":
+            assert 'cron: "*/15 * * * *"' in text
+            text = text.replace('cron: "*/15 * * * *"', 'cron: "0 * * * *"')
+        (specs_dir / f"{spec.name}.yaml").write_text(text)
+    env = {"CDC_ASSETS_HOME": str(tmp_path / "home"), "CDC_ASSETS_SPECS": str(specs_dir)}
+    defs = build_defs(settings=load_settings(env))
+    hourly = defs.get_schedule_def("table_checks__0_x_x_x_x")
+    assert hourly.cron_schedule == "0 * * * *"
+    frequent = defs.get_schedule_def("table_checks__x_15_x_x_x_x")
+    assert frequent.cron_schedule == "*/15 * * * *"
+    with dg.instance_for_test() as instance:
+        request = hourly.evaluate_tick(dg.build_schedule_context(instance=instance))
+    (run,) = request.run_requests or []
+    assert {k.asset_key.path[-1] for k in run.asset_check_keys or []} == {"orders"}
+    assert len(run.asset_check_keys or []) == len(TABLE_CHECKS)
+    assert run.asset_selection == []
+    one = build_defs(settings=load_settings({**env, "CDC_ASSETS_CHECKS_CRON": "5 * * * *"}))
+    assert one.get_schedule_def("table_checks").cron_schedule == "5 * * * *"
+
+
 def test_ledgers_share_hourly_partitions(defs: dg.Definitions) -> None:
     graph = defs.resolve_asset_graph()
     partitions = {graph.get(dg.AssetKey(["cdc", t])).partitions_def for t in TABLES}

@@ -27,12 +27,18 @@ import pytest
 
 from cdc_assets.checks.runner import run_checks
 from cdc_assets.demo.events import workload
-from cdc_assets.pipeline.evolve import backfill_from_ledger
+from cdc_assets.pipeline.evolve import backfill_from_ledger, read_history
 from cdc_assets.pipeline.failpoint import HOLD_ENV
+from cdc_assets.pipeline.offsets import committed_offsets
 from cdc_assets.pipeline.tables import ensure_tables
 from cdc_assets.pipeline.upsert import spark_identifier
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
-from cdc_assets.schema.layers import base_layout, dead_letter_layout, ledger_layout
+from cdc_assets.schema.layers import (
+    all_layouts,
+    base_layout,
+    dead_letter_layout,
+    ledger_layout,
+)
 from cdc_assets.settings import Settings
 from cdc_assets.spec.models import ColumnSpec
 from cdc_assets_tests.conftest import PROJECT_ROOT
@@ -157,6 +163,7 @@ def test_an_ingest_committing_after_the_evolution_loses_no_value(
         )
         assert run.success
         assert table.spec().spec_version == 2
+        assert_history_is_the_live_tables(iceberg, table.spec())
         (hold_dir / "ingest_before_commit.release").touch()
         out, err = child.communicate(timeout=HELD_TIMEOUT_S)
     finally:
@@ -219,6 +226,26 @@ def test_an_ingest_committing_after_the_evolution_loses_no_value(
     backfill_from_ledger(spark, "lake", iceberg.load_catalog(), current, ["phone"])
     assert image_values().passed
     assert_base_matches(current, iceberg, expected_base(current, kafka))
+
+
+def assert_history_is_the_live_tables(iceberg: IcebergCatalogResource, spec: Any) -> None:
+    """The audit trail's newest entry names the live tables' own schema ids, snapshot ids and
+    ledger offsets (nothing else has committed since the evolution)."""
+    catalog = iceberg.load_catalog()
+    entry = read_history(catalog, spec.name)[-1]
+    assert (entry.decision, entry.to_version) == ("applied", spec.spec_version)
+    live_schemas, live_snapshots = {}, {}
+    for layer, layout in all_layouts(spec).items():
+        live = catalog.load_table(f"{layout.namespace}.{layout.name}")
+        live_schemas[layer] = live.schema().schema_id
+        if live.current_snapshot() is not None:
+            live_snapshots[layer] = live.current_snapshot().snapshot_id
+    assert entry.iceberg_schema_ids == live_schemas
+    assert entry.snapshot_ids, "the backfill recorded no snapshot"
+    assert entry.snapshot_ids == {k: live_snapshots[k] for k in entry.snapshot_ids}
+    ledger = catalog.load_table(".".join(_names(ledger_layout(spec))))
+    recorded = {int(p): o for p, o in (entry.kafka_offsets or {}).items()}
+    assert recorded == committed_offsets(ledger) != {}
 
 
 def _names(layout: Any) -> tuple[str, str]:
