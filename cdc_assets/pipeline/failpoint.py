@@ -22,22 +22,34 @@ HOLD_ENV = "CDC_ASSETS_HOLD"
 HOLD_TIMEOUT_S = 600.0
 
 
+def hold_directory(name: str) -> str | None:
+    """The directory of hold point ``name`` when ``$CDC_ASSETS_HOLD`` arms it, else None."""
+    point, _, directory = os.environ.get(HOLD_ENV, "").partition("=")
+    return directory if point == name and directory else None
+
+
 def hold(name: str) -> None:
     """Pause here while a test makes another run happen, when ``$CDC_ASSETS_HOLD`` is
-    ``<name>=<directory>``: write ``<directory>/<name>.held``, then wait for
-    ``<directory>/<name>.release`` (created by the test; at most ten minutes). Forces a race
-    deterministically, across processes (a daemon's run worker) as within one."""
+    ``<name>=<directory>`` (see ``hold_at``). Forces a race deterministically, across processes
+    (a daemon's run worker) as within one."""
+    directory = hold_directory(name)
+    if directory is not None:
+        hold_at(name, directory)
+
+
+def hold_at(name: str, directory: str) -> None:
+    """Write ``<directory>/<name>.held``, then wait for ``<directory>/<name>.release`` (created
+    by the test; at most ten minutes). Once released, passing again does not wait."""
     import time
     from pathlib import Path
 
-    spec = os.environ.get(HOLD_ENV, "")
-    point, _, directory = spec.partition("=")
-    if point != name or not directory:
-        return
     base = Path(directory)
+    release = base / f"{name}.release"
+    if release.exists():
+        return
     (base / f"{name}.held").write_text(str(os.getpid()), encoding="utf-8")
     deadline = time.monotonic() + HOLD_TIMEOUT_S
-    while not (base / f"{name}.release").exists():
+    while not release.exists():
         if time.monotonic() > deadline:
             raise TimeoutError(f"hold point {name}: no release within {HOLD_TIMEOUT_S:.0f} s")
         time.sleep(0.1)

@@ -22,7 +22,7 @@ from typing import Any
 
 from cdc_assets.errors import CdcAssetsError
 from cdc_assets.pipeline.batch_cache import session_conf
-from cdc_assets.pipeline.failpoint import failpoint
+from cdc_assets.pipeline.failpoint import failpoint, hold_at, hold_directory
 from cdc_assets.pipeline.moved_rows import moved_values_view
 from cdc_assets.pipeline.offsets import (
     KIND_PROPERTY,
@@ -284,6 +284,28 @@ def _lines_up(base: Any) -> bool:
     return int(summary.get("total-data-files", 0)) > 0
 
 
+# Hold point inside the base MERGE (tests): its first task waits after the MERGE was planned
+# against a base snapshot, so another commit can land before the MERGE's own.
+MERGE_HOLD = "merge_base_scan"
+
+
+def _held_source(spark: Any, bucketed: str, directory: str) -> str:
+    """Tests: the MERGE's source read through a filter that holds at ``MERGE_HOLD``."""
+    from pyspark.sql.types import BooleanType
+
+    def passes(directory: str) -> bool:
+        hold_at(MERGE_HOLD, directory)
+        return True
+
+    spark.udf.register("cdc_hold_point", passes, BooleanType())
+    view = "cdc_held_bucketed"
+    spark.sql(
+        f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT * FROM {bucketed} "
+        f"WHERE cdc_hold_point('{directory}')"
+    )
+    return view
+
+
 def merge_base(spark: Any, catalog: str, iceberg_catalog: Any, spec: TableSpec) -> MergeResult:
     """MERGE the bucketed changes into base and commit base's new state with them."""
     started = time.monotonic()
@@ -318,6 +340,8 @@ def merge_base(spark: Any, catalog: str, iceberg_catalog: Any, spec: TableSpec) 
         result,
     )
     failpoint("after_tombstones")
+    if (held := hold_directory(MERGE_HOLD)) is not None:
+        bucketed = _held_source(spark, bucketed, held)
     merge_sql = render_base_merge(
         spec,
         base,

@@ -264,3 +264,96 @@ def test_maintenance_racing_upserts(
         f"retries, {len(race.conflicts)} runs with a step that kept conflicting; base MERGE "
         f"commit attempts {race.merges}"
     )
+
+
+# Maintenance in a process of its own (as its Dagster run would be), printing what it rewrote.
+MAINTENANCE_CHILD = """
+import json, sys
+from cdc_assets.pipeline.maintenance import maintain_table
+from cdc_assets.resources import build_resources
+from cdc_assets.settings import load_settings
+from cdc_assets.spec.models import TableSpec
+
+spec = TableSpec.model_validate_json(open(sys.argv[1]).read())
+res = build_resources(load_settings())
+spark = res["spark"].model_copy(update={"master": "local[1]"}).get_session()
+result = maintain_table(spark, "lake", res["iceberg"].load_catalog(), spec)
+print("TOTALS " + json.dumps(result.totals()), flush=True)
+"""
+
+
+def test_a_compaction_between_the_merge_plan_and_its_commit_forces_a_retry(
+    it_settings: Settings,
+    spark: Any,
+    iceberg: IcebergCatalogResource,
+    kafka: KafkaResource,
+    tmp_path: Path,
+    monkeypatch: Any,
+) -> None:
+    """The race of the test above, forced: the base MERGE is planned, then held inside its first
+    task (hold point ``merge_base_scan``) while maintenance in another process compacts base and
+    commits; released, the MERGE's commit conflicts (its deletes point at rewritten files), it is
+    retried on the new snapshot, and base equals the replay."""
+    import json
+    import subprocess
+    import sys
+
+    from cdc_assets.pipeline.failpoint import HOLD_ENV
+    from cdc_assets_tests.conftest import PROJECT_ROOT
+
+    spec = isolated(example_spec(it_settings, "orders"), partitions=1, kafka=kafka)
+    ensure_tables(spark, "lake", spec)
+    records = workload(spec, random.Random(6), keys=40, events=400)
+    size = len(records) // 4 + 1
+    chunks = [records[i : i + size] for i in range(0, len(records), size)]
+    bootstrap = kafka.resolved_bootstrap()
+    for chunk in chunks[:-1]:  # several upserts: base buckets hold files to compact
+        produce(chunk, spec.source.topic, bootstrap)
+        ingest(spark, iceberg, kafka, spec)
+        upsert(spark, iceberg, spec)
+    produce(chunks[-1], spec.source.topic, bootstrap)
+    ingest(spark, iceberg, kafka, spec)
+    build_bucketed(spark, "lake", iceberg.load_catalog(), spec)
+
+    hold = tmp_path / "hold"
+    hold.mkdir()
+    monkeypatch.setenv(HOLD_ENV, f"merge_base_scan={hold}")
+    outcome: dict[str, Any] = {}
+
+    def merge() -> None:
+        try:
+            outcome["merged"] = merge_base(spark, "lake", iceberg.load_catalog(), spec)
+        except BaseException as exc:
+            outcome["error"] = exc
+
+    merging = threading.Thread(target=merge)
+    merging.start()
+    deadline = time.monotonic() + 300
+    while not (hold / "merge_base_scan.held").exists():
+        assert merging.is_alive(), outcome
+        assert time.monotonic() < deadline, "the MERGE never reached its hold point"
+        time.sleep(0.2)
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(spec.model_dump_json(by_alias=True))
+    env = {**os.environ, "CDC_ASSETS_HOME": str(it_settings.home)}
+    env.pop(HOLD_ENV)
+    child = subprocess.run(
+        [sys.executable, "-c", MAINTENANCE_CHILD, str(spec_file)],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert child.returncode == 0, child.stderr[-4000:]
+    totals = json.loads(next(x for x in child.stdout.splitlines() if x.startswith("TOTALS "))[7:])
+    assert totals["data_files_rewritten"] > 0, totals  # base's files changed under the MERGE
+    (hold / "merge_base_scan.release").touch()
+    merging.join(300)
+    assert not merging.is_alive()
+    assert "error" not in outcome, outcome
+    merged = outcome["merged"]
+    assert merged.applied
+    assert merged.attempts >= 2, "the MERGE's commit should have conflicted and been retried"
+    assert_base_matches(spec, iceberg, expected_base(spec, kafka))

@@ -6,7 +6,8 @@ it, creates the same database and table on both, and registers one Debezium conn
 spec directory mirror them into two base tables. An ``ALTER TABLE users ADD COLUMN phone`` on
 server b must start, through the ``schema_changes`` sensor, the evolution of ``b_users`` only, and
 the pull side (``check_schema_drift`` with a source URL per server) must see drift on b only; then
-the same ALTER on server a evolves ``a_users``. After each step both bases equal their sources.
+the same ALTER on server a evolves ``a_users`` through pull detection (the drift job and the
+``schema_drift_detected`` sensor). After each step both bases equal their sources.
 """
 
 from __future__ import annotations
@@ -245,6 +246,48 @@ def evolve_through_the_sensor(
     assert run.success
 
 
+def evolve_through_pull(
+    two: TwoServers, resources: dict[str, Any], instance: Any, server: str
+) -> None:
+    """Pull detection end to end: the drift job reads each server's information_schema through
+    its server-qualified URL; the schema_drift_detected sensor, given that run, starts exactly
+    one evolution, of ``<server>_users``; it runs as Dagster runs it."""
+    defs = defs_for(two, resources)
+    requests = drift_detected(defs, instance)
+    (request,) = requests
+    assert request.tags["cdc/table"] == f"{server}_users"
+    assert request.tags["cdc/trigger"] == "schema_drift_detected"
+    run = defs.resolve_job_def("evolve_schemas").execute_in_process(
+        instance=instance,
+        run_config=request.run_config,
+        asset_selection=list(request.asset_selection or []),
+    )
+    assert run.success
+
+
+def drift_detected(
+    defs: dg.Definitions, instance: Any, *, maintain_when_clean: bool = False
+) -> list[dg.RunRequest]:
+    """Run check_schema_drift, then evaluate the schema_drift_detected sensor on that run."""
+    config = {"maintain_when_clean": maintain_when_clean}
+    run = defs.resolve_job_def("check_schema_drift").execute_in_process(
+        instance=instance, run_config={"ops": {"check_drift": {"config": config}}}
+    )
+    assert run.success
+    sensor = defs.get_sensor_def("schema_drift_detected")
+    context = dg.build_run_status_sensor_context(
+        sensor_name="schema_drift_detected",
+        dagster_event=dg.DagsterEvent(
+            event_type_value=dg.DagsterEventType.RUN_SUCCESS.value,
+            job_name="check_schema_drift",
+        ),
+        dagster_instance=instance,
+        dagster_run=instance.get_run_by_id(run.run_id),
+    )
+    requests = sensor(context)  # type: ignore[call-arg]
+    return list(requests or [])
+
+
 def test_an_alter_on_each_server_evolves_its_own_spec(
     two: TwoServers, spark: Any, iceberg: IcebergCatalogResource, resources: dict[str, Any]
 ) -> None:
@@ -276,12 +319,15 @@ def test_an_alter_on_each_server_evolves_its_own_spec(
     converge(two, spark, iceberg)
     assert drift(defs_for(two, resources), instance) == {"a_users": False, "b_users": False}
 
-    # The same ALTER on server a now evolves a_users, and leaves b_users alone.
+    # The same ALTER on server a now evolves a_users, and leaves b_users alone: this time
+    # through pull detection (information_schema), as the daily drift check finds it.
     two.execute("a", "ALTER TABLE users ADD COLUMN phone VARCHAR(32);")
     two.execute("a", "UPDATE users SET phone = '+44-20-0002' WHERE id = 2;")
     two.execute("b", "UPDATE users SET phone = '+1-555-0103', score = 99 WHERE id = 6;")
     wait_delivered(two)
-    evolve_through_the_sensor(two, resources, instance, cursor, "a")
+    evolve_through_pull(two, resources, instance, "a")
     assert (two.spec("a").spec_version, two.spec("b").spec_version) == (2, 2)
     converge(two, spark, iceberg)
+    # push then sees a change the spec already has; pull sees no drift anywhere
     assert tick(defs_for(two, resources), instance, cursor) == []
+    assert drift_detected(defs_for(two, resources), instance) == []

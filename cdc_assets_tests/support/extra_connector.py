@@ -67,11 +67,13 @@ def register(
     prefix: str | None = None,
     mariadb_name: str = sources.MARIADB,
     schema_changes: bool = False,
+    overrides: dict[str, str] | None = None,
 ) -> ExtraConnector:
     """Register a connector capturing ``tables`` (``db.table`` or ``schema.table``) with its own
     name, prefix and server id or slot; return once its snapshot is done (first heartbeat).
     ``mariadb_name`` picks a further local MariaDB server; ``schema_changes`` makes the
-    connector write its schema-change topic (named as its prefix)."""
+    connector write its schema-change topic (named as its prefix); ``overrides`` are further
+    connector settings (a publication of the test's own, say)."""
     config = _base_config(settings, bootstrap, server)
     for key in [k for k in config if k.startswith("transforms")]:
         del config[key]  # topics keep Debezium's own names under our prefix
@@ -96,6 +98,7 @@ def register(
     else:
         slot = f"it_{tag}"
         config["slot.name"] = slot  # the publication of the stack covers the example table
+    config.update(overrides or {})
     port = _port(settings)
     deadline = time.monotonic() + TIMEOUT_S
     while True:

@@ -1,0 +1,36 @@
+"""Figures the README states about the code, read from the code: test table sizes and retry
+counts. A change to either side without the other fails here."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from cdc_assets.pipeline import ingest, maintenance, upsert
+from cdc_assets_tests.conftest import PROJECT_ROOT
+from cdc_assets_tests.unit import test_evolution_classifier, test_invalid_specs, test_wire_plan
+
+README = (PROJECT_ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def _stated(pattern: str) -> list[int]:
+    found = [int(n) for n in re.findall(pattern, README)]
+    assert found, f"the README no longer says {pattern!r}"
+    return found
+
+
+@pytest.mark.parametrize(
+    ("pattern", "actual"),
+    [
+        (r"table-driven tests with (\d+)\s+rows", len(test_evolution_classifier.ROWS)),
+        (r"classifier \((\d+) table rows\)", len(test_evolution_classifier.ROWS)),
+        (r"source type \((\d+) rows against", len(test_wire_plan.ROWS)),
+        (r"spec parsing with (\d+) invalid specs", len(test_invalid_specs.CASES)),
+        (r"`ValidationException`\) is tried (\d+) times in all", maintenance.COMMIT_ATTEMPTS),
+        (r"upsert commit conflict .*? tried up to (\d+) times in all", upsert.COMMIT_RETRIES),
+        (r"at most (\d+) attempts in all; `pipeline/ledger_commit.py`", ingest.MOVED_RETRIES),
+    ],
+)
+def test_the_readme_states_the_code_figures(pattern: str, actual: int) -> None:
+    assert set(_stated(pattern)) == {actual}
