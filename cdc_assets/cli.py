@@ -766,6 +766,45 @@ def _cmd_backfill(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_sync(settings: Settings, args: argparse.Namespace) -> int:
+    """The pipeline over your own spec directory, without the demo: create missing tables, then
+    cycles of ingest, evolutions the schema_changes sensor asks for, and upsert (the daemon's
+    order, in this process) once, or until a cycle finds nothing new (``--until-caught-up``)."""
+    from cdc_assets.jobs.inprocess import PipelineDriver
+    from cdc_assets.resources.local_stack import require_bootstrap
+
+    if settings.kafka_bootstrap is None:
+        require_bootstrap(settings)  # a clear error when neither a broker nor the stack is up
+    driver = PipelineDriver(settings, _dagster_instance(settings))
+    created = driver.onboard()
+    console.print(f"specs: {settings.specs_dir} ({len(driver.specs())} tables)")
+    if created:
+        console.print(f"created tables: {', '.join(created)}")
+    cycles = args.max_cycles if args.until_caught_up else 1
+    started = time.monotonic()
+    for n in range(1, cycles + 1):
+        cycle = driver.cycle()
+        read = sum(cycle.read.values())
+        evolved = ", ".join(t for t, ok in cycle.evolved) or "none"
+        console.print(
+            f"cycle {n}: {read} records ingested, evolved: {evolved}, "
+            f"{time.monotonic() - started:.1f} s elapsed"
+        )
+        failed = [t for t, ok in cycle.evolved if not ok]
+        if failed:
+            console.print(f"[red]evolution failed for {', '.join(failed)}[/red]")
+            return 1
+        if cycle.quiet:
+            console.print("caught up: nothing new on any topic")
+            break
+    else:
+        if args.until_caught_up:
+            console.print(f"[yellow]not caught up after {cycles} cycles[/yellow]")
+            return 1
+    console.print(report_tables(settings))
+    return 0
+
+
 def _cmd_report(settings: Settings, _: argparse.Namespace) -> int:
     console.print(report_tables(settings))
     return 0
@@ -884,6 +923,18 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "dagster-home", help="create the Dagster home under the CDC home and print its path"
     ).set_defaults(fn=_cmd_dagster_home)
+    sync = sub.add_parser(
+        "sync",
+        help="run the pipeline over the spec directory (CDC_ASSETS_SPECS), no demo: create "
+        "missing tables, then ingest, evolve, upsert once or until caught up",
+    )
+    sync.add_argument(
+        "--until-caught-up",
+        action="store_true",
+        help="repeat cycles until one finds nothing new (exit 1 if --max-cycles is reached)",
+    )
+    sync.add_argument("--max-cycles", type=int, default=20, help="with --until-caught-up")
+    sync.set_defaults(fn=_cmd_sync)
     sub.add_parser("report", help="tables of every spec as the catalog sees them").set_defaults(
         fn=_cmd_report
     )

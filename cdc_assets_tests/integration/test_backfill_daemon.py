@@ -1,0 +1,144 @@
+"""A partition backfill of the ledger launched as Dagster launches it (issue 26): `dagster job
+backfill` submits one run per hour to a Dagster home configured like the project's own (queued
+runs, a pool per table), and a real `dagster-daemon` dequeues them and starts each in a run
+worker of its own, which loads the code location from `workspace.yaml`. The damaged hour is
+rebuilt exactly; the other hour, the consumed offsets and every other record are untouched."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+from confluent_kafka import Producer
+
+from cdc_assets.cli import DAGSTER_YAML
+from cdc_assets.demo.events import DebeziumEventFactory
+from cdc_assets.pipeline.ingest import ingest_incremental
+from cdc_assets.pipeline.offsets import committed_offsets
+from cdc_assets.pipeline.tables import ensure_tables
+from cdc_assets.resources import IcebergCatalogResource, KafkaResource
+from cdc_assets.schema.layers import ledger_layout
+from cdc_assets.settings import Settings
+from cdc_assets.spec.versions import write_spec
+from cdc_assets_tests.conftest import PROJECT_ROOT
+from cdc_assets_tests.integration.test_ingest import isolated, read_table
+from cdc_assets_tests.integration.test_ingest_recovery import oracle_check
+from cdc_assets_tests.support.bad_records import base_row, users_spec
+
+HOURS = ["2026-02-01-10:00", "2026-02-01-11:00"]
+TIMEOUT_S = 600.0
+BIN = Path(sys.executable).parent
+
+
+def test_a_ledger_partition_backfill_runs_through_the_daemon(
+    it_settings: Settings,
+    spark: Any,
+    iceberg: IcebergCatalogResource,
+    kafka: KafkaResource,
+    tmp_path: Path,
+) -> None:
+    spec = isolated(users_spec(), kafka=kafka)
+    ensure_tables(spark, "lake", spec)
+    factory = DebeziumEventFactory(spec)
+    ten = datetime(2026, 2, 1, 10, tzinfo=UTC)
+    producer = Producer(kafka.client_conf())
+    for i in range(60):
+        record = factory.create(base_row(id=i + 1, email=f"u{i}@example.com"))
+        stamp = ten + timedelta(minutes=i * 2)  # 30 records at 10:xx, 30 at 11:xx
+        producer.produce(
+            spec.source.topic,
+            key=record.key,
+            value=record.value,
+            timestamp=int(stamp.timestamp() * 1000),
+        )
+    assert producer.flush(30) == 0
+    first = ingest_incremental(spark, "lake", iceberg.load_catalog(), kafka, spec)
+    assert first.hours == HOURS
+    layout = ledger_layout(spec)
+    ledger = f"lake.{layout.namespace}.{layout.name}"
+    identifier = f"{layout.namespace}.{layout.name}"
+    offsets = committed_offsets(iceberg.load_catalog().load_table(identifier))
+    spark.sql(f"DELETE FROM {ledger} WHERE hr = 10 AND _kafka_offset % 3 = 0")  # damage 10:xx
+    eleven = {
+        r["_kafka_offset"]: r["_processed_at"]
+        for r in read_table(iceberg, layout.namespace, layout.name)
+        if r["hr"] == 11
+    }
+
+    specs_dir = tmp_path / "specs"
+    specs_dir.mkdir()
+    write_spec(spec, specs_dir / f"{spec.name}.yaml")
+    home = tmp_path / "dagster"
+    home.mkdir()
+    (home / "dagster.yaml").write_text(DAGSTER_YAML, encoding="utf-8")
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        "CDC_ASSETS_HOME": str(it_settings.home),
+        "CDC_ASSETS_SPECS": str(specs_dir),
+    }
+    daemon_log = tmp_path / "daemon.log"
+    daemon = subprocess.Popen(
+        [str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"],
+        cwd=PROJECT_ROOT,
+        env=env,
+        stdout=daemon_log.open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # its run workers stop with it
+    )
+    try:
+        submitted = subprocess.run(
+            [
+                str(BIN / "dagster"),
+                *("job", "backfill", "-j", "ingest_ledgers", "-w", "workspace.yaml"),
+                *("--partitions", ",".join(HOURS), "--noprompt"),
+            ],
+            cwd=PROJECT_ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+        instance = dg.DagsterInstance.from_config(str(home))
+        runs = wait_for_runs(instance, daemon, daemon_log)
+    finally:
+        os.killpg(daemon.pid, signal.SIGTERM)
+        daemon.wait(60)
+    backfill = [r for r in runs if r.job_name == "ingest_ledgers"]
+    assert sorted(r.tags.get("dagster/partition") for r in backfill) == HOURS
+    assert all(r.tags.get("dagster/backfill") for r in backfill)
+    assert all(r.status == dg.DagsterRunStatus.SUCCESS for r in runs), [
+        (r.job_name, r.status) for r in runs
+    ]
+
+    rows = read_table(iceberg, layout.namespace, layout.name)
+    assert sorted(r["_kafka_offset"] for r in rows if r["hr"] == 10) == list(range(30))
+    rebuilt_eleven = {r["_kafka_offset"] for r in rows if r["hr"] == 11}
+    assert rebuilt_eleven == set(eleven)  # rebuilt too (it was selected), same records once
+    assert committed_offsets(iceberg.load_catalog().load_table(identifier)) == offsets
+    oracle_check(spec, kafka, iceberg)
+
+
+def wait_for_runs(instance: Any, daemon: subprocess.Popen[Any], log: Path) -> list[Any]:
+    """The runs of the home once the backfill's runs (and any the sensors started after them)
+    have all ended."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while True:
+        runs = instance.get_runs()
+        ended = all(r.is_finished for r in runs)
+        ingests = [r for r in runs if r.job_name == "ingest_ledgers"]
+        if len(ingests) >= len(HOURS) and ended:
+            return list(runs)
+        if daemon.poll() is not None:
+            raise AssertionError(f"dagster-daemon exited: {log.read_text()[-4000:]}")
+        assert time.monotonic() < deadline, [(r.job_name, r.status) for r in runs]
+        time.sleep(2)
