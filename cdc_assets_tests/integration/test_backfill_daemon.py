@@ -7,10 +7,7 @@ rebuilt exactly; the other hour, the consumed offsets and every other record are
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
-import sys
-import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -18,7 +15,6 @@ from typing import Any
 import dagster as dg
 from confluent_kafka import Producer
 
-from cdc_assets.cli import DAGSTER_YAML
 from cdc_assets.demo.events import DebeziumEventFactory
 from cdc_assets.pipeline.ingest import ingest_incremental
 from cdc_assets.pipeline.offsets import committed_offsets
@@ -31,10 +27,9 @@ from cdc_assets_tests.conftest import PROJECT_ROOT
 from cdc_assets_tests.integration.test_ingest import isolated, read_table
 from cdc_assets_tests.integration.test_ingest_recovery import oracle_check
 from cdc_assets_tests.support.bad_records import base_row, users_spec
+from cdc_assets_tests.support.daemon import BIN, dagster_home, running_daemon, wait_until
 
 HOURS = ["2026-02-01-10:00", "2026-02-01-11:00"]
-TIMEOUT_S = 600.0
-BIN = Path(sys.executable).parent
 
 
 def test_a_ledger_partition_backfill_runs_through_the_daemon(
@@ -75,25 +70,10 @@ def test_a_ledger_partition_backfill_runs_through_the_daemon(
     specs_dir = tmp_path / "specs"
     specs_dir.mkdir()
     write_spec(spec, specs_dir / f"{spec.name}.yaml")
-    home = tmp_path / "dagster"
-    home.mkdir()
-    (home / "dagster.yaml").write_text(DAGSTER_YAML, encoding="utf-8")
-    env = {
-        **os.environ,
-        "DAGSTER_HOME": str(home),
-        "CDC_ASSETS_HOME": str(it_settings.home),
-        "CDC_ASSETS_SPECS": str(specs_dir),
-    }
-    daemon_log = tmp_path / "daemon.log"
-    daemon = subprocess.Popen(
-        [str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"],
-        cwd=PROJECT_ROOT,
-        env=env,
-        stdout=daemon_log.open("w"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,  # its run workers stop with it
-    )
-    try:
+    home = dagster_home(tmp_path)
+    env = {"CDC_ASSETS_HOME": str(it_settings.home), "CDC_ASSETS_SPECS": str(specs_dir)}
+    log = tmp_path / "daemon.log"
+    with running_daemon(home, env, log) as daemon:
         submitted = subprocess.run(
             [
                 str(BIN / "dagster"),
@@ -101,7 +81,7 @@ def test_a_ledger_partition_backfill_runs_through_the_daemon(
                 *("--partitions", ",".join(HOURS), "--noprompt"),
             ],
             cwd=PROJECT_ROOT,
-            env=env,
+            env={**os.environ, **env, "DAGSTER_HOME": str(home)},
             capture_output=True,
             text=True,
             timeout=300,
@@ -109,10 +89,12 @@ def test_a_ledger_partition_backfill_runs_through_the_daemon(
         )
         assert submitted.returncode == 0, submitted.stdout + submitted.stderr
         instance = dg.DagsterInstance.from_config(str(home))
-        runs = wait_for_runs(instance, daemon, daemon_log)
-    finally:
-        os.killpg(daemon.pid, signal.SIGTERM)
-        daemon.wait(60)
+
+        def ended(runs: list[Any]) -> bool:
+            ingests = [r for r in runs if r.job_name == "ingest_ledgers"]
+            return len(ingests) >= len(HOURS) and all(r.is_finished for r in runs)
+
+        runs = wait_until(instance, daemon, log, ended, "the backfill's runs")
     backfill = [r for r in runs if r.job_name == "ingest_ledgers"]
     assert sorted(r.tags.get("dagster/partition") for r in backfill) == HOURS
     assert all(r.tags.get("dagster/backfill") for r in backfill)
@@ -126,19 +108,3 @@ def test_a_ledger_partition_backfill_runs_through_the_daemon(
     assert rebuilt_eleven == set(eleven)  # rebuilt too (it was selected), same records once
     assert committed_offsets(iceberg.load_catalog().load_table(identifier)) == offsets
     oracle_check(spec, kafka, iceberg)
-
-
-def wait_for_runs(instance: Any, daemon: subprocess.Popen[Any], log: Path) -> list[Any]:
-    """The runs of the home once the backfill's runs (and any the sensors started after them)
-    have all ended."""
-    deadline = time.monotonic() + TIMEOUT_S
-    while True:
-        runs = instance.get_runs()
-        ended = all(r.is_finished for r in runs)
-        ingests = [r for r in runs if r.job_name == "ingest_ledgers"]
-        if len(ingests) >= len(HOURS) and ended:
-            return list(runs)
-        if daemon.poll() is not None:
-            raise AssertionError(f"dagster-daemon exited: {log.read_text()[-4000:]}")
-        assert time.monotonic() < deadline, [(r.job_name, r.status) for r in runs]
-        time.sleep(2)
