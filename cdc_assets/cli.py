@@ -70,6 +70,8 @@ def _cmd_specs(settings: Settings, args: argparse.Namespace) -> int:
         return _specs_import_ddl(args)
     if args.action == "import-source":
         return _specs_import_source(settings, args)
+    if args.action == "import-schema-record":
+        return _specs_import_schema_record(settings, args)
     if args.action == "diff":
         return _specs_diff(args)
     directory = Path(args.directory) if args.directory else settings.specs_dir
@@ -145,6 +147,52 @@ def _specs_import_ddl(args: argparse.Namespace) -> int:
     text = render_spec_yaml(spec, header)
     if args.out:
         Path(args.out).write_text(text, encoding="utf-8")
+        print(f"wrote {args.out}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _specs_import_schema_record(settings: Settings, args: argparse.Namespace) -> int:
+    """Onboard a MySQL/MariaDB table from Debezium's schema-change topic: the newest record of
+    the table (its full column list after the last DDL) becomes version 1 of its spec, through
+    the same DDL import as `import-ddl`; the spec watches that topic for later changes."""
+    from cdc_assets.pipeline.schema_topic import newest_change_of
+    from cdc_assets.resources import build_resources
+    from cdc_assets.spec.ddl_import import default_topic, spec_from_ddl
+    from cdc_assets.spec.versions import render_spec_yaml
+
+    kafka = build_resources(settings)["kafka"]
+    seen = newest_change_of(kafka, args.schema_topic, args.database, args.table)
+    if seen is None:
+        raise CdcAssetsError(
+            f"no record of {args.database}.{args.table} on schema-change topic "
+            f"{args.schema_topic!r}: check the names, and that the connector captures the table "
+            "with include.schema.changes=true"
+        )
+    sensitive = [c.strip() for c in (args.sensitive or "").split(",") if c.strip()]
+    topic = args.topic or default_topic(
+        args.connector, args.database, args.table, prefix=seen.change.server or args.schema_topic
+    )
+    spec = spec_from_ddl(
+        seen.change.create_table,
+        args.connector,
+        args.database,
+        topic,
+        args.namespace or args.database,
+        name=args.name,
+        sensitive=sensitive,
+    )
+    spec = spec.model_copy(
+        update={"source": spec.source.model_copy(update={"schema_change_topic": args.schema_topic})}
+    )
+    header = (
+        f"{spec.name} version 1, from the schema-change record {seen.run_key} by "
+        "`cdc-assets specs import-schema-record`."
+    )
+    text = render_spec_yaml(spec, header)
+    if args.out:
+        write_spec_checked(Path(args.out), text)
         print(f"wrote {args.out}", file=sys.stderr)
     else:
         sys.stdout.write(text)
@@ -805,6 +853,94 @@ def _cmd_sync(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_fleet(settings: Settings, args: argparse.Namespace) -> int:
+    """Every table's lag, watermark delay, dead letters by reason, evolutions and run times,
+    worst first; with --prometheus, the same as Prometheus exposition text (a file for
+    node_exporter's textfile collector, or - for stdout); with --serve, on an HTTP endpoint."""
+    from cdc_assets.checks.fleet import prometheus_text, worst_first
+    from cdc_assets.pipeline.fleet import fleet_metrics
+    from cdc_assets.resources import build_resources
+    from cdc_assets.spec import load_specs
+
+    specs = load_specs(settings.specs_dir)
+    resources = build_resources(settings)
+    catalog = resources["iceberg"].load_catalog()
+
+    def measure() -> list[Any]:
+        return fleet_metrics(resources["kafka"], catalog, specs, _dagster_instance(settings))
+
+    if args.serve is not None:
+        return _serve_fleet(args.serve, measure)
+    metrics = worst_first(measure())
+    if args.prometheus:
+        text = prometheus_text(metrics)
+        if args.prometheus == "-":
+            sys.stdout.write(text)
+            return 0
+        Path(args.prometheus).write_text(text, encoding="utf-8")
+    table = Table(
+        "table",
+        "server",
+        "lag records",
+        "lag s",
+        "base delay s",
+        "dead letters",
+        "evolutions",
+        "last evolution s",
+        "note",
+    )
+    for m in metrics[: args.limit]:
+        table.add_row(
+            m.table,
+            m.server,
+            _number(m.lag_records),
+            _number(m.lag_seconds),
+            _number(m.watermark_delay_seconds),
+            str(m.dead_letter_total),
+            str(m.evolutions),
+            _number(m.last_evolution_seconds),
+            (m.error or "")[:80],
+        )
+    console.print(table)
+    return 0
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}"
+
+
+def _serve_fleet(port: int, measure: Any) -> int:
+    """Serve the fleet metrics on 127.0.0.1:<port>/metrics, measured at every scrape."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from cdc_assets.checks.fleet import prometheus_text
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path.rstrip("/") not in ("", "/metrics"):
+                self.send_error(404)
+                return
+            body = prometheus_text(measure()).encode("utf-8")
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    console.print(f"fleet metrics on http://127.0.0.1:{server.server_port}/metrics (Ctrl-C stops)")
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return 0
+
+
 def _cmd_report(settings: Settings, _: argparse.Namespace) -> int:
     console.print(report_tables(settings))
     return 0
@@ -885,6 +1021,24 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--sensitive", help="comma-separated columns to mark sensitive")
     src.add_argument("--out", help="spec file to write (default: <spec dir>/<name>.yaml)")
     src.add_argument("--force", action="store_true", help="replace an existing spec file")
+    rec = specs_sub.add_parser(
+        "import-schema-record",
+        help="a spec from Debezium's schema-change topic (MySQL/MariaDB): the table's newest "
+        "record",
+    )
+    rec.add_argument("--schema-topic", required=True, help="the connector's schema-change topic")
+    rec.add_argument("--database", required=True, help="source database")
+    rec.add_argument("--table", required=True, help="source table")
+    rec.add_argument("--connector", choices=["mysql", "mariadb"], default="mysql")
+    rec.add_argument(
+        "--topic",
+        help="Kafka topic of the table's change events (default: <prefix>.<database>.<table>, "
+        "prefix = the record's server name)",
+    )
+    rec.add_argument("--namespace", help="Iceberg namespace (default: the database)")
+    rec.add_argument("--name", help="spec name (default: the table name)")
+    rec.add_argument("--sensitive", help="comma-separated columns to mark sensitive")
+    rec.add_argument("--out", help="write the spec here (validated; not over another spec)")
     diff = specs_sub.add_parser(
         "diff", help="plan the change between two spec versions; exit 1 if any is unsupported"
     )
@@ -935,6 +1089,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sync.add_argument("--max-cycles", type=int, default=20, help="with --until-caught-up")
     sync.set_defaults(fn=_cmd_sync)
+    fleet = sub.add_parser(
+        "fleet",
+        help="every table's lag, base delay, dead letters, evolutions and run times, worst "
+        "first; Prometheus exposition with --prometheus or --serve",
+    )
+    fleet.add_argument("--limit", type=int, default=50, help="rows of the summary (worst first)")
+    fleet.add_argument(
+        "--prometheus", metavar="FILE", help="also write Prometheus exposition text (- : stdout)"
+    )
+    fleet.add_argument(
+        "--serve", type=int, metavar="PORT", help="serve /metrics on 127.0.0.1:PORT instead"
+    )
+    fleet.set_defaults(fn=_cmd_fleet)
     sub.add_parser("report", help="tables of every spec as the catalog sees them").set_defaults(
         fn=_cmd_report
     )

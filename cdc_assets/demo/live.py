@@ -223,9 +223,8 @@ def run_live_demo(
     started = time.monotonic()
 
     def step(n: int, text: str) -> None:
-        console.print(
-            f"[bold][{n}/{steps}][/bold] {text}  [dim]({time.monotonic() - started:.0f} s)[/dim]"
-        )
+        elapsed = time.monotonic() - started
+        console.print(f"[bold][{n}/{steps}][/bold] {text}  [dim]({elapsed:.0f} s elapsed)[/dim]")
 
     step(1, "JVM dependencies (Maven): Spark + Iceberg, Kafka, Kafka Connect + Debezium")
     for kind in ("spark", "kafka", "connect"):

@@ -101,6 +101,20 @@ def newest_schema_change(kafka: KafkaResource, spec: TableSpec) -> SeenChange | 
     return max(mine, key=lambda c: (c.change.ts_ms or 0, c.partition, c.offset), default=None)
 
 
+def newest_change_of(
+    kafka: KafkaResource, topic: str, database: str, table: str
+) -> SeenChange | None:
+    """The newest recorded change of ``database.table`` on schema-change topic ``topic`` (None:
+    no record of it is retained): what a spec of that table is onboarded from."""
+    changes, _ = read_schema_changes(kafka, topic, {})
+    mine = [
+        c
+        for c in changes
+        if c.change.database.lower() == database.lower() and c.change.table.lower() == table.lower()
+    ]
+    return max(mine, key=lambda c: (c.change.ts_ms or 0, c.partition, c.offset), default=None)
+
+
 def newest_row_schema(
     kafka: KafkaResource, spec: TableSpec, tail: int = 20
 ) -> list[Mapping[str, Any]] | None:
