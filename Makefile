@@ -55,7 +55,7 @@ SPECS_FOR_UI = $${CDC_ASSETS_SPECS:-$$(test -d $(DEMO_SPECS) && echo $(DEMO_SPEC
 # Runs started from the UI share the stack's Spark Connect server (one warm driver).
 dev: setup
 	$(BIN)/cdc-assets stack up --spark-connect
-	DAGSTER_HOME=$$($(BIN)/cdc-assets dagster-home) CDC_ASSETS_SPECS=$(SPECS_FOR_UI) $(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1
+	DAGSTER_HOME=$$($(BIN)/cdc-assets dagster-home) CDC_ASSETS_SPECS=$(SPECS_FOR_UI) CDC_ASSETS_WEBSERVER=127.0.0.1:3000 $(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
 # docs/asset-graph.png from the instance of the last `make run` (headless Chromium)
 screenshot: $(STAMP)

@@ -25,6 +25,7 @@ from cdc_assets.resources.source_stack import with_local_sources
 from cdc_assets.sensors.ledger_updated import build_ledger_updated_sensor
 from cdc_assets.sensors.new_offsets import build_new_offsets_sensor
 from cdc_assets.sensors.schema_changes import build_schema_change_sensor
+from cdc_assets.sensors.spec_directory import build_spec_directory_sensor
 from cdc_assets.settings import Settings, load_settings
 from cdc_assets.spec import TableSpec, load_specs
 
@@ -91,6 +92,7 @@ def build_defs(
             build_new_offsets_sensor(specs, ingest_job),
             build_ledger_updated_sensor(ingest_job, upsert_job, evolve_job),
             build_schema_change_sensor(specs, settings.specs_dir, evolve_job),
+            build_spec_directory_sensor(specs, settings.specs_dir, settings.webserver),
             build_drift_sensor(drift_job, evolve_job, maintenance_job),
         ],
         resources={**build_resources(settings), **(resource_overrides or {})},

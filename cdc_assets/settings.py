@@ -30,6 +30,9 @@ ENV_PARTITIONS_START = "CDC_ASSETS_PARTITIONS_START"
 # Cron of the `table_checks` schedule for every table, over each spec's `schedule.cron`: the
 # checks that scan whole tables run on this cadence, not after every micro-batch of the sensors.
 ENV_CHECKS_CRON = "CDC_ASSETS_CHECKS_CRON"
+# host:port of the Dagster webserver, through which the spec_directory sensor reloads the code
+# location when a spec is added or removed (`make dev` sets it).
+ENV_WEBSERVER = "CDC_ASSETS_WEBSERVER"
 # CDC_ASSETS_SOURCE_URL_<SERVER>_<DATABASE>, CDC_ASSETS_SOURCE_URL_<CONNECTOR>_<DATABASE> or
 # CDC_ASSETS_SOURCE_URL_<DATABASE>, looked up in that order: a JDBC URL of a source database, for
 # the checks that compare with the source (row counts, schema drift) and the drift check. SERVER is
@@ -71,6 +74,7 @@ class Settings:
     source_urls: dict[str, str] = field(default_factory=dict)  # variable name -> JDBC URL
     spark_remote: str | None = None
     checks_cron: str | None = None  # None: each spec's schedule.cron
+    webserver: str | None = None
 
     def source_url(
         self, database: str, connector: str | None = None, server: str | None = None
@@ -122,4 +126,5 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         source_urls={k: v for k, v in env.items() if k.startswith(ENV_SOURCE_URL_PREFIX) and v},
         spark_remote=env.get(ENV_SPARK_REMOTE) or None,
         checks_cron=env.get(ENV_CHECKS_CRON) or None,
+        webserver=env.get(ENV_WEBSERVER) or None,
     )

@@ -15,6 +15,7 @@ from pydantic import Field
 from cdc_assets.assets.metadata import commit_metadata, markdown_summary
 from cdc_assets.pipeline import catch_up
 from cdc_assets.pipeline.ingest import IngestResult, hour_bounds, ingest_incremental, rebuild_hour
+from cdc_assets.pipeline.tables import ensure_tables
 from cdc_assets.resources.iceberg import IcebergCatalogResource
 from cdc_assets.resources.kafka import KafkaResource
 from cdc_assets.resources.spark import SparkResource
@@ -72,6 +73,13 @@ def build_ledger_asset(
         mode = choose_mode(config.mode, key, started_at)
         session = spark.get_session()
         catalog = iceberg.load_catalog()
+        layout = ledger_layout(spec)
+        if not catalog.table_exists(f"{layout.namespace}.{layout.name}"):
+            # A spec added to a running deployment: its first ingest onboards it (the same
+            # code as onboard_tables: evolution from an empty schema).
+            created = ensure_tables(session, spark.catalog.name, spec)
+            made = [o.identifier for o in created if o.created]
+            context.log.info(f"{spec.name}: onboarded on its first ingest: created {made}")
         if mode == "rebuild":
             result = rebuild_hour(session, spark.catalog.name, catalog, kafka, spec, key)
         else:

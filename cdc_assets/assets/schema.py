@@ -62,7 +62,9 @@ def build_schema_asset(
                 detected_at=datetime.fromisoformat(config.detected_at)
                 if config.detected_at
                 else None,
-                kafka_offsets={int(p): o for p, o in config.kafka_offsets.items()},
+                # None: the ledger's own offsets when the change is applied (an empty dict
+                # would record no offsets at all in the audit trail).
+                kafka_offsets={int(p): o for p, o in config.kafka_offsets.items()} or None,
             )
         except EvolutionRejectedError as err:
             raise dg.Failure(

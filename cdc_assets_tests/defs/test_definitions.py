@@ -78,6 +78,7 @@ def test_jobs_do_not_grow_with_tables(defs: dg.Definitions) -> None:
         "new_kafka_offsets",
         "schema_changes",
         "schema_drift_detected",
+        "spec_directory",
     ]
     assert sorted(s.name for s in repo.schedule_defs) == [
         "daily_drift_check",
