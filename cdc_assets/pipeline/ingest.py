@@ -395,6 +395,7 @@ def _ingest_once(
         result.seconds = time.monotonic() - started
         return result
 
+    hold("ingest_before_read")  # tests: the broker restarts between planning and reading
     records = read_kafka(spark, kafka, spec.source.topic, start, end)
     batch = prepare(classify_records(records, spec), spec)
     with cached_batch(spark, batch, sum(end[p] - start[p] for p in end)) as classified:

@@ -24,9 +24,8 @@ def test_a_spec_from_the_newest_schema_change_record(
 ) -> None:
     users = example_spec(it_settings, "users")
     topic = f"it.schema.{uuid.uuid4().hex[:8]}"
-    kafka.admin().create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[
-        topic
-    ].result(30)
+    admin = kafka.admin()  # kept alive until the future resolves
+    admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result(30)
     later = users.model_copy(
         update={"columns": [*users.columns, ColumnSpec(id=9, name="phone", type="varchar(32)")]}
     )

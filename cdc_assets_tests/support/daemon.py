@@ -26,6 +26,9 @@ def dagster_home(base: Path) -> Path:
     home = base / "dagster"
     home.mkdir(parents=True, exist_ok=True)
     (home / "dagster.yaml").write_text(DAGSTER_YAML, encoding="utf-8")
+    # Create the home's storages now: the daemon and a CLI started together would both migrate
+    # the fresh SQLite databases and leave two alembic heads.
+    dg.DagsterInstance.from_config(str(home)).dispose()
     return home
 
 
