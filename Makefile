@@ -53,9 +53,9 @@ DEMO_SPECS = $${CDC_ASSETS_HOME:-.cdc-assets}/demo-specs
 SPECS_FOR_UI = $${CDC_ASSETS_SPECS:-$$(test -d $(DEMO_SPECS) && echo $(DEMO_SPECS) || echo table_specs)}
 
 # Runs started from the UI share the stack's Spark Connect server (one warm driver).
+# exec: make's SIGTERM reaches `cdc-assets dev` itself, which stops dagster dev's process group.
 dev: setup
-	$(BIN)/cdc-assets stack up --spark-connect
-	DAGSTER_HOME=$$($(BIN)/cdc-assets dagster-home) CDC_ASSETS_SPECS=$(SPECS_FOR_UI) CDC_ASSETS_WEBSERVER=127.0.0.1:3000 $(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
+	CDC_ASSETS_SPECS=$(SPECS_FOR_UI) exec $(BIN)/cdc-assets dev
 
 # docs/asset-graph.png from the instance of the last `make run` (headless Chromium)
 screenshot: $(STAMP)

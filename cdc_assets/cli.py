@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import sys
@@ -364,6 +365,54 @@ def ensure_dagster_home(settings: Settings) -> Path:
     if not config.exists():
         config.write_text(DAGSTER_YAML, encoding="utf-8")
     return home
+
+
+def _cmd_dev(settings: Settings, args: argparse.Namespace) -> int:
+    """`make dev`: the stack with a Spark Connect server, then `dagster dev` (webserver, daemon,
+    code server) in a process group of its own. Ctrl-C or SIGTERM stops that group and waits for
+    it, so nothing is left running (make sends SIGTERM to this process, not to its children);
+    the stack keeps running for the next start (`cdc-assets stack down` stops it)."""
+    import signal
+    import subprocess
+
+    from cdc_assets.resources.local_stack import stack_up
+    from cdc_assets.settings import ENV_WEBSERVER
+
+    stack_up(settings, spark_connect=True)
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(ensure_dagster_home(settings)),
+        ENV_SPECS: str(settings.specs_dir),
+        ENV_WEBSERVER: f"127.0.0.1:{args.port}",
+    }
+    command = [str(Path(sys.executable).parent / "dagster"), "dev", "-w", "workspace.yaml"]
+    command += ["-h", "127.0.0.1", "-p", str(args.port)]
+    child = subprocess.Popen(command, env=env, start_new_session=True)
+    stopping: list[int] = []
+
+    def stop(signum: int, _frame: Any) -> None:
+        stopping.append(signum)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGINT)  # dagster dev's own clean shutdown
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        code = child.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        try:
+            child.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+        # Whatever dagster dev left in its group (a code server, a run worker) goes too.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGKILL)
+    if stopping:
+        console.print("dagster dev stopped; the stack keeps running (`cdc-assets stack down`)")
+        return 0
+    return code
 
 
 def _cmd_dagster_home(settings: Settings, _: argparse.Namespace) -> int:
@@ -1077,6 +1126,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "dagster-home", help="create the Dagster home under the CDC home and print its path"
     ).set_defaults(fn=_cmd_dagster_home)
+    dev = sub.add_parser(
+        "dev",
+        help="the stack with Spark Connect, then dagster dev (UI, daemon); Ctrl-C or SIGTERM "
+        "stops dagster dev and everything it started",
+    )
+    dev.add_argument("--port", type=int, default=3000, help="webserver port on 127.0.0.1")
+    dev.set_defaults(fn=_cmd_dev)
     sync = sub.add_parser(
         "sync",
         help="run the pipeline over the spec directory (CDC_ASSETS_SPECS), no demo: create "

@@ -16,6 +16,7 @@ change is applied only when newer than the stored row, so a second application i
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -259,9 +260,17 @@ def executed_plan(frame: Any) -> str:
     return str(frame._jdf.queryExecution().executedPlan().toString())
 
 
-def _run_with_retry(spark: Any, sql: str, props: dict[str, str], result: MergeResult) -> Any:
+def _run_with_retry(
+    spark: Any,
+    sql: str,
+    props: dict[str, str],
+    result: MergeResult,
+    before_retry: Callable[[], None] | None = None,
+) -> Any:
     for attempt in range(1, COMMIT_RETRIES + 1):
         result.attempts = attempt
+        if attempt > 1 and before_retry is not None:
+            before_retry()
         try:
             with snapshot_properties(spark, props):
                 return spark.sql(sql)
@@ -353,8 +362,19 @@ def merge_base(spark: Any, catalog: str, iceberg_catalog: Any, spec: TableSpec) 
     # A Connect client cannot see the plan a statement ran with: it plans the MERGE once more.
     planned = merge_plan(spark, merge_sql) if is_connect(spark) else None
     conf = {DISTRIBUTION_MODE_CONF: "none"} if _lines_up(base_table) else {}
+
+    def still_from_state() -> None:
+        # A conflict may mean another upsert committed: re-running this MERGE would then commit
+        # this run's (older) state over its newer one. Only maintenance may have moved base.
+        now = base_state(load_table(iceberg_catalog, base_l))
+        if now.token() != state.token():
+            raise StaleChangesError(
+                f"{spec.name}: another upsert moved base to {now.token()} while this one "
+                f"merged from {state.token()}; materialize the bucketed asset again, then base"
+            )
+
     with session_conf(spark, conf):
-        merged = _run_with_retry(spark, merge_sql, commit_props, result)
+        merged = _run_with_retry(spark, merge_sql, commit_props, result, still_from_state)
     # The plan the MERGE ran with, not a second planning: did base reach the join unshuffled?
     shuffles = shuffles_between_scan_and_join(
         planned or executed_plan(merged), plain_identifier(catalog, base_l)

@@ -32,7 +32,7 @@ from cdc_assets.demo.events import produce, workload
 from cdc_assets.pipeline.failpoint import HOLD_ENV
 from cdc_assets.pipeline.ingest import ingest_incremental
 from cdc_assets.pipeline.tables import ensure_tables
-from cdc_assets.resources import IcebergCatalogResource, KafkaResource
+from cdc_assets.resources import IcebergCatalogResource, KafkaResource, local_process
 from cdc_assets.resources.local_stack import StackState, stack_down, stack_up
 from cdc_assets.settings import ENV_KAFKA_BOOTSTRAP, Settings
 from cdc_assets.spec.models import TableSpec
@@ -111,11 +111,7 @@ def finish(child: subprocess.Popen[str]) -> int:
 def kill_broker(state: StackState) -> None:
     os.kill(state.kafka_pid, signal.SIGKILL)
     deadline = time.monotonic() + 30
-    while True:
-        try:
-            os.kill(state.kafka_pid, 0)
-        except ProcessLookupError:
-            return
+    while local_process.pid_alive(state.kafka_pid):  # reaps it when this process started it
         assert time.monotonic() < deadline, "the broker outlived SIGKILL"
         time.sleep(0.1)
 
