@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from cdc_assets.resources.local_stack import stack_down
+from cdc_assets.resources.local_stack import stack_down, stack_up
 from cdc_assets.settings import ENV_HOME, ENV_SPECS, Settings
 from cdc_assets_tests.conftest import PROJECT_ROOT
 from cdc_assets_tests.integration.conftest import make_home
@@ -60,6 +60,9 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
     """A home of its own: `dev` starts a Spark Connect server, which the session's stack must
     not get (its resources would then use it). The stack stays up between the two starts."""
     settings = make_home(tmp_path_factory.mktemp("dev") / "home")
+    # Started here: the stack's broker and Spark Connect server outlive `dev` on purpose, so
+    # they must not count among what `dev` has to stop.
+    stack_up(settings, spark_connect=True)
     try:
         yield settings
     finally:
