@@ -192,8 +192,15 @@ def bootstrap_from_source(
     check_replaceable(iceberg_catalog, spec, replace)  # before the watermark and the dump
     source = SourceTable.of(spec)
     props = {"fetchsize": "10000", **(properties or {})}
+    gtid = spec.source.order == "gtid" and spec.source.connector != "postgresql"
     watermark = read_watermark(
-        spark, url, source, properties=props, timeout_s=timeout_s, mysql_method=mysql_method
+        spark,
+        url,
+        source,
+        properties=props,
+        timeout_s=timeout_s,
+        mysql_method=mysql_method,
+        gtid_domain=spec.source.gtid_domain if gtid else None,
     )
     if before_dump is not None:
         before_dump(watermark)

@@ -20,6 +20,7 @@ from typing import Any
 from cdc_assets.errors import CdcAssetsError
 from cdc_assets.pipeline.batch_cache import cached_batch
 from cdc_assets.pipeline.failpoint import armed, failpoint, hold
+from cdc_assets.pipeline.gtid_floor import fill_gtid_floor
 from cdc_assets.pipeline.ledger_commit import (
     LedgerMovedError,
     append_if_unchanged,
@@ -37,7 +38,7 @@ from cdc_assets.pipeline.offsets import (
     encode_offsets,
 )
 from cdc_assets.resources.kafka import KafkaResource, PartitionOffsets
-from cdc_assets.schema.layers import dead_letter_layout, ledger_layout
+from cdc_assets.schema.layers import dead_letter_layout, ledger_layout, order_mismatch
 from cdc_assets.schema.wire import plan_fields
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.sql.ddl import literal, quote
@@ -65,6 +66,10 @@ OLD_KEY_HEADER = "__debezium.oldkey"
 
 class OffsetsExpiredError(CdcAssetsError):
     """Kafka no longer holds offsets the ledger has not consumed yet (retention passed)."""
+
+
+class SourceOrderError(CdcAssetsError):
+    """The spec's ``source.order`` differs from the one its ledger was created with."""
 
 
 @dataclass
@@ -386,6 +391,9 @@ def _ingest_once(
     layout = ledger_layout(spec)
     identifier = f"{layout.namespace}.{layout.name}"
     table = iceberg_catalog.load_table(identifier)
+    mismatch = order_mismatch(dict(table.properties), spec)
+    if mismatch is not None:
+        raise SourceOrderError(mismatch)
     expected = start_snapshot(table)  # the offsets below are this snapshot's
     remove_stale_branches(table)
     committed = committed_offsets(table, spec.source.topic)
@@ -404,7 +412,9 @@ def _ingest_once(
         if result.dead:
             merge_dead_letters(spark, catalog, spec, dead_letter_rows(classified, spec))
         failpoint("after_dead_letters")
-        rows = ledger_rows(classified, spec)
+        rows = fill_gtid_floor(
+            spark, spec, ledger_rows(classified, spec), ledger_identifier(catalog, spec)
+        )
         if armed("during_ledger_write"):
             rows = _kill_during_write(rows)
 
@@ -528,9 +538,10 @@ def rebuild_hour(
         if result.dead:
             merge_dead_letters(spark, catalog, spec, dead_letter_rows(classified, spec))
         condition = F.expr(f"dt = '{h0:%Y-%m-%d}' AND hr = {h0.hour}")
+        ledger = ledger_identifier(catalog, spec)
         (
-            ledger_rows(classified, spec)
-            .writeTo(ledger_identifier(catalog, spec))
+            fill_gtid_floor(spark, spec, ledger_rows(classified, spec), ledger)
+            .writeTo(ledger)
             .option(f"snapshot-property.{KIND_PROPERTY}", "rebuild")
             .option(f"snapshot-property.{SPEC_VERSION_PROPERTY}", str(spec.spec_version))
             .option(f"snapshot-property.{COUNTS_PROPERTY}", _counts_json(result))

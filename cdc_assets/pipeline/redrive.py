@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cdc_assets.pipeline.batch_cache import cached_batch
+from cdc_assets.pipeline.gtid_floor import fill_gtid_floor, needs_floor
 from cdc_assets.pipeline.ingest import (
     classify_records,
     dead_letter_identifier,
@@ -69,7 +70,11 @@ def redrive(
                 result.reasons[row["_reason"]] = row["count"]
         fixed = classified.filter(F.col("_status") != DEAD)
         if result.to_ledger:
-            _insert_missing(spark, catalog, spec, ledger_rows(classified, spec))
+            ledger = ledger_identifier(catalog, spec)
+            rows = fill_gtid_floor(spark, spec, ledger_rows(classified, spec), ledger)
+            if needs_floor(spec):
+                rows = rows.localCheckpoint()  # a MERGE's source must not read its target
+            _insert_missing(spark, catalog, spec, rows)
         if result.to_ledger or result.skipped:
             view = f"cdc_redriven_{spec.name}"
             # Checkpointed: the keys come from the dead-letter table itself, and Spark cannot

@@ -127,6 +127,27 @@ def binlog_watermark(file_name: str, position: int | str, method: str) -> Waterm
     )
 
 
+def gtid_sequence(gtid_list: str, domain: int) -> int:
+    """The sequence number of ``domain`` in a MariaDB GTID list ``0-1-57,1-2-9`` (0 when the
+    domain has no transaction yet)."""
+    for item in (i.strip() for i in gtid_list.split(",")):
+        if not item:
+            continue
+        parts = item.split("-")
+        if len(parts) != 3 or not all(p.isdigit() for p in parts):
+            raise WatermarkError(f"{gtid_list!r} is not a MariaDB GTID list")
+        if int(parts[0]) == domain:
+            return int(parts[2])
+    return 0
+
+
+def gtid_watermark(gtid_list: str, domain: int, method: str) -> Watermark:
+    """The watermark of a GTID position for a spec ordered by GTID: the next transaction of the
+    domain has sequence number last + 1, so the dump is stamped just below (last + 1, 0, 0)."""
+    last = gtid_sequence(gtid_list, domain)
+    return Watermark(Position(last + 1, 0, 0), f"GTID {gtid_list or '(empty)'}", method)
+
+
 def lsn_watermark(lsn_text: str, method: str) -> Watermark:
     return Watermark(Position(parse_lsn(lsn_text), 0, 0), lsn_text.strip(), method)
 
@@ -223,12 +244,15 @@ def read_watermark(
     properties: dict[str, str] | None = None,
     timeout_s: float = 300.0,
     mysql_method: MysqlMethod = "auto",
+    gtid_domain: int | None = None,
 ) -> Watermark:
     """The source's low watermark for a dump of ``source`` that starts after this returns.
 
     ``mysql_method``: ``snapshot`` (MariaDB's consistent-snapshot position), ``lock`` (a short
     read lock of the table, for MySQL), ``auto`` (snapshot on MariaDB, else lock). ``timeout_s``
     bounds the wait for open transactions (PostgreSQL) or for the table lock (MySQL).
+    ``gtid_domain``: the spec orders by GTID (``source.order: gtid``, MariaDB): the watermark
+    is the consistent snapshot's GTID position in that replication domain.
     """
     kind = server_kind(url)
     if kind is None:
@@ -243,13 +267,20 @@ def read_watermark(
         if method == "auto":
             version = str(session.rows("SELECT VERSION()")[0][0])
             method = "snapshot" if "mariadb" in version.lower() else "lock"
+        if gtid_domain is not None:
+            if method != "snapshot":
+                raise WatermarkError(
+                    "source.order: gtid needs MariaDB (its GTID position of a consistent snapshot)"
+                )
+            return mariadb_watermark(session, gtid_domain)
         if method == "snapshot":
             return mariadb_watermark(session)
         return mysql_lock_watermark(session, source, timeout_s)
 
 
-def mariadb_watermark(session: JdbcSession) -> Watermark:
-    """MariaDB's binlog position of a consistent snapshot (see the module docstring)."""
+def mariadb_watermark(session: JdbcSession, gtid_domain: int | None = None) -> Watermark:
+    """MariaDB's binlog position of a consistent snapshot (see the module docstring), or with
+    ``gtid_domain`` the GTID position at that point (``BINLOG_GTID_POS``)."""
     session.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
     try:
         status = {str(r[0]): r[1] for r in session.rows("SHOW STATUS LIKE 'binlog_snapshot_%'")}
@@ -262,6 +293,16 @@ def mariadb_watermark(session: JdbcSession) -> Watermark:
             "the server reports no binlog snapshot position: is binary logging on (log_bin) and "
             "is it MariaDB? For MySQL use the lock method"
         )
+    if gtid_domain is not None:
+        file_text = str(file_name).replace("'", "''")
+        rows = session.rows(f"SELECT BINLOG_GTID_POS('{file_text}', {int(str(position))})")
+        gtid_list = rows[0][0] if rows else None
+        if gtid_list is None:
+            raise WatermarkError(
+                f"BINLOG_GTID_POS({file_name}, {position}) is NULL: the server cannot map its "
+                "snapshot position to a GTID position"
+            )
+        return gtid_watermark(str(gtid_list), gtid_domain, "MariaDB consistent snapshot, GTID")
     return binlog_watermark(file_name, position, "MariaDB consistent snapshot")
 
 

@@ -29,6 +29,29 @@ BASE_PROPERTIES = {
     "write.distribution-mode": "hash",
 }
 LEDGER_PROPERTIES = {"format-version": "2", "write.distribution-mode": "hash"}
+# How the ledger's source positions are ordered (binlog, gtid, lsn): fixed at creation, since
+# positions of two orders never compare. Ledgers created before it existed hold binlog or lsn.
+ORDER_PROPERTY = "cdc.source-order"
+
+
+def source_order(spec: TableSpec) -> str:
+    return "lsn" if spec.source.connector == "postgresql" else spec.source.order
+
+
+def order_mismatch(ledger_properties: dict[str, str], spec: TableSpec) -> str | None:
+    """Why the spec's order cannot write into a ledger created with another one, or None."""
+    held = ledger_properties.get(
+        ORDER_PROPERTY, "lsn" if spec.source.connector == "postgresql" else "binlog"
+    )
+    wanted = source_order(spec)
+    if held == wanted:
+        return None
+    return (
+        f"{spec.name}: the ledger orders changes by {held} positions and the spec says "
+        f"source.order: {wanted}; positions of two orders never compare, so the order is fixed "
+        "when the tables are created. Put the old order back, or mirror the table anew (new "
+        "sink table, then `cdc-assets bootstrap`)"
+    )
 
 
 @dataclass(frozen=True)
@@ -153,7 +176,7 @@ def ledger_layout(spec: TableSpec) -> TableLayout:
         name=f"{_sink_table(spec)}_cdc",
         columns=data_columns(spec, keys_required=False) + SEQUENCE_COLUMNS + LEDGER_ONLY_COLUMNS,
         partition_by=("dt", "hr"),
-        properties=dict(LEDGER_PROPERTIES),
+        properties={**LEDGER_PROPERTIES, ORDER_PROPERTY: source_order(spec)},
         comment=f"CDC ledger of {spec.source.database}.{spec.source.table}",
     )
 

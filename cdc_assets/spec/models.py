@@ -27,6 +27,7 @@ from cdc_assets.schema.types import (
 Identifier = Annotated[str, StringConstraints(pattern=r"^[a-z_][a-z0-9_]*$", max_length=63)]
 SourceName = Annotated[str, StringConstraints(min_length=1, max_length=128)]
 Connector = Literal["mysql", "mariadb", "postgresql", "tidb"]
+SourceOrder = Literal["binlog", "gtid"]
 
 _OWNER_RE = re.compile(r"^(team:[A-Za-z0-9_.-]+|[^@\s]+@[^@\s]+\.[^@\s]+)$")
 _TAG_RE = re.compile(r"^[A-Za-z0-9_.-]{1,63}$")
@@ -141,6 +142,25 @@ class SourceSpec(_Strict):
         Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._-]{1,249}$")] | None
     ) = None
     debezium: DebeziumSpec = DebeziumSpec()
+    # How this table's changes are ordered (MySQL family; PostgreSQL orders by LSN). ``binlog``:
+    # (file number, position, row) of one server's binlog, which a failover to another server
+    # does not continue. ``gtid`` (MariaDB): the GTID sequence number of ``gtid_domain``, which
+    # keeps growing across a failover within the replication domain, then position and row
+    # within the transaction. Fixed when the tables are created.
+    order: SourceOrder = "binlog"
+    gtid_domain: int = Field(default=0, ge=0, le=2**32 - 1)
+
+    @model_validator(mode="after")
+    def _check_order(self) -> SourceSpec:
+        if self.order == "gtid" and self.connector != "mariadb":
+            why = {
+                "postgresql": "PostgreSQL changes are ordered by LSN",
+                "mysql": "MySQL GTIDs (source_uuid:transaction_id) are numbered per server, so "
+                "they do not order changes across a failover either",
+                "tidb": "TiDB sends no GTID",
+            }[self.connector]
+            raise ValueError(f"source.order: 'gtid' is for MariaDB sources only ({why})")
+        return self
 
     @property
     def server_name(self) -> str:

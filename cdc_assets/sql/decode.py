@@ -393,6 +393,7 @@ def classify(spec: TableSpec, plans: list[FieldPlan]) -> str:
             literal("op 'd' event has no before image"),
         ),
     ]
+    rules += gtid_rules(spec)
     rules += [(cond, DEAD, "convert", reason) for cond, reason in _value_reasons(plans)]
 
     def outcome(status: str, stage: str, reason: str) -> str:
@@ -410,12 +411,22 @@ def _case(pairs: list[tuple[str, str]], default: str) -> str:
 
 
 def sequence_columns(spec: TableSpec) -> dict[str, str]:
-    """The numeric source position: binlog (file number, position, row) or (LSN, 0, 0)."""
+    """The numeric source position: binlog (file number, position, row), (LSN, 0, 0), or for
+    ``source.order: gtid`` (GTID sequence number, position, row). A row event without a GTID
+    (Debezium's snapshot reads) gets a NULL major, which `pipeline.gtid_floor` fills in."""
     if spec.source.connector == "postgresql":
         return {
             "_seq_major": "source.lsn",
             "_seq_minor": "CASE WHEN source.lsn IS NOT NULL THEN CAST(0 AS BIGINT) END",
             "_seq_row": "CASE WHEN source.lsn IS NOT NULL THEN CAST(0 AS BIGINT) END",
+        }
+    if spec.source.order == "gtid":
+        # One transaction never spans two binlog files, so position and row order the events
+        # within it, even when its GTID was read from another server's binlog after a failover.
+        return {
+            "_seq_major": gtid_part("source.gtid", 3),
+            "_seq_minor": "CASE WHEN source.file IS NOT NULL THEN source.pos END",
+            "_seq_row": "CASE WHEN source.file IS NOT NULL THEN source.row END",
         }
     file_number = r"try_cast(regexp_extract(source.file, '\\.([0-9]+)$', 1) AS BIGINT)"
     return {
@@ -423,6 +434,50 @@ def sequence_columns(spec: TableSpec) -> dict[str, str]:
         "_seq_minor": "CASE WHEN source.file IS NOT NULL THEN source.pos END",
         "_seq_row": "CASE WHEN source.file IS NOT NULL THEN source.row END",
     }
+
+
+GTID_PATTERN = "^([0-9]+)-([0-9]+)-([0-9]+)$"
+
+
+def gtid_part(gtid: str, group: int) -> str:
+    """A part of a MariaDB GTID ``domain-server-sequence`` (group 1, 2, 3) as a long, NULL when
+    the text is not one."""
+    part = f"regexp_extract({gtid}, {literal(GTID_PATTERN)}, {group})"
+    return f"try_cast(nullif({part}, '') AS BIGINT)"
+
+
+def gtid_rules(spec: TableSpec) -> list[tuple[str, str, str, str]]:
+    """Dead-letter rules of a ``source.order: gtid`` spec: changes it cannot place in order."""
+    if spec.source.order != "gtid":
+        return []
+    domain = spec.source.gtid_domain
+    row_ops = "op IN ('c', 'u', 'd', 'r') AND source.gtid IS NOT NULL"
+    return [
+        (
+            "op IN ('c', 'u', 'd') AND source.gtid IS NULL",
+            DEAD,
+            "envelope",
+            literal(
+                "a change without source.gtid, and the spec orders changes by GTID "
+                "(source.order: gtid)"
+            ),
+        ),
+        (
+            f"{row_ops} AND {gtid_part('source.gtid', 3)} IS NULL",
+            DEAD,
+            "envelope",
+            "concat('source.gtid ''', source.gtid, ''' is not a MariaDB GTID "
+            "domain-server-sequence')",
+        ),
+        (
+            f"{row_ops} AND {gtid_part('source.gtid', 1)} <> {domain}",
+            DEAD,
+            "envelope",
+            "concat('GTID ', source.gtid, ' is in replication domain ', "
+            f"{gtid_part('source.gtid', 1)}, ', the spec orders by domain {domain} "
+            "(source.gtid_domain): sequence numbers of two domains do not compare')",
+        ),
+    ]
 
 
 def unavailable_list(plans: list[FieldPlan]) -> str:
