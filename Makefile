@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt 2>/dev/null | sha256sum | cut -c1-12)
 
-.PHONY: setup sources-setup jars run test test-unit test-defs test-integration lint format typecheck dev screenshot bench clean
+.PHONY: setup sources-setup jars run test test-unit test-defs test-integration lint format typecheck dev screenshot docs bench clean
 
 setup: $(STAMP) jars sources-setup
 
@@ -25,7 +25,8 @@ sources-setup:
 run: setup
 	$(BIN)/cdc-assets run
 
-test: setup
+# Lint and type checks first (seconds), then every tier; the docs tests build the site.
+test: setup lint typecheck
 	$(BIN)/python -m pytest
 
 test-unit: $(STAMP)
@@ -60,6 +61,11 @@ dev: setup
 # docs/asset-graph.png from the instance of the last `make run` (headless Chromium)
 screenshot: $(STAMP)
 	CDC_ASSETS_SPECS=$(SPECS_FOR_UI) $(BIN)/python scripts/screenshot_asset_graph.py
+
+# The docs site: reference pages from the code, then site/ (strict: a broken link fails)
+docs: $(STAMP)
+	$(BIN)/python scripts/generate_docs.py
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict
 
 bench: setup
 	$(BIN)/python benchmarks/definitions_load.py

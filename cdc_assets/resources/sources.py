@@ -379,6 +379,13 @@ def start_mariadb(settings: Settings, name: str = MARIADB) -> int:
     return port
 
 
+def stop_mariadb(
+    settings: Settings, name: str = MARIADB, sig: signal.Signals = signal.SIGTERM
+) -> None:
+    """Stop one local MariaDB server (SIGKILL: as a crashed server stops); its data stays."""
+    _stop_server(settings, name, mariadb_files(settings, name).marker, sig)
+
+
 def _setup_mariadb(settings: Settings, name: str) -> None:
     password = cdc_password(settings)
     statements = [

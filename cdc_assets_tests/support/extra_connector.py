@@ -151,3 +151,16 @@ def drop_slot(settings: Settings, slot: str) -> None:
         if time.monotonic() > deadline:
             raise StackError(f"replication slot {slot} is still active")
         time.sleep(0.5)
+
+
+def move(settings: Settings, extra: ExtraConnector, mariadb_name: str) -> ExtraConnector:
+    """Point a MariaDB connector at another local server (a promoted replica), as an operator
+    does after a failover: same name, so it resumes from its stored offsets (a GTID position
+    the new server's binlog also holds). Returns once the connector runs again."""
+    config = {**extra.config, "database.port": str(sources.port_of(settings, mariadb_name))}
+    port = _port(settings)
+    status, answer = connect.rest(port, "PUT", f"/connectors/{extra.name}/config", config)
+    if not 200 <= status < 300:
+        raise StackError(f"moving {extra.name} to {mariadb_name}: HTTP {status} {answer}")
+    connect.wait_running(port, extra.name, log_file=connect.connect_files(settings).log_file)
+    return ExtraConnector(extra.name, extra.prefix, extra.server, config, extra.slot)

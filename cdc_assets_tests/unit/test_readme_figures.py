@@ -1,5 +1,5 @@
-"""Figures the README states about the code, read from the code: test table sizes and retry
-counts. A change to either side without the other fails here."""
+"""Figures the docs (README and docs/) state about the code, read from the code: test table
+sizes and retry counts. A change to either side without the other fails here."""
 
 from __future__ import annotations
 
@@ -11,7 +11,10 @@ from cdc_assets.pipeline import ingest, maintenance, upsert
 from cdc_assets_tests.conftest import PROJECT_ROOT
 from cdc_assets_tests.unit import test_evolution_classifier, test_invalid_specs, test_wire_plan
 
-README = (PROJECT_ROOT / "README.md").read_text(encoding="utf-8")
+README = "\n".join(
+    p.read_text(encoding="utf-8")
+    for p in [PROJECT_ROOT / "README.md", *sorted((PROJECT_ROOT / "docs").glob("*.md"))]
+)
 
 
 def _stated(pattern: str) -> list[int]:
