@@ -211,7 +211,7 @@ def run_live_demo(
     """The whole demo (see the module docstring); prints numbered steps to ``console``."""
     from rich.table import Table
 
-    from cdc_assets.cli import _dagster_instance
+    from cdc_assets.cli import dagster_instance
     from cdc_assets.jobs.inprocess import PipelineDriver
     from cdc_assets.pipeline.source_compare import compare_source, source_url_for
     from cdc_assets.resources import build_resources
@@ -235,7 +235,7 @@ def run_live_demo(
     for db, server, _ in sources.jdbc_urls(settings):
         console.print(f"      {server} database {db}")
     step(3, f"specs in {settings.specs_dir}; onboard_tables job")
-    driver = PipelineDriver(settings, _dagster_instance(settings))
+    driver = PipelineDriver(settings, dagster_instance(settings))
     created = driver.onboard()
     console.print(f"      {len(created)} Iceberg table(s) created")
     specs = load_specs(settings.specs_dir)

@@ -4,10 +4,10 @@ The ingest, a rebuild and a redrive read their classified batch several times (s
 dead letters, ledger rows), so it is cached once. Spark compresses cached columns by default;
 for a batch that lives a few seconds and is read two or three times that compression costs more
 CPU than it saves: on 1M `users` events it took about 6 of the ingest's 45 CPU seconds (see the
-ingest benchmark in docs/benchmarks.md). A batch of up to `UNCOMPRESSED_MAX_RECORDS` records is therefore
-cached uncompressed and as objects, spilling to disk when memory runs short. A larger backlog
-keeps the compressed cache, which takes about a third of the memory: a 2M-event backlog cached
-uncompressed filled a 2g driver's heap and ran slower than compressed.
+ingest benchmark in docs/benchmarks.md). A batch of up to `UNCOMPRESSED_MAX_RECORDS` records is
+therefore cached uncompressed and as objects, spilling to disk when memory runs short. A larger
+backlog keeps the compressed cache, which takes about a third of the memory: a 2M-event backlog
+cached uncompressed filled a 2g driver's heap and ran slower than compressed.
 """
 
 from __future__ import annotations

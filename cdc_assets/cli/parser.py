@@ -1,0 +1,298 @@
+"""The `cdc-assets` argument parser and entry point: one sub-command per command module."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from cdc_assets.cli.common import console
+from cdc_assets.cli.demo import cmd_report, cmd_run
+from cdc_assets.cli.fleet import cmd_fleet
+from cdc_assets.cli.specs import cmd_specs
+from cdc_assets.cli.stack import cmd_dagster_home, cmd_dev, cmd_jars, cmd_stack
+from cdc_assets.cli.sync import cmd_sync
+from cdc_assets.cli.tables import (
+    cmd_backfill,
+    cmd_bootstrap,
+    cmd_checks,
+    cmd_evolve,
+    cmd_redrive,
+    cmd_rollback,
+)
+from cdc_assets.errors import CdcAssetsError
+from cdc_assets.settings import ENV_HOME, ENV_SPECS, load_settings
+
+DESCRIPTION = (
+    "Mirror databases into Apache Iceberg from Debezium change streams: the jar cache, the local "
+    "stack, table specs, the demo, the pipeline and its checks."
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cdc-assets", description=DESCRIPTION)
+    parser.add_argument(
+        "--home", help="state directory (default: $CDC_ASSETS_HOME or ./.cdc-assets)"
+    )
+    parser.add_argument("--specs", help="table spec directory (default: ./table_specs)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("jars", help="fetch the JVM jars with Maven (no-op when cached)").set_defaults(
+        fn=cmd_jars
+    )
+    stack = sub.add_parser("stack", help="local Kafka broker + Iceberg catalog + warehouse")
+    stack.add_argument("action", choices=["up", "status", "down"])
+    stack.add_argument("--purge", action="store_true", help="with down: delete all stack state")
+    stack.add_argument(
+        "--sources",
+        action="store_true",
+        help="with up: also MariaDB, PostgreSQL, Kafka Connect and the Debezium connectors",
+    )
+    stack.add_argument(
+        "--spark-connect",
+        action="store_true",
+        help="with up: also a Spark Connect server, which runs then share (one warm driver)",
+    )
+    stack.set_defaults(fn=cmd_stack)
+    specs = sub.add_parser(
+        "specs", help="validate, import (from DDL or a live source) and diff table specs"
+    )
+    specs_sub = specs.add_subparsers(dest="action", required=True)
+    validate = specs_sub.add_parser("validate", help="validate every spec of a directory")
+    validate.add_argument("directory", nargs="?")
+    imp = specs_sub.add_parser(
+        "import-ddl", help="a spec from a CREATE TABLE, or the next version of an existing spec"
+    )
+    imp.add_argument("file", help="file with the CREATE TABLE (a dump of the table will do)")
+    imp.add_argument("--connector", choices=["mysql", "mariadb", "postgresql"])
+    imp.add_argument("--database", help="source database")
+    imp.add_argument("--topic", help="Kafka topic of the table's change events")
+    imp.add_argument("--namespace", help="Iceberg namespace")
+    imp.add_argument("--name", help="spec name (default: the table name)")
+    imp.add_argument("--schema", help="PostgreSQL schema, when the DDL does not qualify the table")
+    imp.add_argument("--sensitive", help="comma-separated columns to mark sensitive")
+    imp.add_argument("--spec", help="existing spec: write its next version for the changed DDL")
+    imp.add_argument(
+        "--audit",
+        action="append",
+        help="with --spec: file of DDL statements run on the source since that version, "
+        "which proves renames and drops (repeatable)",
+    )
+    imp.add_argument("--out", help="write the spec to this file instead of stdout")
+    src = specs_sub.add_parser(
+        "import-source",
+        help="a spec from a live source table's information_schema, written to the spec directory",
+    )
+    src.add_argument("--connector", required=True, choices=["mysql", "mariadb", "postgresql"])
+    src.add_argument("--database", required=True, help="source database")
+    src.add_argument("--table", required=True, help="source table")
+    src.add_argument("--schema", help="PostgreSQL schema (default: public)")
+    src.add_argument(
+        "--url",
+        help="JDBC URL of the source database (default: CDC_ASSETS_SOURCE_URL_<CONNECTOR>_"
+        "<DATABASE> or CDC_ASSETS_SOURCE_URL_<DATABASE>, else the local stack's source)",
+    )
+    src.add_argument(
+        "--topic",
+        help="Kafka topic of the table's change events (default: <prefix>.<database>.<table>, "
+        "PostgreSQL <prefix>.<schema>.<table>)",
+    )
+    src.add_argument(
+        "--topic-prefix", help="Debezium topic.prefix for the default topic (default: database)"
+    )
+    src.add_argument("--namespace", help="Iceberg namespace (default: the database)")
+    src.add_argument("--name", help="spec name (default: the table name)")
+    src.add_argument("--sensitive", help="comma-separated columns to mark sensitive")
+    src.add_argument("--out", help="spec file to write (default: <spec dir>/<name>.yaml)")
+    src.add_argument("--force", action="store_true", help="replace an existing spec file")
+    rec = specs_sub.add_parser(
+        "import-schema-record",
+        help="a spec from Debezium's schema-change topic (MySQL/MariaDB): the table's newest "
+        "record",
+    )
+    rec.add_argument("--schema-topic", required=True, help="the connector's schema-change topic")
+    rec.add_argument("--database", required=True, help="source database")
+    rec.add_argument("--table", required=True, help="source table")
+    rec.add_argument("--connector", choices=["mysql", "mariadb"], default="mysql")
+    rec.add_argument(
+        "--topic",
+        help="Kafka topic of the table's change events (default: <prefix>.<database>.<table>, "
+        "prefix = the record's server name)",
+    )
+    rec.add_argument("--namespace", help="Iceberg namespace (default: the database)")
+    rec.add_argument("--name", help="spec name (default: the table name)")
+    rec.add_argument("--sensitive", help="comma-separated columns to mark sensitive")
+    rec.add_argument("--out", help="write the spec here (validated; not over another spec)")
+    diff = specs_sub.add_parser(
+        "diff", help="plan the change between two spec versions; exit 1 if any is unsupported"
+    )
+    diff.add_argument("paths", nargs="*", metavar="PATH", help="OLD NEW: spec files or dirs")
+    diff.add_argument(
+        "--git", nargs=2, metavar=("REV_A", "REV_B"), help="compare --dir at two git revisions"
+    )
+    diff.add_argument("--dir", default="table_specs", help="spec directory (with --git)")
+    diff.add_argument(
+        "--audit", action="append", help="file of source DDL statements proving renames"
+    )
+    specs.set_defaults(fn=cmd_specs)
+    run = sub.add_parser(
+        "run",
+        help="main job: jars, stack with real sources and Debezium, tables, workload with schema "
+        "changes, the pipeline until it caught up, source against base",
+    )
+    run.add_argument(
+        "--statements", type=int, default=1000, help="workload changes per table (default 1000)"
+    )
+    run.add_argument(
+        "--after-change",
+        type=int,
+        default=300,
+        help="changes per table after the schema changes (default 300)",
+    )
+    run.add_argument(
+        "--generator",
+        action="store_true",
+        help="the demo on generated Debezium events instead (no databases, no Kafka Connect)",
+    )
+    run.add_argument(
+        "--events", type=int, default=2000, help="with --generator: change events per table"
+    )
+    run.set_defaults(fn=cmd_run)
+    sub.add_parser(
+        "dagster-home", help="create the Dagster home under the CDC home and print its path"
+    ).set_defaults(fn=cmd_dagster_home)
+    dev = sub.add_parser(
+        "dev",
+        help="the stack with Spark Connect, then dagster dev (UI, daemon); Ctrl-C or SIGTERM "
+        "stops dagster dev and everything it started",
+    )
+    dev.add_argument("--port", type=int, default=3000, help="webserver port on 127.0.0.1")
+    dev.set_defaults(fn=cmd_dev)
+    sync = sub.add_parser(
+        "sync",
+        help="run the pipeline over the spec directory (CDC_ASSETS_SPECS), no demo: create "
+        "missing tables, then ingest, evolve, upsert once or until caught up",
+    )
+    sync.add_argument(
+        "--until-caught-up",
+        action="store_true",
+        help="repeat cycles until one finds nothing new (exit 1 if --max-cycles is reached)",
+    )
+    sync.add_argument("--max-cycles", type=int, default=20, help="with --until-caught-up")
+    sync.set_defaults(fn=cmd_sync)
+    fleet = sub.add_parser(
+        "fleet",
+        help="every table's lag, base delay, dead letters, evolutions and run times, worst "
+        "first; Prometheus exposition with --prometheus or --serve",
+    )
+    fleet.add_argument("--limit", type=int, default=50, help="rows of the summary (worst first)")
+    fleet.add_argument(
+        "--prometheus", metavar="FILE", help="also write Prometheus exposition text (- : stdout)"
+    )
+    fleet.add_argument(
+        "--serve", type=int, metavar="PORT", help="serve /metrics on 127.0.0.1:PORT instead"
+    )
+    fleet.set_defaults(fn=cmd_fleet)
+    sub.add_parser("report", help="tables of every spec as the catalog sees them").set_defaults(
+        fn=cmd_report
+    )
+    checks = sub.add_parser(
+        "checks", help="run every asset check on the live tables; exit 1 on an error"
+    )
+    checks.add_argument("--table", action="append", help="only this table (repeatable)")
+    checks.add_argument("--check", action="append", help="only this check name (repeatable)")
+    checks.add_argument("--json", help="also write the outcomes to this JSON file")
+    checks.add_argument(
+        "--demo",
+        action="store_true",
+        help="first run the generated-events demo (`cdc-assets run --generator`, no databases): "
+        "what the test suite checks once per session",
+    )
+    checks.add_argument("--events", type=int, default=2000, help="with --demo: events per table")
+    checks.set_defaults(fn=cmd_checks)
+    evolve = sub.add_parser(
+        "evolve", help="apply a schema change to a table (Iceberg, spec file, backfill)"
+    )
+    evolve.add_argument("table", help="spec name")
+    proposed = evolve.add_mutually_exclusive_group(required=True)
+    proposed.add_argument("--spec", help="the proposed spec version (YAML file)")
+    proposed.add_argument("--ddl", help="the source table's CREATE TABLE (SQL file)")
+    evolve.add_argument("--audit", action="append", help="DDL that ran since (file, repeatable)")
+    evolve.set_defaults(fn=cmd_evolve)
+    backfill = sub.add_parser(
+        "backfill", help="recover columns of the current spec from the ledger's row images"
+    )
+    backfill.add_argument("table", help="spec name")
+    backfill.add_argument(
+        "--column", action="append", required=True, help="sink column name (repeatable)"
+    )
+    backfill.add_argument("--since", help="ISO time; default: the whole ledger")
+    backfill.set_defaults(fn=cmd_backfill)
+    redrive = sub.add_parser("redrive", help="replay a table's dead letters after a fix")
+    redrive.add_argument("table", help="spec name")
+    redrive.add_argument("--reason", help="only dead letters whose reason contains this text")
+    redrive.set_defaults(fn=cmd_redrive)
+    boot = sub.add_parser(
+        "bootstrap", help="load base from a source dump and stitch it to the change stream"
+    )
+    boot.add_argument("table", help="spec name")
+    what = boot.add_mutually_exclusive_group(required=True)
+    what.add_argument("--parquet", help="Parquet file or directory of the dump")
+    what.add_argument("--csv", help="CSV file or directory of the dump (header line required)")
+    what.add_argument("--jdbc-url", help="JDBC URL of the live source database")
+    what.add_argument(
+        "--source",
+        dest="from_source",
+        action="store_true",
+        help="dump the spec's source table; JDBC URL from CDC_ASSETS_SOURCE_URL_<CONNECTOR>_"
+        "<DATABASE> or CDC_ASSETS_SOURCE_URL_<DATABASE>, else the local stack's source",
+    )
+    boot.add_argument(
+        "--jdbc-table",
+        help="table to read (default: the spec's source table, qualified by its database or "
+        "PostgreSQL schema when the position is read from the source)",
+    )
+    boot.add_argument("--jdbc-user")
+    boot.add_argument("--jdbc-password-env", help="environment variable holding the password")
+    boot.add_argument("--jdbc-driver", help="JDBC driver class, when the URL does not imply it")
+    boot.add_argument(
+        "--position",
+        help="source position of the dump as major[:minor[:row]]: binlog file number:position"
+        " (MySQL/MariaDB) or the LSN as a number (PostgreSQL); required for files, and for a "
+        "JDBC dump the default is a watermark read from the live source before the dump",
+    )
+    boot.add_argument(
+        "--watermark-timeout",
+        type=float,
+        default=300.0,
+        help="seconds to wait for transactions open at the watermark (PostgreSQL) or for the "
+        "table's read lock (MySQL) (default: 300)",
+    )
+    boot.add_argument("--replace", action="store_true", help="overwrite a base that has rows")
+    boot.set_defaults(fn=cmd_bootstrap)
+    rollback = sub.add_parser(
+        "rollback-watermark", help="make the next upsert re-read the ledger from a time"
+    )
+    rollback.add_argument("table", help="spec name")
+    rollback.add_argument("--to", required=True, help="ISO time, e.g. 2026-11-22T10:00:00+00:00")
+    rollback.set_defaults(fn=cmd_rollback)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    settings = load_settings()
+    # Flags become environment too, so Dagster code loaded later sees the same settings.
+    if args.home:
+        settings = replace(settings, home=Path(args.home).resolve())
+        os.environ[ENV_HOME] = str(settings.home)
+    if args.specs:
+        settings = replace(settings, specs_dir=Path(args.specs).resolve())
+        os.environ[ENV_SPECS] = str(settings.specs_dir)
+    try:
+        code: int = args.fn(settings, args)
+    except CdcAssetsError as err:
+        console.print(f"[red]error:[/red] {err}")
+        return 2
+    return code

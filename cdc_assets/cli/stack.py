@@ -1,0 +1,108 @@
+"""`cdc-assets jars`, `stack`, `dev` and `dagster-home`: the jar cache, the local stack and the
+Dagster UI."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from cdc_assets.cli.common import console, ensure_dagster_home
+from cdc_assets.settings import ENV_SPECS, Settings
+
+
+def cmd_jars(settings: Settings, _: argparse.Namespace) -> int:
+    from cdc_assets.resources.jars import KINDS, ensure_jars, jar_cache_size
+    from cdc_assets.resources.udf_jar import ensure_udf_jar
+
+    for kind in KINDS:
+        jars = ensure_jars(kind, settings)
+        console.print(f"{kind}: {len(jars)} jars in {settings.jars_dir / kind}")
+    console.print(f"udf: {ensure_udf_jar(settings)}")
+    console.print(f"jar cache: {jar_cache_size(settings) / 2**20:.1f} MiB")
+    return 0
+
+
+def cmd_stack(settings: Settings, args: argparse.Namespace) -> int:
+    from cdc_assets.resources import local_stack
+
+    if args.action == "up":
+        state = local_stack.stack_up(
+            settings, sources=args.sources, spark_connect=args.spark_connect
+        )
+        console.print(f"stack up: kafka {state.bootstrap_servers} (pid {state.kafka_pid})")
+        console.print(f"catalog {state.catalog_file}, warehouse {state.warehouse}")
+        if args.spark_connect:
+            from cdc_assets.resources import spark_connect
+
+            port = spark_connect.running_port(settings)
+            console.print(f"Spark Connect server {spark_connect.remote_url(port or 0)}")
+        if args.sources:
+            from cdc_assets.resources import source_stack
+
+            for line in source_stack.status(settings).render():
+                console.print(line, markup=False)
+        return 0
+    if args.action == "down":
+        local_stack.stack_down(settings, purge=args.purge)
+        console.print("stack down" + (" (state removed)" if args.purge else ""))
+        return 0
+    status = local_stack.stack_status(settings)
+    console.print(status.render())
+    return 0 if status.healthy else 1
+
+
+def cmd_dev(settings: Settings, args: argparse.Namespace) -> int:
+    """`make dev`: the stack with a Spark Connect server, then `dagster dev` (webserver, daemon,
+    code server) in a process group of its own. Ctrl-C or SIGTERM stops that group and waits for
+    it, so nothing is left running (make sends SIGTERM to this process, not to its children);
+    the stack keeps running for the next start (`cdc-assets stack down` stops it)."""
+    import signal
+    import subprocess
+
+    from cdc_assets.resources.local_stack import stack_up
+    from cdc_assets.settings import ENV_WEBSERVER
+
+    stack_up(settings, spark_connect=True)
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(ensure_dagster_home(settings)),
+        ENV_SPECS: str(settings.specs_dir),
+        ENV_WEBSERVER: f"127.0.0.1:{args.port}",
+    }
+    command = [str(Path(sys.executable).parent / "dagster"), "dev", "-w", "workspace.yaml"]
+    command += ["-h", "127.0.0.1", "-p", str(args.port)]
+    child = subprocess.Popen(command, env=env, start_new_session=True)
+    stopping: list[int] = []
+
+    def stop(signum: int, _frame: Any) -> None:
+        stopping.append(signum)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGINT)  # dagster dev's own clean shutdown
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        code = child.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        try:
+            child.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+        # Whatever dagster dev left in its group (a code server, a run worker) goes too.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGKILL)
+    if stopping:
+        console.print("dagster dev stopped; the stack keeps running (`cdc-assets stack down`)")
+        return 0
+    return code
+
+
+def cmd_dagster_home(settings: Settings, _: argparse.Namespace) -> int:
+    print(ensure_dagster_home(settings))
+    return 0

@@ -1,0 +1,270 @@
+"""Commands on one table: `bootstrap`, `rollback-watermark`, `redrive`, `checks`, `evolve`,
+`backfill`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from cdc_assets.cli.common import (
+    QUIET,
+    console,
+    dagster_instance,
+    find_spec,
+    last_metadata,
+    print_plain,
+    read_text,
+)
+from cdc_assets.cli.demo import run_generator_demo
+from cdc_assets.cli.specs import source_jdbc_url
+from cdc_assets.errors import CdcAssetsError
+from cdc_assets.settings import Settings
+
+
+def cmd_bootstrap(settings: Settings, args: argparse.Namespace) -> int:
+    """Load base from a dump. A dump read here from the live source (--jdbc-url or --source)
+    without --position is stitched by a watermark read from the source before the dump."""
+    from cdc_assets.pipeline.bootstrap import (
+        bootstrap_base,
+        bootstrap_from_source,
+        read_files,
+        read_jdbc,
+    )
+    from cdc_assets.resources import build_resources
+    from cdc_assets.sql.upsert import Position
+
+    spec = find_spec(settings, args.table)
+    position = None
+    if args.position is not None:
+        try:
+            position = Position.parse(args.position)
+        except ValueError as err:
+            raise CdcAssetsError(str(err)) from None
+    elif not (args.jdbc_url or args.from_source):
+        raise CdcAssetsError(
+            "a file dump needs --position: the source position at which it was taken "
+            "(only a dump read from the live source finds its own)"
+        )
+    url = args.jdbc_url
+    if args.from_source:
+        url = source_jdbc_url(
+            settings, spec.source.connector, spec.source.database, server=spec.source.server_name
+        )
+    props: dict[str, str] = {}
+    if args.jdbc_user:
+        props["user"] = args.jdbc_user
+    if args.jdbc_password_env:
+        props["password"] = os.environ.get(args.jdbc_password_env, "")
+    if args.jdbc_driver:
+        props["driver"] = args.jdbc_driver
+    res = build_resources(settings)
+    if url and position is None and res["spark"].remote:
+        # The watermark holds one JDBC session in the driver's JVM, which a Spark Connect
+        # client does not have: this command starts a driver of its own.
+        res["spark"] = res["spark"].model_copy(update={"remote": None})
+    spark = res["spark"].get_session()
+    catalog = res["spark"].catalog.name
+    if url and position is None:
+        result = bootstrap_from_source(
+            spark,
+            catalog,
+            res["iceberg"].load_catalog(),
+            spec,
+            url,
+            table=args.jdbc_table,
+            properties=props,
+            replace=args.replace,
+            timeout_s=args.watermark_timeout,
+        )
+    else:
+        assert position is not None
+        if url:
+            table = args.jdbc_table or spec.source.table
+            dump = read_jdbc(spark, url, table, {"fetchsize": "10000", **props})
+            source = f"jdbc {table}"
+        else:
+            kind = "parquet" if args.parquet else "csv"
+            dump = read_files(spark, args.parquet or args.csv, kind)
+            source = f"{kind} {args.parquet or args.csv}"
+        result = bootstrap_base(
+            spark,
+            catalog,
+            res["iceberg"].load_catalog(),
+            spec,
+            dump,
+            position,
+            source=source,
+            replace=args.replace,
+        )
+    where = f"source position {result.position.text()}"
+    if result.watermark is not None:
+        where += f", just below the watermark {result.watermark.describe()} read before the dump"
+    console.print(
+        f"{result.table}: {result.rows} rows loaded into base from {result.source} at {where}, "
+        f"in {result.seconds:.1f}s; the next upsert applies the ledger's changes after that "
+        "position",
+        markup=False,
+    )
+    return 0
+
+
+def cmd_rollback(settings: Settings, args: argparse.Namespace) -> int:
+    from datetime import datetime
+
+    from cdc_assets.pipeline.bootstrap import rollback_watermark
+    from cdc_assets.pipeline.offsets import encode_offsets
+    from cdc_assets.resources import build_resources
+
+    spec = find_spec(settings, args.table)
+    try:
+        to = datetime.fromisoformat(args.to)
+    except ValueError:
+        raise CdcAssetsError(
+            f"--to {args.to!r} is not an ISO time like 2026-11-22T10:00Z"
+        ) from None
+    res = build_resources(settings)
+    result = rollback_watermark(
+        res["spark"].get_session(),
+        res["spark"].catalog.name,
+        res["iceberg"].load_catalog(),
+        spec,
+        to,
+    )
+    console.print(
+        f"{result.table}: watermark {encode_offsets(result.before.watermark)} -> "
+        f"{encode_offsets(result.after.watermark)}; the next upsert re-reads the ledger from there"
+    )
+    return 0
+
+
+def cmd_redrive(settings: Settings, args: argparse.Namespace) -> int:
+    from cdc_assets.pipeline.redrive import redrive
+    from cdc_assets.resources import build_resources
+    from cdc_assets.spec import load_specs
+
+    specs = {s.name: s for s in load_specs(settings.specs_dir)}
+    if args.table not in specs:
+        console.print(f"[red]error:[/red] no table spec {args.table!r}; known: {sorted(specs)}")
+        return 2
+    spark = build_resources(settings)["spark"]
+    result = redrive(
+        spark.get_session(), spark.catalog.name, specs[args.table], reason_contains=args.reason
+    )
+    console.print(
+        f"{result.table}: replayed {result.replayed} dead letter(s): {result.to_ledger} to the "
+        f"ledger, {result.skipped} skipped, {result.still_dead} still failing"
+    )
+    for reason, count in sorted(result.reasons.items(), key=lambda kv: -kv[1]):
+        console.print(f"  {count:>6}  {reason}")
+    return 0 if result.still_dead == 0 else 1
+
+
+def cmd_checks(settings: Settings, args: argparse.Namespace) -> int:
+    """Every asset check against the live tables (with --demo, after a fresh run of the
+    generated-events demo, `cdc-assets run --generator`); 1 when any error-severity check fails."""
+    import json
+
+    from cdc_assets.checks.runner import run_checks
+    from cdc_assets.definitions import build_defs
+
+    if args.demo:
+        code = run_generator_demo(settings, args)
+        if code:
+            return code
+        console.print("[bold]asset checks[/bold] on the demo's tables")
+    defs = build_defs(settings=settings)
+    outcomes, run_id = run_checks(
+        defs, dagster_instance(settings), tables=args.table or None, checks=args.check or None
+    )
+    if not outcomes:
+        console.print("[red]error:[/red] no check matches the selection")
+        return 2
+    table = Table(
+        "table", "asset", "check", "result", "summary", title=f"asset checks, run {run_id}"
+    )
+    for o in outcomes:
+        result = (
+            "pass" if o.passed else ("[red]ERROR[/red]" if o.is_error else "[yellow]WARN[/yellow]")
+        )
+        table.add_row(o.table, o.asset, o.check, result, o.description)
+    console.print(table)
+    errors = [o for o in outcomes if o.is_error]
+    warns = [o for o in outcomes if not o.passed and not o.is_error]
+    console.print(
+        f"{len(outcomes)} checks: {len(outcomes) - len(errors) - len(warns)} passed, "
+        f"{len(warns)} warnings, {len(errors)} errors"
+    )
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps([o.__dict__ for o in outcomes], indent=2, default=str), encoding="utf-8"
+        )
+    return 1 if errors else 0
+
+
+def cmd_evolve(settings: Settings, args: argparse.Namespace) -> int:
+    """Apply a schema change to one table through the evolve_schemas job (recorded in Dagster)."""
+    import dagster as dg
+
+    from cdc_assets.assets.schema import evolve_run_config
+    from cdc_assets.definitions import build_defs
+
+    config: dict[str, Any] = {"trigger": "manual"}
+    if args.spec:
+        config["proposed_spec"] = read_text(args.spec)
+    else:
+        config["source_ddl"] = read_text(args.ddl)
+        config["audit_ddl"] = [read_text(a) for a in args.audit or []]
+    defs = build_defs(settings=settings)
+    result = defs.resolve_job_def("evolve_schemas").execute_in_process(
+        instance=dagster_instance(settings),
+        run_config={**evolve_run_config(args.table, **config), **QUIET},
+        asset_selection=[dg.AssetKey(["schema", args.table])],
+        raise_on_error=False,
+    )
+    if not result.success:
+        failures = result.get_step_failure_events()
+        for event in failures:
+            error = event.event_specific_data.error  # type: ignore[union-attr]
+            print_plain(error.message if error else "evolution failed")
+        return 1
+    meta = last_metadata(result, f"schema__{args.table}")
+    print_plain(str(meta.get("diff", "")).strip("`\n"))
+    console.print(
+        f"{args.table}: {meta.get('decision')}, spec v{meta.get('from_version')} -> "
+        f"v{meta.get('spec_version')}; backfilled base rows: {meta.get('backfill_base_rows', 0)}"
+    )
+    return 0
+
+
+def cmd_backfill(settings: Settings, args: argparse.Namespace) -> int:
+    """Phase 3 of an evolution on its own: recover columns from the ledger's row images."""
+    from datetime import datetime
+
+    from cdc_assets.pipeline.evolve import backfill_from_ledger
+    from cdc_assets.resources import build_resources
+
+    spec = find_spec(settings, args.table)
+    known = {c.sink_name for c in spec.columns}
+    unknown = sorted(set(args.column) - known)
+    if unknown:
+        console.print(f"[red]error:[/red] {spec.name} has no column(s) {unknown}")
+        return 2
+    res = build_resources(settings)
+    result = backfill_from_ledger(
+        res["spark"].get_session(),
+        settings.catalog_name,
+        res["iceberg"].load_catalog(),
+        spec,
+        args.column,
+        since=datetime.fromisoformat(args.since) if args.since else None,
+    )
+    console.print(
+        f"{spec.name}: {result.ledger_rows_updated} ledger rows and {result.base_rows_updated} "
+        f"base rows got {', '.join(args.column)}; {result.redriven} dead letters redriven "
+        f"({result.seconds:.1f}s)"
+    )
+    return 0
