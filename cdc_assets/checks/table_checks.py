@@ -13,10 +13,10 @@ from typing import Any
 
 import dagster as dg
 
-from cdc_assets.checks import rules
 from cdc_assets.checks.accounting import build_accounting_check
 from cdc_assets.checks.failsafe import failsafe
 from cdc_assets.pipeline import health
+from cdc_assets.quality import rules
 from cdc_assets.resources.iceberg import IcebergCatalogResource
 from cdc_assets.resources.kafka import KafkaResource
 from cdc_assets.resources.spark import SparkResource

@@ -17,8 +17,8 @@ def cmd_fleet(settings: Settings, args: argparse.Namespace) -> int:
     """Every table's lag, watermark delay, dead letters by reason, evolutions and run times,
     worst first; with --prometheus, the same as Prometheus exposition text (a file for
     node_exporter's textfile collector, or - for stdout); with --serve, on an HTTP endpoint."""
-    from cdc_assets.checks.fleet import prometheus_text, worst_first
     from cdc_assets.pipeline.fleet import fleet_metrics
+    from cdc_assets.quality.fleet import prometheus_text, worst_first
     from cdc_assets.resources import build_resources
     from cdc_assets.spec import load_specs
 
@@ -73,7 +73,7 @@ def _serve_fleet(port: int, measure: Any) -> int:
     """Serve the fleet metrics on 127.0.0.1:<port>/metrics, measured at every scrape."""
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    from cdc_assets.checks.fleet import prometheus_text
+    from cdc_assets.quality.fleet import prometheus_text
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:

@@ -35,7 +35,7 @@ def cmd_bootstrap(settings: Settings, args: argparse.Namespace) -> int:
         read_jdbc,
     )
     from cdc_assets.resources import build_resources
-    from cdc_assets.sql.upsert import Position
+    from cdc_assets.schema.position import Position
 
     spec = find_spec(settings, args.table)
     position = None

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cdc_assets.checks.mirror_diff import MirrorDiff
 from cdc_assets.demo.workload import WorkloadGenerator, script
 from cdc_assets.jobs.inprocess import CycleResult
+from cdc_assets.quality.mirror_diff import MirrorDiff
 from cdc_assets.resources import sources
 from cdc_assets.settings import Settings
 from cdc_assets.spec.models import ColumnSpec, TableSpec

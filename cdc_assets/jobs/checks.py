@@ -12,16 +12,15 @@ import re
 from collections.abc import Mapping, Sequence
 
 import dagster as dg
-from dagster._core.definitions.unresolved_asset_job_definition import (
-    UnresolvedAssetJobDefinition,
-)
+
+from cdc_assets.jobs.asset_job import AssetJob
 
 CHECK_JOB = "check_tables"
 CHECK_SCHEDULE = "table_checks"
 DEFAULT_CRON = "*/15 * * * *"
 
 
-def build_check_job() -> UnresolvedAssetJobDefinition:
+def build_check_job() -> AssetJob:
     return dg.define_asset_job(
         CHECK_JOB,
         selection=dg.AssetSelection.all_asset_checks(),
@@ -30,7 +29,7 @@ def build_check_job() -> UnresolvedAssetJobDefinition:
 
 
 def build_check_schedules(
-    job: UnresolvedAssetJobDefinition,
+    job: AssetJob,
     crons: Mapping[str, str],
     checks: Mapping[str, Sequence[dg.AssetCheckKey]],
     override: str | None = None,
@@ -59,7 +58,7 @@ def build_check_schedules(
 
 
 def _group_schedule(
-    job: UnresolvedAssetJobDefinition,
+    job: AssetJob,
     cron: str,
     tables: list[str],
     checks: Mapping[str, Sequence[dg.AssetCheckKey]],

@@ -14,13 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
-from dagster._core.definitions.unresolved_asset_job_definition import (
-    UnresolvedAssetJobDefinition,
-)
 from pydantic import Field
 
 from cdc_assets.assets.schema import evolve_run_config
 from cdc_assets.errors import CdcAssetsError, SpecError
+from cdc_assets.jobs.asset_job import AssetJob
 from cdc_assets.jobs.maintenance import maintenance_run_config
 from cdc_assets.pipeline.converge import proposal, spec_path
 from cdc_assets.pipeline.health import iceberg_differences
@@ -38,7 +36,7 @@ DRIFT_JOB = "check_schema_drift"
 DRIFT_SCHEDULE = "daily_drift_check"
 
 
-def build_evolve_job() -> UnresolvedAssetJobDefinition:
+def build_evolve_job() -> AssetJob:
     return dg.define_asset_job(
         EVOLVE_JOB,
         selection=dg.AssetSelection.key_prefixes(["schema"]),
@@ -159,7 +157,7 @@ def build_drift_schedule(job: dg.JobDefinition) -> dg.ScheduleDefinition:
 
 
 def build_drift_sensor(
-    drift_job: dg.JobDefinition, evolve_job: UnresolvedAssetJobDefinition, maintenance_job: Any
+    drift_job: dg.JobDefinition, evolve_job: AssetJob, maintenance_job: Any
 ) -> dg.RunStatusSensorDefinition:
     @dg.run_status_sensor(
         name="schema_drift_detected",

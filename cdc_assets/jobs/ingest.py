@@ -5,9 +5,8 @@ however many tables there are.
 """
 
 import dagster as dg
-from dagster._core.definitions.unresolved_asset_job_definition import (
-    UnresolvedAssetJobDefinition,
-)
+
+from cdc_assets.jobs.asset_job import AssetJob
 
 INGEST_JOB = "ingest_ledgers"
 
@@ -17,7 +16,7 @@ def hourly_partitions(start: str) -> dg.HourlyPartitionsDefinition:
     return dg.HourlyPartitionsDefinition(start_date=start, timezone="UTC", end_offset=1)
 
 
-def build_ingest_job() -> UnresolvedAssetJobDefinition:
+def build_ingest_job() -> AssetJob:
     return dg.define_asset_job(
         INGEST_JOB,
         selection=dg.AssetSelection.key_prefixes(["cdc"]),

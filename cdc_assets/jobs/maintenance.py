@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import dagster as dg
-from dagster._utils.schedules import cron_string_iterator, is_valid_cron_string
+from croniter import croniter
 from pydantic import Field
 
 from cdc_assets.errors import SpecError
@@ -101,13 +101,13 @@ def build_maintenance_job(specs: list[TableSpec]) -> dg.JobDefinition:
 
 def previous_tick(tick: datetime, cron: str = SCHEDULE_CRON) -> datetime:
     """The schedule's fire time before ``tick``."""
-    before = cron_string_iterator(tick.timestamp() - 1, cron, CRON_TIMEZONE, ascending=False)
-    return next(before)
+    fire: datetime = croniter(cron, tick.astimezone(UTC)).get_prev(datetime)
+    return fire
 
 
 def cron_fired(cron: str, after: datetime, until: datetime) -> bool:
     """Whether ``cron`` (UTC) has a fire time in (after, until]."""
-    fire = next(cron_string_iterator(after.timestamp() + 1, cron, CRON_TIMEZONE))
+    fire: datetime = croniter(cron, after.astimezone(UTC)).get_next(datetime)
     return after < fire <= until
 
 
@@ -124,7 +124,7 @@ def build_maintenance_schedule(
 ) -> dg.ScheduleDefinition:
     """One schedule for all tables: a run of ``job`` per table whose maintenance cron is due."""
     for spec in specs:
-        if not is_valid_cron_string(spec.base.maintenance.cron):
+        if not croniter.is_valid(spec.base.maintenance.cron):
             raise SpecError(
                 f"{spec.name}: base.maintenance.cron {spec.base.maintenance.cron!r} is not a "
                 "cron expression Dagster can schedule"

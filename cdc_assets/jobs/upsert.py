@@ -5,14 +5,13 @@ so the job count stays constant however many tables there are.
 """
 
 import dagster as dg
-from dagster._core.definitions.unresolved_asset_job_definition import (
-    UnresolvedAssetJobDefinition,
-)
+
+from cdc_assets.jobs.asset_job import AssetJob
 
 UPSERT_JOB = "upsert_bases"
 
 
-def build_upsert_job() -> UnresolvedAssetJobDefinition:
+def build_upsert_job() -> AssetJob:
     return dg.define_asset_job(
         UPSERT_JOB,
         selection=dg.AssetSelection.key_prefixes(["bucketed"], ["base"]),

@@ -32,6 +32,7 @@ from cdc_assets.pipeline.watermark import (
     snapshot_properties,
 )
 from cdc_assets.schema.layers import base_layout, ledger_layout, tombstones_layout
+from cdc_assets.schema.position import Position
 from cdc_assets.spec.information_schema import SourceTable
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.sql.bootstrap import (
@@ -40,7 +41,6 @@ from cdc_assets.sql.bootstrap import (
     resolve_columns,
 )
 from cdc_assets.sql.ddl import literal, quote
-from cdc_assets.sql.upsert import Position
 
 
 class BootstrapError(CdcAssetsError):

@@ -12,11 +12,11 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
-from cdc_assets.checks.fleet import TableMetrics
 from cdc_assets.pipeline.evolve import read_history
 from cdc_assets.pipeline.offsets import OFFSETS_PROPERTY
 from cdc_assets.pipeline.topic import observe_topic
 from cdc_assets.pipeline.watermark import base_state
+from cdc_assets.quality.fleet import TableMetrics
 from cdc_assets.resources.kafka import KafkaResource
 from cdc_assets.schema.layers import base_layout, dead_letter_layout, ledger_layout
 from cdc_assets.spec.models import TableSpec

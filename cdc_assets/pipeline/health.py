@@ -1,5 +1,5 @@
 """Measurements behind the asset checks: read the tables (Spark for data, pyiceberg for metadata)
-and the topic, return plain values for ``cdc_assets.checks.rules`` to judge. No Dagster here."""
+and the topic, return plain values for ``cdc_assets.quality.rules`` to judge. No Dagster here."""
 
 from __future__ import annotations
 
@@ -7,13 +7,6 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from cdc_assets.checks.rules import (
-    DuplicateKeys,
-    ImageMismatches,
-    KafkaLag,
-    NullCounts,
-    WatermarkLag,
-)
 from cdc_assets.pipeline.offsets import (
     COUNTS_PROPERTY,
     OFFSETS_PROPERTY,
@@ -22,6 +15,13 @@ from cdc_assets.pipeline.offsets import (
 )
 from cdc_assets.pipeline.topic import observe_topic
 from cdc_assets.pipeline.watermark import base_state
+from cdc_assets.quality.rules import (
+    DuplicateKeys,
+    ImageMismatches,
+    KafkaLag,
+    NullCounts,
+    WatermarkLag,
+)
 from cdc_assets.resources.kafka import KafkaResource
 from cdc_assets.schema.drift import LiveColumn, layout_differences
 from cdc_assets.schema.layers import (

@@ -1,5 +1,5 @@
 """Compare a source table with its base mirror row for row: the source read through Spark's JDBC
-source, base through Spark, the difference computed by ``cdc_assets.checks.mirror_diff``.
+source, base through Spark, the difference computed by ``cdc_assets.quality.mirror_diff``.
 
 Only the spec's columns are compared (a source may have columns the spec does not know yet), and
 only live base rows exist (deletes remove rows; tombstones are a table of their own).
@@ -12,7 +12,8 @@ from datetime import UTC
 from decimal import Decimal
 from typing import Any
 
-from cdc_assets.checks.mirror_diff import (
+from cdc_assets.pipeline.bootstrap import read_jdbc
+from cdc_assets.quality.mirror_diff import (
     MirrorDiff,
     calendar_date,
     clock_text,
@@ -22,7 +23,6 @@ from cdc_assets.checks.mirror_diff import (
     instant_from_seconds,
     wall_clock,
 )
-from cdc_assets.pipeline.bootstrap import read_jdbc
 from cdc_assets.schema.layers import base_layout
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.sql.ddl import table_identifier

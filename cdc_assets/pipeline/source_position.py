@@ -56,8 +56,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from cdc_assets.errors import CdcAssetsError
+from cdc_assets.schema.position import Position
 from cdc_assets.spec.information_schema import SourceTable
-from cdc_assets.sql.upsert import Position
 
 MysqlMethod = Literal["auto", "snapshot", "lock"]
 POLL_S = 0.2

@@ -52,12 +52,12 @@ from cdc_assets.schema.layers import (
     ledger_layout,
     tombstones_layout,
 )
+from cdc_assets.schema.position import Position
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.sql.ddl import quote
 from cdc_assets.sql.plan import shuffles_between_scan_and_join
 from cdc_assets.sql.upsert import (
     ChangeWindow,
-    Position,
     render_base_merge,
     render_insert_overwrite,
     render_newest_changes,

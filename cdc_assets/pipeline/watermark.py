@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from cdc_assets.pipeline.offsets import decode_offsets, encode_offsets
-from cdc_assets.sql.upsert import Position
+from cdc_assets.schema.position import Position
 
 WATERMARK = "cdc.watermark"
 WATERMARK_TS = "cdc.watermark-ts"

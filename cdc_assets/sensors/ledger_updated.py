@@ -3,10 +3,8 @@ touched (an evolution's backfill and redrive leave ledger rows that only an upse
 """
 
 import dagster as dg
-from dagster._core.definitions.unresolved_asset_job_definition import (
-    UnresolvedAssetJobDefinition,
-)
 
+from cdc_assets.jobs.asset_job import AssetJob
 from cdc_assets.sensors.runs import WAITING, table_tags, tables_in_runs
 
 
@@ -19,9 +17,9 @@ def upsert_selection(asset_keys: list[dg.AssetKey]) -> list[dg.AssetKey]:
 
 
 def build_ledger_updated_sensor(
-    ingest_job: UnresolvedAssetJobDefinition,
-    upsert_job: UnresolvedAssetJobDefinition,
-    evolve_job: UnresolvedAssetJobDefinition | None = None,
+    ingest_job: AssetJob,
+    upsert_job: AssetJob,
+    evolve_job: AssetJob | None = None,
 ) -> dg.RunStatusSensorDefinition:
     @dg.run_status_sensor(
         name="ledger_updated",

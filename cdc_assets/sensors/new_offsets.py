@@ -9,11 +9,9 @@ import json
 from datetime import UTC, datetime
 
 import dagster as dg
-from dagster._core.definitions.unresolved_asset_job_definition import (
-    UnresolvedAssetJobDefinition,
-)
 
 from cdc_assets.checks.accounting import ACCOUNTING_CHECK
+from cdc_assets.jobs.asset_job import AssetJob
 from cdc_assets.resources.kafka import KafkaResource
 from cdc_assets.sensors.runs import IN_FLIGHT, table_tags, tables_in_runs
 from cdc_assets.spec.models import TableSpec
@@ -23,9 +21,7 @@ def current_hour_key(now: datetime) -> str:
     return now.astimezone(UTC).strftime("%Y-%m-%d-%H:00")
 
 
-def build_new_offsets_sensor(
-    specs: list[TableSpec], job: UnresolvedAssetJobDefinition
-) -> dg.SensorDefinition:
+def build_new_offsets_sensor(specs: list[TableSpec], job: AssetJob) -> dg.SensorDefinition:
     by_topic = {s.source.topic: s for s in specs}
 
     @dg.sensor(

@@ -15,12 +15,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import dagster as dg
-from dagster._core.definitions.unresolved_asset_job_definition import (
-    UnresolvedAssetJobDefinition,
-)
 
 from cdc_assets.assets.schema import evolve_run_config
 from cdc_assets.errors import CdcAssetsError
+from cdc_assets.jobs.asset_job import AssetJob
 from cdc_assets.pipeline.converge import proposal, spec_path
 from cdc_assets.pipeline.schema_topic import (
     SeenChange,
@@ -35,7 +33,7 @@ from cdc_assets.spec.models import TableSpec
 
 
 def build_schema_change_sensor(
-    specs: list[TableSpec], specs_dir: Path, job: UnresolvedAssetJobDefinition
+    specs: list[TableSpec], specs_dir: Path, job: AssetJob
 ) -> dg.SensorDefinition:
     watched = [s for s in specs if s.source.schema_changes]
     by_topic: dict[str, list[TableSpec]] = {}

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from cdc_assets.schema.position import Position
 from cdc_assets.schema.wire import FieldPlan, plan_fields
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.sql.ddl import quote, spark_type
-from cdc_assets.sql.upsert import Position
 
 _TRANSFORMS = {
     "epoch_seconds_to_timestamp": "timestamp_seconds({})",

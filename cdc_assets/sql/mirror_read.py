@@ -1,5 +1,5 @@
 """SQL that reads a source table (through Spark's JDBC source) and its base mirror (Spark SQL)
-for the row-for-row comparison of ``cdc_assets.checks.mirror_diff`` (pure).
+for the row-for-row comparison of ``cdc_assets.quality.mirror_diff`` (pure).
 
 Dates and times leave the source database as text it formats itself, or as numbers since the
 epoch, never as JDBC temporal values: drivers turn those into instants in the JVM's time zone,

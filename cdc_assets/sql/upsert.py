@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from cdc_assets.schema.layers import base_layout, tombstones_layout
+from cdc_assets.schema.position import Position
 from cdc_assets.schema.types import SinkType
 from cdc_assets.schema.wire import Wire, plan_fields
 from cdc_assets.spec.models import TableSpec
@@ -28,27 +29,6 @@ ORDER_PARTS = (*SEQ_PARTS, "_kafka_partition", "_kafka_offset")
 CHANGE_COLUMNS = ("_op", "_source_ts", *ORDER_PARTS)
 # A ledger row (alias ``a``) that moved a row in from another key without all its columns.
 MOVED_CREATE = "{a}._op = 'c' AND {a}._before_json IS NOT NULL AND {a}._unavailable IS NOT NULL"
-
-
-@dataclass(frozen=True, order=True)
-class Position:
-    """A numeric source position: binlog (file number, position, row) or (LSN, 0, 0)."""
-
-    major: int
-    minor: int = 0
-    row: int = 0
-
-    def text(self) -> str:
-        return f"{self.major}:{self.minor}:{self.row}"
-
-    @classmethod
-    def parse(cls, text: str) -> Position:
-        """``major[:minor[:row]]`` as written by ``text()``."""
-        parts = text.strip().split(":")
-        if not 1 <= len(parts) <= 3 or not all(p.strip().lstrip("-").isdigit() for p in parts):
-            raise ValueError(f"{text!r} is not a source position 'major[:minor[:row]]'")
-        numbers = [int(p) for p in parts] + [0] * (3 - len(parts))
-        return cls(numbers[0], numbers[1], numbers[2])
 
 
 @dataclass(frozen=True)

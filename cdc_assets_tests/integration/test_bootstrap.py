@@ -22,8 +22,8 @@ from cdc_assets.pipeline.bootstrap import (
 )
 from cdc_assets.pipeline.tables import ensure_tables
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
+from cdc_assets.schema.position import Position
 from cdc_assets.spec.models import TableSpec
-from cdc_assets.sql.upsert import Position
 from cdc_assets_tests.integration.test_ingest import consume_all, isolated
 from cdc_assets_tests.integration.test_upsert import assert_base_matches, ingest, upsert
 from cdc_assets_tests.support.bad_records import base_row, users_spec

@@ -36,7 +36,6 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from cdc_assets.checks.mirror_diff import base_image, diff_mirror
 from cdc_assets.demo.workload import WorkloadGenerator, script
 from cdc_assets.pipeline.ingest import IngestResult, ingest_incremental
 from cdc_assets.pipeline.offsets import committed_offsets
@@ -49,6 +48,7 @@ from cdc_assets.pipeline.source_compare import (
 from cdc_assets.pipeline.tables import ensure_tables
 from cdc_assets.pipeline.upsert import build_bucketed, merge_base
 from cdc_assets.pipeline.watermark import base_state
+from cdc_assets.quality.mirror_diff import base_image, diff_mirror
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource, connect, sources
 from cdc_assets.resources.local_stack import StackState
 from cdc_assets.schema.layers import base_layout, ledger_layout

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import sqlglot
 
-from cdc_assets.checks import rules
+from cdc_assets.quality import rules
 from cdc_assets.schema.drift import LiveColumn, layout_differences, source_differences
 from cdc_assets.schema.layers import base_layout
 from cdc_assets.spec import load_specs

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from cdc_assets.checks.fleet import TableMetrics, prometheus_text, worst_first
+from cdc_assets.quality.fleet import TableMetrics, prometheus_text, worst_first
 
 
 def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

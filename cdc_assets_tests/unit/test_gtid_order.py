@@ -17,10 +17,10 @@ from cdc_assets.pipeline.source_position import (
     mariadb_watermark,
 )
 from cdc_assets.schema.layers import ORDER_PROPERTY, ledger_layout, order_mismatch
+from cdc_assets.schema.position import Position
 from cdc_assets.spec import load_spec_text
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.sql.decode import gtid_rules, sequence_columns
-from cdc_assets.sql.upsert import Position
 
 pytestmark = pytest.mark.unit
 

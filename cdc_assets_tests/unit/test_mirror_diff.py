@@ -9,7 +9,7 @@ from decimal import Decimal
 import pytest
 import sqlglot
 
-from cdc_assets.checks.mirror_diff import (
+from cdc_assets.quality.mirror_diff import (
     base_image,
     clock_text,
     diff_mirror,

@@ -26,8 +26,8 @@ from cdc_assets.pipeline.source_position import (
     postgres_watermark,
     server_kind,
 )
+from cdc_assets.schema.position import Position
 from cdc_assets.spec.information_schema import SourceTable
-from cdc_assets.sql.upsert import Position
 from cdc_assets_tests.conftest import PROJECT_ROOT
 
 

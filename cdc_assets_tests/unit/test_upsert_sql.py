@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import sqlglot
 
+from cdc_assets.schema.position import Position
 from cdc_assets.schema.wire import plan_fields
 from cdc_assets.spec import load_specs
 from cdc_assets.spec.models import TableSpec
@@ -12,7 +13,6 @@ from cdc_assets.sql.bootstrap import dump_value, render_bootstrap_select, resolv
 from cdc_assets.sql.plan import parse_tree, shuffles_between_scan_and_join
 from cdc_assets.sql.upsert import (
     ChangeWindow,
-    Position,
     old_key_deletes,
     render_base_merge,
     render_newest_changes,
