@@ -13,7 +13,6 @@ from cdc_assets.jobs.checks import build_check_job, build_check_schedules
 from cdc_assets.jobs.evolve import (
     build_drift_job,
     build_drift_schedule,
-    build_drift_sensor,
     build_evolve_job,
 )
 from cdc_assets.jobs.ingest import build_ingest_job, hourly_partitions
@@ -22,6 +21,7 @@ from cdc_assets.jobs.onboard import build_onboard_job
 from cdc_assets.jobs.upsert import build_upsert_job
 from cdc_assets.resources import build_resources
 from cdc_assets.resources.source_stack import with_local_sources
+from cdc_assets.sensors.drift_detected import build_drift_sensor
 from cdc_assets.sensors.ledger_updated import build_ledger_updated_sensor
 from cdc_assets.sensors.new_offsets import build_new_offsets_sensor
 from cdc_assets.sensors.schema_changes import build_schema_change_sensor

@@ -1,5 +1,6 @@
 """Schema evolution jobs: `evolve_schemas` (apply a change to one table) and `check_schema_drift`
-(pull detection), the daily schedule of the drift check, and the sensor that acts on its findings.
+(pull detection) and the daily schedule of the drift check; `sensors/drift_detected.py` acts on
+its findings.
 
 Pull compares, per table, the source's shape (the newest record of Debezium's schema-change topic
 for MySQL/MariaDB, the schema embedded in the newest row events for PostgreSQL) with the spec,
@@ -16,17 +17,16 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
-from cdc_assets.assets.schema import evolve_run_config
-from cdc_assets.errors import CdcAssetsError, SpecError
+from cdc_assets.errors import SpecError
 from cdc_assets.jobs.asset_job import AssetJob
-from cdc_assets.jobs.maintenance import maintenance_run_config
-from cdc_assets.pipeline.converge import proposal, spec_path
+from cdc_assets.pipeline.converge import spec_path
 from cdc_assets.pipeline.health import iceberg_differences
 from cdc_assets.pipeline.schema_topic import newest_row_schema, newest_schema_change
 from cdc_assets.pipeline.source_schema import source_create_table
 from cdc_assets.resources.iceberg import IcebergCatalogResource
 from cdc_assets.resources.kafka import KafkaResource
 from cdc_assets.resources.spark import SparkResource
+from cdc_assets.schema.shape import shape_verdict
 from cdc_assets.spec.connect_schema import create_table_from_fields
 from cdc_assets.spec.load import load_spec
 from cdc_assets.spec.models import TableSpec
@@ -91,13 +91,9 @@ def drift_of(
                 audit_ddl=[],
             )
     if found.get("source_ddl"):
-        try:
-            plan = proposal(current, source_ddl=found["source_ddl"], audit_ddl=found["audit_ddl"])
-            found["plan"] = plan.describe()
-            drift = bool(plan.changes or plan.rejections)
-        except CdcAssetsError as err:
-            found["plan"] = f"cannot read the source's shape: {err}"
-            drift = True
+        verdict = shape_verdict(current, found["source_ddl"], found["audit_ddl"])
+        found["plan"] = verdict.describe()
+        drift = verdict.changed
     diffs = {k: v for k, v in iceberg_differences(catalog, current).items() if v}
     found["iceberg_differences"] = diffs
     found["drift"] = drift or bool(diffs)
@@ -154,62 +150,3 @@ def build_drift_schedule(job: dg.JobDefinition) -> dg.ScheduleDefinition:
         default_status=dg.DefaultScheduleStatus.RUNNING,
         description="Daily pull detection of schema drift for every table (02:00 UTC).",
     )
-
-
-def build_drift_sensor(
-    drift_job: dg.JobDefinition, evolve_job: AssetJob, maintenance_job: Any
-) -> dg.RunStatusSensorDefinition:
-    @dg.run_status_sensor(
-        name="schema_drift_detected",
-        run_status=dg.DagsterRunStatus.SUCCESS,
-        monitored_jobs=[drift_job],
-        request_jobs=[evolve_job, maintenance_job],
-        minimum_interval_seconds=30,
-        default_status=dg.DefaultSensorStatus.RUNNING,
-        description="After a drift check: evolution for each drifted table, maintenance for the "
-        "others when the check asked for it.",
-    )
-    def schema_drift_detected(context: dg.RunStatusSensorContext) -> list[dg.RunRequest]:
-        run = context.dagster_run
-        records = context.instance.all_logs(
-            run.run_id, of_type=dg.DagsterEventType.ASSET_OBSERVATION
-        )
-        requests = []
-        for record in records:
-            event = record.get_dagster_event()
-            observation = event.asset_observation_data.asset_observation
-            table = observation.asset_key.path[-1]
-            meta = {k: v.value for k, v in observation.metadata.items()}
-            if meta.get("drift") and meta.get("source_ddl"):
-                requests.append(
-                    dg.RunRequest(
-                        run_key=f"pull:{run.run_id}:{table}",
-                        job_name=EVOLVE_JOB,
-                        asset_selection=[dg.AssetKey(["schema", table])],
-                        run_config=evolve_run_config(
-                            table,
-                            source_ddl=meta["source_ddl"],
-                            audit_ddl=meta["audit_ddl"],
-                            trigger="pull",
-                        ),
-                        tags={"cdc/table": table, "cdc/trigger": "schema_drift_detected"},
-                    )
-                )
-            elif meta.get("drift"):
-                # Iceberg differs from the spec and the source's shape is unknown: nothing to
-                # evolve towards. The schema_drift asset check reports it as an error.
-                context.log.warning(
-                    f"{table}: Iceberg differs from the spec: {meta.get('iceberg_differences')}"
-                )
-            elif meta.get("maintain_when_clean"):
-                requests.append(
-                    dg.RunRequest(
-                        run_key=f"clean:{run.run_id}:{table}",
-                        job_name=maintenance_job.name,
-                        run_config=maintenance_run_config(table),
-                        tags={"cdc/table": table, "cdc/trigger": "schema_drift_detected"},
-                    )
-                )
-        return requests
-
-    return schema_drift_detected

@@ -19,7 +19,7 @@ import dagster as dg
 from cdc_assets.assets.schema import evolve_run_config
 from cdc_assets.errors import CdcAssetsError
 from cdc_assets.jobs.asset_job import AssetJob
-from cdc_assets.pipeline.converge import proposal, spec_path
+from cdc_assets.pipeline.converge import spec_path
 from cdc_assets.pipeline.schema_topic import (
     SeenChange,
     matches,
@@ -27,6 +27,7 @@ from cdc_assets.pipeline.schema_topic import (
     read_schema_changes,
 )
 from cdc_assets.resources.kafka import KafkaResource
+from cdc_assets.schema.shape import shape_verdict
 from cdc_assets.spec.connect_schema import create_table_from_fields, differs, names_differ
 from cdc_assets.spec.load import load_spec
 from cdc_assets.spec.models import TableSpec
@@ -78,19 +79,13 @@ def build_schema_change_sensor(
                 continue
             create = create_table_from_fields(current, fields)
             if not names_differ(current, fields):
-                # Only types differ. Events older than the spec (the pull path evolved it before
-                # a row of the new shape arrived) look like a narrowing: not a change to start.
-                try:
-                    plan = proposal(current, source_ddl=create)
-                except CdcAssetsError as err:
-                    context.log.warning(f"{spec.name}: {err}")
-                    continue
-                if not (plan.supported and plan.changes):
-                    if not plan.supported:
+                verdict = shape_verdict(current, create, types_only=True)
+                if not verdict.changed:
+                    if verdict.plan is None or not verdict.plan.supported:
                         context.log.warning(
                             f"{spec.name}: the newest events' schema differs from the spec in a "
-                            f"way evolution does not apply ({plan.describe()}); the drift check "
-                            "reports it"
+                            f"way evolution does not apply ({verdict.describe()}); the drift "
+                            "check reports it"
                         )
                     continue
             digest = hashlib.sha256(create.encode()).hexdigest()[:16]
@@ -141,11 +136,14 @@ def build_schema_change_sensor(
                 create = newest.change.create_table
                 try:
                     current = load_spec(spec_path(specs_dir, table))
-                    plan = proposal(current, source_ddl=create, audit_ddl=audit)
-                    if plan.supported and not plan.changes:
-                        continue  # already the spec's shape
                 except CdcAssetsError as err:
                     context.log.warning(f"{table}: {err}; the evolution run will report it")
+                else:
+                    verdict = shape_verdict(current, create, audit)
+                    if not verdict.changed:
+                        continue  # already the spec's shape
+                    if verdict.error is not None:
+                        context.log.warning(f"{table}: {verdict.describe()}; the run reports it")
                 detected = (
                     datetime.fromtimestamp(newest.change.ts_ms / 1000, UTC).isoformat()
                     if newest.change.ts_ms

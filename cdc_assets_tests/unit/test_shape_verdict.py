@@ -1,0 +1,60 @@
+"""One decision for "has the source changed shape?", shared by push (`schema_changes` sensor) and
+pull (`check_schema_drift`): the same CREATE TABLE gets the same answer from both."""
+
+from __future__ import annotations
+
+import pytest
+
+from cdc_assets.schema.shape import shape_verdict
+from cdc_assets.spec import load_spec_text
+
+pytestmark = pytest.mark.unit
+
+SPEC = load_spec_text(
+    """
+spec_version: 1
+name: users
+source: {connector: mariadb, database: app, table: users, topic: a.app.users}
+columns:
+  - {id: 1, name: id, type: bigint, nullable: false}
+  - {id: 2, name: email, type: varchar(255)}
+  - {id: 3, name: score, type: bigint}
+primary_key: [id]
+sink: {namespace: app}
+""",
+    "users.yaml",
+)
+COLUMNS = "id BIGINT NOT NULL, email VARCHAR(255)"
+SAME = f"CREATE TABLE users ({COLUMNS}, score BIGINT, PRIMARY KEY (id))"
+ADDED = f"CREATE TABLE users ({COLUMNS}, score BIGINT, phone VARCHAR(32), PRIMARY KEY (id))"
+NARROWED = f"CREATE TABLE users ({COLUMNS}, score INT, PRIMARY KEY (id))"
+
+
+def test_the_spec_own_shape_is_no_change() -> None:
+    verdict = shape_verdict(SPEC, SAME)
+    assert not verdict.changed
+    assert verdict.plan is not None
+    assert not verdict.plan.changes
+
+
+def test_an_added_column_is_a_change() -> None:
+    verdict = shape_verdict(SPEC, ADDED, ["ALTER TABLE users ADD COLUMN phone VARCHAR(32)"])
+    assert verdict.changed
+    assert "phone" in verdict.describe()
+
+
+def test_an_unsupported_change_starts_a_run_that_reports_it_unless_types_only() -> None:
+    verdict = shape_verdict(SPEC, NARROWED)
+    assert verdict.changed
+    assert verdict.plan is not None
+    assert not verdict.plan.supported
+    # From row events, a narrowing is events older than the spec: not a change to start.
+    assert not shape_verdict(SPEC, NARROWED, types_only=True).changed
+
+
+def test_an_unreadable_shape_is_reported_by_a_run_unless_types_only() -> None:
+    verdict = shape_verdict(SPEC, "CREATE TABLE users (")
+    assert verdict.changed
+    assert verdict.plan is None
+    assert verdict.describe().startswith("cannot read the source's shape")
+    assert not shape_verdict(SPEC, "CREATE TABLE users (", types_only=True).changed
