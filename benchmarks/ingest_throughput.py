@@ -1101,8 +1101,8 @@ def main() -> None:
     # SIGTERM would skip the finally below and leave a broker running.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
-    from cdc_assets.resources.local_stack import stack_down, stack_up
     from cdc_assets.spec import load_spec
+    from cdc_assets.stack.local_stack import stack_down, stack_up
 
     tmp = Path(tempfile.mkdtemp(prefix="cdc-ingest-bench-"))
     settings = None

@@ -65,12 +65,12 @@ def main() -> None:
     from cdc_assets.pipeline.tables import ensure_tables
     from cdc_assets.pipeline.upsert import build_bucketed, merge_base
     from cdc_assets.resources import build_resources
-    from cdc_assets.resources.local_stack import stack_down, stack_up
     from cdc_assets.schema.evolution import apply_plan, classify
     from cdc_assets.spec import load_specs
     from cdc_assets.spec.load import load_spec
     from cdc_assets.spec.models import ColumnSpec, TableSpec
     from cdc_assets.spec.versions import write_spec
+    from cdc_assets.stack.local_stack import stack_down, stack_up
 
     tmp = Path(tempfile.mkdtemp(prefix="cdc-bench-evolve-"))
     settings = make_home(tmp)

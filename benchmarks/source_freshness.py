@@ -242,9 +242,9 @@ def main() -> int:
     from cdc_assets.demo.live import Workload, next_key_base
     from cdc_assets.jobs.inprocess import PipelineDriver
     from cdc_assets.resources import build_resources
-    from cdc_assets.resources.jars import ensure_jars
-    from cdc_assets.resources.local_stack import stack_down, stack_up
     from cdc_assets.spec import load_specs
+    from cdc_assets.stack.jars import ensure_jars
+    from cdc_assets.stack.local_stack import stack_down, stack_up
 
     tmp = Path(tempfile.mkdtemp(prefix="cdc-freshness-"))
     tmp.chmod(0o711)  # PostgreSQL runs as the postgres system user and must reach its data

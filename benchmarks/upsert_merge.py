@@ -926,8 +926,8 @@ def main() -> None:
     args = parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
-    from cdc_assets.resources.local_stack import stack_down, stack_up
     from cdc_assets.spec import load_spec
+    from cdc_assets.stack.local_stack import stack_down, stack_up
 
     tmp = Path(tempfile.mkdtemp(prefix="cdc-upsert-bench-"))
     settings = None

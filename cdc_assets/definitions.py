@@ -20,7 +20,6 @@ from cdc_assets.jobs.maintenance import build_maintenance_job, build_maintenance
 from cdc_assets.jobs.onboard import build_onboard_job
 from cdc_assets.jobs.upsert import build_upsert_job
 from cdc_assets.resources import build_resources
-from cdc_assets.resources.source_stack import with_local_sources
 from cdc_assets.sensors.drift_detected import build_drift_sensor
 from cdc_assets.sensors.ledger_updated import build_ledger_updated_sensor
 from cdc_assets.sensors.new_offsets import build_new_offsets_sensor
@@ -28,6 +27,7 @@ from cdc_assets.sensors.schema_changes import build_schema_change_sensor
 from cdc_assets.sensors.spec_directory import build_spec_directory_sensor
 from cdc_assets.settings import Settings, load_settings
 from cdc_assets.spec import TableSpec, load_specs
+from cdc_assets.stack.source_stack import with_local_sources
 
 
 def build_defs(

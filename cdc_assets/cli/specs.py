@@ -156,8 +156,8 @@ def source_jdbc_url(
     (``CDC_ASSETS_SOURCE_URL_<SERVER>_<DATABASE>``, ``..._<CONNECTOR>_<DATABASE>``, then
     ``..._<DATABASE>``), else the local stack's source of that kind when `stack up --sources`
     started it."""
-    from cdc_assets.resources import sources
     from cdc_assets.settings import source_url_variables
+    from cdc_assets.stack import sources
 
     if explicit:
         return explicit

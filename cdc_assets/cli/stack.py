@@ -15,8 +15,8 @@ from cdc_assets.settings import ENV_SPECS, Settings
 
 
 def cmd_jars(settings: Settings, _: argparse.Namespace) -> int:
-    from cdc_assets.resources.jars import KINDS, ensure_jars, jar_cache_size
-    from cdc_assets.resources.udf_jar import ensure_udf_jar
+    from cdc_assets.stack.jars import KINDS, ensure_jars, jar_cache_size
+    from cdc_assets.stack.udf_jar import ensure_udf_jar
 
     for kind in KINDS:
         jars = ensure_jars(kind, settings)
@@ -27,7 +27,7 @@ def cmd_jars(settings: Settings, _: argparse.Namespace) -> int:
 
 
 def cmd_stack(settings: Settings, args: argparse.Namespace) -> int:
-    from cdc_assets.resources import local_stack
+    from cdc_assets.stack import local_stack
 
     if args.action == "up":
         state = local_stack.stack_up(
@@ -36,12 +36,12 @@ def cmd_stack(settings: Settings, args: argparse.Namespace) -> int:
         console.print(f"stack up: kafka {state.bootstrap_servers} (pid {state.kafka_pid})")
         console.print(f"catalog {state.catalog_file}, warehouse {state.warehouse}")
         if args.spark_connect:
-            from cdc_assets.resources import spark_connect
+            from cdc_assets.stack import spark_connect
 
             port = spark_connect.running_port(settings)
             console.print(f"Spark Connect server {spark_connect.remote_url(port or 0)}")
         if args.sources:
-            from cdc_assets.resources import source_stack
+            from cdc_assets.stack import source_stack
 
             for line in source_stack.status(settings).render():
                 console.print(line, markup=False)
@@ -63,8 +63,8 @@ def cmd_dev(settings: Settings, args: argparse.Namespace) -> int:
     import signal
     import subprocess
 
-    from cdc_assets.resources.local_stack import stack_up
     from cdc_assets.settings import ENV_WEBSERVER
+    from cdc_assets.stack.local_stack import stack_up
 
     stack_up(settings, spark_connect=True)
     env = {

@@ -16,7 +16,7 @@ def cmd_sync(settings: Settings, args: argparse.Namespace) -> int:
     cycles of ingest, evolutions the schema_changes sensor asks for, and upsert (the daemon's
     order, in this process) once, or until a cycle finds nothing new (``--until-caught-up``)."""
     from cdc_assets.jobs.inprocess import PipelineDriver
-    from cdc_assets.resources.local_stack import require_bootstrap
+    from cdc_assets.stack.local_stack import require_bootstrap
 
     if settings.kafka_bootstrap is None:
         require_bootstrap(settings)  # a clear error when neither a broker nor the stack is up

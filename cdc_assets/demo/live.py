@@ -24,9 +24,9 @@ from typing import Any
 from cdc_assets.demo.workload import WorkloadGenerator, script
 from cdc_assets.jobs.inprocess import CycleResult
 from cdc_assets.quality.mirror_diff import MirrorDiff
-from cdc_assets.resources import sources
 from cdc_assets.settings import Settings
 from cdc_assets.spec.models import ColumnSpec, TableSpec
+from cdc_assets.stack import sources
 
 # Schema changes made mid-stream: (server, database, SQL, the column they add or widen).
 # Idempotent, so a second demo run changes nothing more (the schema-change records it writes
@@ -215,9 +215,9 @@ def run_live_demo(
     from cdc_assets.jobs.inprocess import PipelineDriver
     from cdc_assets.pipeline.source_compare import compare_source, source_url_for
     from cdc_assets.resources import build_resources
-    from cdc_assets.resources.jars import ensure_jars
-    from cdc_assets.resources.local_stack import stack_up
     from cdc_assets.spec import load_specs
+    from cdc_assets.stack.jars import ensure_jars
+    from cdc_assets.stack.local_stack import stack_up
 
     steps = 8
     started = time.monotonic()

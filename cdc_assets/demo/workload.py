@@ -7,7 +7,7 @@ key updates, NULLs, texts with 4-byte characters, quotes and backslashes, decima
 of their precision, timestamps written in several time zones, and transactions of several
 statements over all tables of the server (some rolled back, some with a savepoint rolled back).
 Pure Python: the statements are text, run by the database's own client
-(``cdc_assets.resources.sources``). Values in the model are what the database holds, as Python
+(``cdc_assets.stack.sources``). Values in the model are what the database holds, as Python
 values: ``int``, ``Decimal``, ``str``, ``bool``, ``date``, naive ``datetime`` for columns without
 a zone and UTC ``datetime`` for columns with one.
 """

@@ -35,8 +35,8 @@ def build_resources(settings: Settings) -> dict[str, Any]:
 def _local_spark_connect(settings: Settings) -> str | None:
     """The local stack's Spark Connect server (`stack up --spark-connect`) when it runs and no
     other Spark is configured."""
-    from cdc_assets.resources import spark_connect
     from cdc_assets.settings import DEFAULT_SPARK_MASTER
+    from cdc_assets.stack import spark_connect
 
     if settings.spark_master != DEFAULT_SPARK_MASTER:
         return None

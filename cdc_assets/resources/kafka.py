@@ -41,7 +41,7 @@ class KafkaResource(ConfigurableResource):  # type: ignore[type-arg]
     def resolved_bootstrap(self) -> str:
         if self.bootstrap_servers:
             return self.bootstrap_servers
-        from cdc_assets.resources.local_stack import require_bootstrap
+        from cdc_assets.stack.local_stack import require_bootstrap
 
         return require_bootstrap(replace(load_settings(), home=Path(self.home)))
 

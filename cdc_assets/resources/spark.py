@@ -46,7 +46,7 @@ class SparkResource(ConfigurableResource):  # type: ignore[type-arg]
         return replace(load_settings(), home=Path(self.home))
 
     def conf(self) -> dict[str, str]:
-        from cdc_assets.resources.jars import cached_spark_jars
+        from cdc_assets.stack.jars import cached_spark_jars
 
         jars = [str(p) for p in cached_spark_jars(self.settings())]
         return spark_conf(
@@ -80,7 +80,7 @@ class SparkResource(ConfigurableResource):  # type: ignore[type-arg]
         if self._session is None:
             from dagster_pyspark.resources import spark_session_from_config
 
-            from cdc_assets.resources.jars import spark_jars
+            from cdc_assets.stack.jars import spark_jars
 
             spark_jars(self.settings())
             if self.master.startswith("local"):

@@ -27,11 +27,11 @@ from cdc_assets.resources import (
     KafkaResource,
     SparkResource,
     build_resources,
-    spark_connect,
 )
-from cdc_assets.resources.jars import ensure_jars, spark_jars
-from cdc_assets.resources.local_stack import StackState, stack_down, stack_up
 from cdc_assets.settings import ENV_HOME, ENV_SPECS, Settings, load_settings
+from cdc_assets.stack import spark_connect
+from cdc_assets.stack.jars import ensure_jars, spark_jars
+from cdc_assets.stack.local_stack import StackState, stack_down, stack_up
 from cdc_assets_tests.conftest import PROJECT_ROOT
 
 

@@ -32,10 +32,11 @@ from cdc_assets.demo.events import produce, workload
 from cdc_assets.pipeline.failpoint import HOLD_ENV
 from cdc_assets.pipeline.ingest import ingest_incremental
 from cdc_assets.pipeline.tables import ensure_tables
-from cdc_assets.resources import IcebergCatalogResource, KafkaResource, local_process
-from cdc_assets.resources.local_stack import StackState, stack_down, stack_up
+from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.settings import ENV_KAFKA_BOOTSTRAP, Settings
 from cdc_assets.spec.models import TableSpec
+from cdc_assets.stack import local_process
+from cdc_assets.stack.local_stack import StackState, stack_down, stack_up
 from cdc_assets_tests.conftest import PROJECT_ROOT
 from cdc_assets_tests.integration.conftest import make_home
 from cdc_assets_tests.integration.test_evolve import later

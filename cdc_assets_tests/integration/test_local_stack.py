@@ -17,21 +17,21 @@ import pytest
 from confluent_kafka import Consumer, Producer
 
 from cdc_assets.errors import StackError
-from cdc_assets.resources import kafka_broker
-from cdc_assets.resources.jars import ensure_jars, jar_cache_size
-from cdc_assets.resources.local_stack import (
-    read_state,
-    require_bootstrap,
-    stack_down,
-    stack_status,
-    stack_up,
-)
 from cdc_assets.settings import (
     ENV_HOME,
     ENV_KAFKA_BOOTSTRAP,
     ENV_KAFKA_PORT,
     Settings,
     load_settings,
+)
+from cdc_assets.stack import kafka_broker
+from cdc_assets.stack.jars import ensure_jars, jar_cache_size
+from cdc_assets.stack.local_stack import (
+    read_state,
+    require_bootstrap,
+    stack_down,
+    stack_status,
+    stack_up,
 )
 
 pytestmark = pytest.mark.integration

@@ -25,13 +25,14 @@ from cdc_assets.pipeline.source_compare import compare_source
 from cdc_assets.pipeline.source_schema import import_source_spec
 from cdc_assets.pipeline.tables import ensure_tables
 from cdc_assets.pipeline.upsert import build_bucketed, merge_base
-from cdc_assets.resources import IcebergCatalogResource, KafkaResource, sources
-from cdc_assets.resources.local_stack import StackState
+from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.settings import Settings, source_url_variable
 from cdc_assets.spec.information_schema import SourceTable
 from cdc_assets.spec.load import load_spec
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.spec.versions import write_spec
+from cdc_assets.stack import sources
+from cdc_assets.stack.local_stack import StackState
 from cdc_assets_tests.integration.test_two_servers import drift_detected
 from cdc_assets_tests.support import extra_connector
 

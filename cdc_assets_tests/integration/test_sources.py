@@ -22,14 +22,14 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
 from cdc_assets.demo.events import DebeziumEventFactory, random_row
-from cdc_assets.resources import sources
-from cdc_assets.resources.local_stack import StackState, stack_status, stack_up
 from cdc_assets.schema.wire import TOAST_PLACEHOLDER
 from cdc_assets.settings import Settings
 from cdc_assets.spec import load_specs
 from cdc_assets.spec.ddl_import import plan_from_ddl
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.spec.schema_change import parse_schema_change
+from cdc_assets.stack import sources
+from cdc_assets.stack.local_stack import StackState, stack_status, stack_up
 from cdc_assets_tests.conftest import PROJECT_ROOT
 from cdc_assets_tests.support.oracle import Outcome, expected_outcome
 

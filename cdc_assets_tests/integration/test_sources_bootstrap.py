@@ -44,14 +44,15 @@ from cdc_assets.pipeline.source_position import (
 from cdc_assets.pipeline.source_schema import import_source_spec
 from cdc_assets.pipeline.tables import ensure_tables
 from cdc_assets.pipeline.upsert import build_bucketed, merge_base
-from cdc_assets.resources import IcebergCatalogResource, KafkaResource, sources
-from cdc_assets.resources.local_stack import StackState
+from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.layers import base_layout, ledger_layout
 from cdc_assets.schema.position import Position
 from cdc_assets.settings import ENV_HOME, ENV_SPECS, Settings
 from cdc_assets.spec import load_spec, load_specs
 from cdc_assets.spec.information_schema import SourceTable
 from cdc_assets.spec.models import TableSpec
+from cdc_assets.stack import sources
+from cdc_assets.stack.local_stack import StackState
 from cdc_assets_tests.conftest import PROJECT_ROOT
 from cdc_assets_tests.integration.test_ingest import read_table
 from cdc_assets_tests.support import extra_connector

@@ -49,12 +49,13 @@ from cdc_assets.pipeline.tables import ensure_tables
 from cdc_assets.pipeline.upsert import build_bucketed, merge_base
 from cdc_assets.pipeline.watermark import base_state
 from cdc_assets.quality.mirror_diff import base_image, diff_mirror
-from cdc_assets.resources import IcebergCatalogResource, KafkaResource, connect, sources
-from cdc_assets.resources.local_stack import StackState
+from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.layers import base_layout, ledger_layout
 from cdc_assets.settings import ENV_KAFKA_BOOTSTRAP, Settings
 from cdc_assets.spec import load_specs
 from cdc_assets.spec.models import TableSpec
+from cdc_assets.stack import connect, sources
+from cdc_assets.stack.local_stack import StackState
 from cdc_assets_tests.conftest import PROJECT_ROOT
 from cdc_assets_tests.support.child import run_until_failpoint
 

@@ -21,10 +21,11 @@ from typing import Any
 import pytest
 
 from cdc_assets.demo.events import produce, workload
-from cdc_assets.resources import build_resources, spark_connect
-from cdc_assets.resources.local_stack import StackState, stack_status, stack_up
+from cdc_assets.resources import build_resources
 from cdc_assets.settings import ENV_HOME, Settings
 from cdc_assets.spec.models import TableSpec
+from cdc_assets.stack import spark_connect
+from cdc_assets.stack.local_stack import StackState, stack_status, stack_up
 from cdc_assets_tests.conftest import PROJECT_ROOT
 from cdc_assets_tests.integration.test_ingest import isolated
 from cdc_assets_tests.integration.test_upsert import (

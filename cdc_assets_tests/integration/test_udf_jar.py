@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from cdc_assets.errors import JarSetupError
-from cdc_assets.resources import udf_jar
 from cdc_assets.settings import load_settings
+from cdc_assets.stack import udf_jar
 
 
 def test_compiled_once_then_cached_then_rebuilt_on_change(

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from cdc_assets.errors import StackError
-from cdc_assets.resources import connect, sources
 from cdc_assets.settings import Settings
+from cdc_assets.stack import connect, sources
 
 TIMEOUT_S = 120.0
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from cdc_assets.errors import ToolMissingError
-from cdc_assets.resources import jars
 from cdc_assets.settings import load_settings
+from cdc_assets.stack import jars
 
 
 @pytest.mark.parametrize(
@@ -38,7 +38,7 @@ def test_unknown_jar_kind() -> None:
 
 
 def test_missing_javac_stops_the_udf_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from cdc_assets.resources import udf_jar
+    from cdc_assets.stack import udf_jar
 
     real_which = jars.shutil.which
     monkeypatch.setattr(

@@ -9,8 +9,8 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass, field, replace
 
-from cdc_assets.resources import connect, sources
 from cdc_assets.settings import Settings, source_url_variable
+from cdc_assets.stack import connect, sources
 
 
 @dataclass(frozen=True)

@@ -25,15 +25,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 from cdc_assets.errors import StackError
-from cdc_assets.resources import local_process
-from cdc_assets.resources.kafka_broker import (
+from cdc_assets.settings import Settings
+from cdc_assets.stack import local_process
+from cdc_assets.stack.kafka_broker import (
     HOST,
     log_tail,
     pick_free_port,
     port_answers,
     port_is_free,
 )
-from cdc_assets.settings import Settings
 
 SOURCES_DIR = Path(__file__).parent.parent / "sources"
 SQL_DIR = SOURCES_DIR / "sql"

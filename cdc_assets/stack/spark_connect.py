@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cdc_assets.errors import StackError
-from cdc_assets.resources import local_process
-from cdc_assets.resources.jars import require_tool
-from cdc_assets.resources.kafka_broker import HOST, pick_free_port
 from cdc_assets.settings import Settings
+from cdc_assets.stack import local_process
+from cdc_assets.stack.jars import require_tool
+from cdc_assets.stack.kafka_broker import HOST, pick_free_port
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 READY_TIMEOUT_S = 180.0

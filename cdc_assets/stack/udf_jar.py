@@ -15,7 +15,8 @@ import zipfile
 from pathlib import Path
 
 from cdc_assets.errors import JarSetupError
-from cdc_assets.resources.jars import (
+from cdc_assets.settings import Settings
+from cdc_assets.stack.jars import (
     JVM_DIR,
     STAMP_NAME,
     locked,
@@ -23,7 +24,6 @@ from cdc_assets.resources.jars import (
     run_quietly,
     swap_in,
 )
-from cdc_assets.settings import Settings
 
 SOURCE_DIR = JVM_DIR / "udf" / "src"
 JAR_NAME = "cdc-assets-udf.jar"

@@ -16,9 +16,9 @@ import signal
 import time
 
 from cdc_assets.errors import StackError
-from cdc_assets.resources import sources
-from cdc_assets.resources.kafka_broker import HOST
 from cdc_assets.settings import Settings
+from cdc_assets.stack import sources
+from cdc_assets.stack.kafka_broker import HOST
 
 
 def gtid_position(settings: Settings, name: str) -> str:

@@ -20,7 +20,7 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient
 
 from cdc_assets.errors import StackError
-from cdc_assets.resources.jars import require_tool
+from cdc_assets.stack.jars import require_tool
 
 HOST = "127.0.0.1"
 MAIN_CLASS = "kafka.Kafka"

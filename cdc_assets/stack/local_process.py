@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from cdc_assets.errors import StackError
-from cdc_assets.resources.kafka_broker import log_tail
+from cdc_assets.stack.kafka_broker import log_tail
 
 # Popen objects of the processes this interpreter started: polling reaps one that died, which
 # would otherwise linger as a zombie that os.kill(pid, 0) still reports as alive.

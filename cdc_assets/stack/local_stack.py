@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from cdc_assets.errors import StackError
-from cdc_assets.resources import kafka_broker, source_stack, spark_connect
-from cdc_assets.resources.jars import kafka_classpath
 from cdc_assets.settings import ENV_KAFKA_BOOTSTRAP, ENV_KAFKA_PORT, Settings
+from cdc_assets.stack import kafka_broker, source_stack, spark_connect
+from cdc_assets.stack.jars import kafka_classpath
 
 if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
@@ -198,7 +198,7 @@ def stack_up(
 
 def _start_spark_connect(settings: Settings) -> int:
     from cdc_assets.resources import build_resources
-    from cdc_assets.resources.jars import spark_jars
+    from cdc_assets.stack.jars import spark_jars
 
     spark_jars(settings)
     return spark_connect.start_server(settings, build_resources(settings)["spark"].conf())
