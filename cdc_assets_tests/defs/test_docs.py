@@ -58,3 +58,35 @@ def test_readme_links_point_at_existing_pages() -> None:
 
 def test_readme_stays_short() -> None:
     assert len((PROJECT_ROOT / "README.md").read_text(encoding="utf-8").splitlines()) <= 200
+
+
+def _documented_commands() -> list[str]:
+    """Every `cdc-assets` command line in the README's and the docs' shell blocks, without
+    placeholders (``[...]`` options, ``<...>`` values), comments and environment prefixes."""
+    found = []
+    for page in [PROJECT_ROOT / "README.md", *sorted((PROJECT_ROOT / "docs").glob("*.md"))]:
+        text = page.read_text(encoding="utf-8")
+        for block in re.findall(r"```(?:bash|sh)\n(.*?)```", text, re.S):
+            for line in block.replace("\\\n", " ").splitlines():
+                line = re.sub(r"\s+#.*$", "", line).split("&&")[0].strip()
+                if "bin/cdc-assets " not in line or re.search(r"\[|<", line):
+                    continue
+                found.append(line.split("bin/cdc-assets ", 1)[1])
+    return found
+
+
+def test_the_documented_commands_parse() -> None:
+    """Each documented command line names a real command with real options (parsed, not run)."""
+    import shlex
+
+    from cdc_assets.cli import build_parser
+
+    commands = _documented_commands()
+    assert len(commands) > 15
+    failures = {}
+    for command in commands:
+        try:
+            build_parser().parse_args(shlex.split(command))
+        except SystemExit:
+            failures[command] = "does not parse"
+    assert failures == {}
