@@ -36,10 +36,19 @@ class CatalogConfig:
     properties: dict[str, str] = field(default_factory=dict)
 
 
+# The embedded SQLite catalog is written by many processes at once (every Dagster run, the daemon's
+# sensors, pyiceberg in checks): a writer waits this long for another's lock instead of failing
+# with "database is locked" (SQLite's default is not to wait; sqlite-jdbc's 3 s and Python's 5 s
+# ran out on a busy 2-core machine), and the write-ahead log lets readers go on while one writes.
+SQLITE_BUSY_TIMEOUT_S = 60
+
+
 def _sqlalchemy_url(jdbc_url: str) -> str:
     """The SQLAlchemy URL pyiceberg's SQL catalog needs for a JDBC URL Spark uses."""
     if jdbc_url.startswith("jdbc:sqlite:"):
-        return "sqlite:///" + jdbc_url.removeprefix("jdbc:sqlite:").removeprefix("//")
+        path = jdbc_url.removeprefix("jdbc:sqlite:").removeprefix("//")
+        separator = "&" if "?" in path else "?"
+        return f"sqlite:///{path}{separator}timeout={SQLITE_BUSY_TIMEOUT_S}"
     if jdbc_url.startswith("jdbc:postgresql:"):
         return "postgresql+psycopg2:" + jdbc_url.removeprefix("jdbc:postgresql:")
     raise ValueError(f"no pyiceberg equivalent for JDBC URL {jdbc_url!r} (sqlite or postgresql)")
@@ -60,6 +69,10 @@ def spark_catalog_conf(catalog: CatalogConfig) -> dict[str, str]:
     if catalog.type == "jdbc":
         # V1 adds view support; pyiceberg's SQL catalog reads and writes the same tables.
         conf[f"{prefix}.jdbc.schema-version"] = "V1"
+        if catalog.uri.startswith("jdbc:sqlite:"):
+            # sqlite-jdbc reads pragmas from the connection properties (jdbc.* are passed on).
+            conf[f"{prefix}.jdbc.busy_timeout"] = str(SQLITE_BUSY_TIMEOUT_S * 1000)
+            conf[f"{prefix}.jdbc.journal_mode"] = "WAL"
     conf.update({f"{prefix}.{k}": v for k, v in catalog.properties.items()})
     return conf
 

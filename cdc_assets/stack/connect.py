@@ -24,7 +24,8 @@ from cdc_assets.errors import StackError
 from cdc_assets.settings import Settings
 from cdc_assets.stack import local_process, sources
 from cdc_assets.stack.jars import ensure_jars, require_tool
-from cdc_assets.stack.kafka_broker import HOST, log_tail
+from cdc_assets.stack.kafka_broker import HOST
+from cdc_assets.stack.local_process import log_tail
 
 CONNECTORS_DIR = sources.SOURCES_DIR / "connectors"
 CONNECTOR_FILES = ("mariadb.json", "postgres.json")

@@ -6,31 +6,27 @@ Config rendering, storage formatting, start, stop and liveness; local_stack deci
 from __future__ import annotations
 
 import base64
-import os
+import random
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import time
-from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
 from cdc_assets.errors import StackError
+from cdc_assets.stack import local_process
 from cdc_assets.stack.jars import require_tool
+from cdc_assets.stack.local_process import log_tail
 
 HOST = "127.0.0.1"
 MAIN_CLASS = "kafka.Kafka"
 STORAGE_TOOL_CLASS = "kafka.tools.StorageTool"
 BROKER_HEAP = "-Xmx512m"
 LOG4J_TEMPLATE = Path(__file__).with_name("kafka-log4j2.properties")
-
-# Popen objects of brokers this process started: polling them reaps a broker that died, which
-# would otherwise linger as a zombie that os.kill(pid, 0) still reports as alive.
-_STARTED: dict[int, subprocess.Popen[bytes]] = {}
 
 
 @dataclass(frozen=True)
@@ -141,46 +137,20 @@ def start_broker(files: BrokerFiles, classpath: str) -> int:
         MAIN_CLASS,
         str(files.server_properties),
     ]
-    with files.log_file.open("ab") as log:
-        # A session of its own keeps the broker alive when the starting terminal closes and lets
-        # stop_broker signal its whole process group.
-        proc = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            cwd=files.server_properties.parent,
-        )
-    _STARTED[proc.pid] = proc
-    return proc.pid
+    # A session of its own keeps the broker alive when the starting terminal closes and lets
+    # stop_broker signal its whole process group.
+    return local_process.start_detached(command, files.log_file, cwd=files.server_properties.parent)
 
 
-def exit_code(pid: int) -> int | None:
-    """Exit status of a broker this process started and that has ended, else None."""
-    proc = _STARTED.get(pid)
-    return None if proc is None else proc.poll()
-
-
-def pid_alive(pid: int) -> bool:
-    """True when ``pid`` is a running (not zombie) process."""
-    proc = _STARTED.get(pid)
-    if proc is not None:
-        return proc.poll() is None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return not _is_zombie(pid)
+exit_code = local_process.exit_code
+pid_alive = local_process.pid_alive
 
 
 def is_broker_process(pid: int, server_properties: Path) -> bool:
     """True when ``pid`` runs kafka.Kafka with exactly this server.properties (guards pid reuse)."""
     if not pid_alive(pid):
         return False
-    args = _cmdline(pid)
+    args = local_process.cmdline(pid)
     return MAIN_CLASS in args and str(server_properties) in args
 
 
@@ -198,12 +168,7 @@ def find_broker_pids(server_properties: Path) -> list[int]:
 
 def stop_broker(pid: int, *, timeout: float = 30.0) -> None:
     """SIGTERM the broker's process group, SIGKILL it after ``timeout`` seconds; wait until gone."""
-    _signal_group(pid, signal.SIGTERM)
-    if _wait_gone(pid, timeout):
-        return
-    _signal_group(pid, signal.SIGKILL)
-    if not _wait_gone(pid, 10.0):
-        raise StackError(f"Kafka broker process {pid} survived SIGKILL")
+    local_process.stop(pid, "Kafka broker", timeout=timeout)
 
 
 def port_is_free(port: int) -> bool:
@@ -218,15 +183,34 @@ def port_is_free(port: int) -> bool:
     return True
 
 
+def _ephemeral_range() -> tuple[int, int]:
+    """The kernel's range for the local ports of outgoing connections."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[:2]
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
 def pick_free_port(avoid: set[int] | None = None) -> int:
-    """A port on 127.0.0.1 that the kernel considers free, not in ``avoid``."""
+    """A free port on 127.0.0.1, not in ``avoid``, below the ephemeral range when there is room:
+    a server's port must still be free when it restarts, and a port in the ephemeral range may
+    meanwhile be the local end of any client's connection (seen: a broker killed and restarted
+    under load found its port taken and moved, stranding its clients)."""
     avoid = avoid or set()
+    low, _ = _ephemeral_range()
+    rng = random.Random()
+    if low > 20_000:
+        for _ in range(200):
+            port = rng.randrange(15_000, low)
+            if port not in avoid and port_is_free(port):
+                return port
     while True:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             sock.bind((HOST, 0))
-            port: int = sock.getsockname()[1]
-        if port not in avoid:
-            return port
+            found: int = sock.getsockname()[1]
+        if found not in avoid:
+            return found
 
 
 def port_answers(port: int, *, timeout: float = 1.0) -> bool:
@@ -264,59 +248,3 @@ def wait_until_ready(pid: int, port: int, log_file: Path, *, timeout: float = 90
         f"Kafka broker (pid {pid}) did not answer on {bootstrap} within {timeout:.0f} s "
         f"({last_error}); last 30 lines of {log_file}:\n" + "\n".join(log_tail(log_file, 30))
     )
-
-
-def log_tail(log_file: Path, lines: int) -> list[str]:
-    """The last ``lines`` lines of ``log_file`` (empty if there is none)."""
-    try:
-        with log_file.open(encoding="utf-8", errors="replace") as handle:
-            return [line.rstrip("\n") for line in deque(handle, maxlen=lines)]
-    except FileNotFoundError:
-        return []
-
-
-def _cmdline(pid: int) -> list[str]:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except FileNotFoundError:
-        if Path("/proc").is_dir():
-            return []
-        # No procfs (macOS): ask ps; splitting on spaces is enough to spot our arguments.
-        done = subprocess.run(
-            ["ps", "-o", "command=", "-p", str(pid)], capture_output=True, text=True, check=False
-        )
-        return done.stdout.split()
-    except (PermissionError, ProcessLookupError):
-        return []
-    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
-    except OSError:
-        return False
-    # The command name in parentheses may itself contain spaces, so read after the last ')'.
-    fields = stat.rsplit(")", 1)[-1].split()
-    return bool(fields) and fields[0] in ("Z", "X")
-
-
-def _signal_group(pid: int, sig: signal.Signals) -> None:
-    try:
-        if os.getpgid(pid) == pid:
-            os.killpg(pid, sig)
-        else:
-            os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
-
-
-def _wait_gone(pid: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while True:
-        if not pid_alive(pid):
-            _STARTED.pop(pid, None)
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.1)

@@ -1,7 +1,10 @@
-"""Detached local server processes of the stack's sources (MariaDB, PostgreSQL, Kafka Connect).
+"""Detached local server processes of the stack (the Kafka broker, MariaDB, PostgreSQL, Kafka
+Connect, Spark Connect): one registry for all of them.
 
 Start in a session of its own with output appended to a log, recognise by command line (guards
-pid reuse), stop by signal with a SIGKILL fallback. kafka_broker keeps its own copy for the broker.
+pid reuse), stop by signal with a SIGKILL fallback. A process counts as gone only when all its
+threads are: a killed JVM's main thread turns zombie while its other threads still hold its
+sockets, and a server restarted on the same port in that moment finds the port taken.
 """
 
 from __future__ import annotations
@@ -10,11 +13,21 @@ import os
 import signal
 import subprocess
 import time
+from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
 
 from cdc_assets.errors import StackError
-from cdc_assets.stack.kafka_broker import log_tail
+
+
+def log_tail(log_file: Path, lines: int) -> list[str]:
+    """The last ``lines`` lines of ``log_file`` (empty if there is none)."""
+    try:
+        with log_file.open(encoding="utf-8", errors="replace") as handle:
+            return [line.rstrip("\n") for line in deque(handle, maxlen=lines)]
+    except FileNotFoundError:
+        return []
+
 
 # Popen objects of the processes this interpreter started: polling reaps one that died, which
 # would otherwise linger as a zombie that os.kill(pid, 0) still reports as alive.
@@ -71,13 +84,28 @@ def pid_alive(pid: int) -> bool:
         stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
     except OSError:
         return True
+    # The command name in parentheses may itself contain spaces, so read after the last ')'.
     fields = stat.rsplit(")", 1)[-1].split()
-    return not (fields and fields[0] in ("Z", "X"))
+    if not (fields and fields[0] in ("Z", "X")):
+        return True
+    # A zombie leader whose other threads have not exited yet still holds the process's files.
+    try:
+        return len(list(Path(f"/proc/{pid}/task").iterdir())) > 1
+    except OSError:
+        return False
 
 
 def cmdline(pid: int) -> list[str]:
     try:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except FileNotFoundError:
+        if Path("/proc").is_dir():
+            return []
+        # No procfs (macOS): ask ps; splitting on spaces is enough to spot our arguments.
+        done = subprocess.run(
+            ["ps", "-o", "command=", "-p", str(pid)], capture_output=True, text=True, check=False
+        )
+        return done.stdout.split()
     except OSError:
         return []
     return [part.decode(errors="replace") for part in raw.split(b"\0") if part]

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from cdc_assets.errors import StackError
 from cdc_assets.settings import ENV_KAFKA_BOOTSTRAP, ENV_KAFKA_PORT, Settings
-from cdc_assets.stack import kafka_broker, source_stack, spark_connect
+from cdc_assets.stack import kafka_broker, local_process, source_stack, spark_connect
 from cdc_assets.stack.jars import kafka_classpath
 
 if TYPE_CHECKING:
@@ -415,7 +415,7 @@ def _kafka_status(settings: Settings) -> KafkaStatus:
             )
         return KafkaStatus(state="stopped", pid=None, bootstrap=None, reason="not started")
     bootstrap = state.bootstrap_servers if state is not None else None
-    tail = kafka_broker.log_tail(files.log_file, STATUS_LOG_LINES)
+    tail = local_process.log_tail(files.log_file, STATUS_LOG_LINES)
     if not kafka_broker.is_broker_process(pid, files.server_properties):
         return KafkaStatus(
             state="dead",

@@ -29,11 +29,11 @@ from cdc_assets.settings import Settings
 from cdc_assets.stack import local_process
 from cdc_assets.stack.kafka_broker import (
     HOST,
-    log_tail,
     pick_free_port,
     port_answers,
     port_is_free,
 )
+from cdc_assets.stack.local_process import log_tail
 
 SOURCES_DIR = Path(__file__).parent.parent / "sources"
 SQL_DIR = SOURCES_DIR / "sql"

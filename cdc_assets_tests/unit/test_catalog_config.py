@@ -23,10 +23,13 @@ def test_sqlite_catalog_for_both_engines() -> None:
         "spark.sql.catalog.lake.warehouse": "file:///data/wh",
         "spark.sql.catalog.lake.cache-enabled": "false",
         "spark.sql.catalog.lake.jdbc.schema-version": "V1",
+        # many processes write the embedded catalog: wait for locks, readers beside a writer
+        "spark.sql.catalog.lake.jdbc.busy_timeout": "60000",
+        "spark.sql.catalog.lake.jdbc.journal_mode": "WAL",
     }
     assert pyiceberg_catalog_props(SQLITE) == {
         "type": "sql",
-        "uri": "sqlite:////data/catalog.db",
+        "uri": "sqlite:////data/catalog.db?timeout=60",
         "warehouse": "file:///data/wh",
     }
 
