@@ -7,6 +7,7 @@ replication slot (an abandoned slot keeps WAL forever) and deletes its topics.
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -156,11 +157,30 @@ def drop_slot(settings: Settings, slot: str) -> None:
 def move(settings: Settings, extra: ExtraConnector, mariadb_name: str) -> ExtraConnector:
     """Point a MariaDB connector at another local server (a promoted replica), as an operator
     does after a failover: same name, so it resumes from its stored offsets (a GTID position
-    the new server's binlog also holds). Returns once the connector runs again."""
-    config = {**extra.config, "database.port": str(sources.port_of(settings, mariadb_name))}
+    the new server's binlog also holds). Returns once the connector streams from the new server
+    (its log says it connected there): Debezium checks the stored GTID against the server's
+    ``gtid_binlog_pos``, which names the last writer of each domain, so the connector must be
+    on the new primary before the new primary's first write."""
+    target = sources.port_of(settings, mariadb_name)
+    config = {**extra.config, "database.port": str(target)}
+    log_file = connect.connect_files(settings).log_file
+    seen = log_file.stat().st_size if log_file.exists() else 0
     port = _port(settings)
     status, answer = connect.rest(port, "PUT", f"/connectors/{extra.name}/config", config)
     if not 200 <= status < 300:
         raise StackError(f"moving {extra.name} to {mariadb_name}: HTTP {status} {answer}")
-    connect.wait_running(port, extra.name, log_file=connect.connect_files(settings).log_file)
+    connected = re.compile(rf"Connected to .*:{target}\b")
+    deadline = time.monotonic() + TIMEOUT_S
+    while True:
+        with log_file.open(encoding="utf-8", errors="replace") as handle:
+            handle.seek(seen)
+            if connected.search(handle.read()):
+                break
+        state = connect.connector_status(port, extra.name)
+        failed = [t for t in state.get("tasks", []) if t.get("state") == "FAILED"]
+        if failed:
+            raise StackError(f"{extra.name} failed on {mariadb_name}:\n{failed[0].get('trace')}")
+        if time.monotonic() > deadline:
+            raise StackError(f"{extra.name} did not connect to {mariadb_name} in time")
+        time.sleep(0.5)
     return ExtraConnector(extra.name, extra.prefix, extra.server, config, extra.slot)
