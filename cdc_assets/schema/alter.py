@@ -112,15 +112,27 @@ def _desired_properties(layout: TableLayout) -> dict[str, str]:
     return props
 
 
+def plan_creation(target: TableLayout) -> TableAlteration:
+    """Onboarding as evolution: the alteration that turns an empty table into ``target``. Table
+    creation renders exactly this (``sql.ddl.render_create_table``), so a new table and an
+    evolved one get their columns, types, docs, order and properties from the same planner."""
+    return plan_alteration(LiveTable(()), target, creating=True)
+
+
 def plan_alteration(
-    live: LiveTable, target: TableLayout, previous: TableLayout | None = None
+    live: LiveTable,
+    target: TableLayout,
+    previous: TableLayout | None = None,
+    *,
+    creating: bool = False,
 ) -> TableAlteration:
     """The changes that turn ``live`` into ``target``.
 
     ``previous`` is the layout of the spec version the table was made for: a live column that
     the target lacks is dropped only when ``previous`` has it (a hard drop of the plan); any
     other unknown column raises AlterationError, as does a change Iceberg cannot make in place
-    (narrowing, a type-category change, optional -> required).
+    (narrowing, a type-category change, optional -> required). ``creating``: the table is new,
+    so its key columns may be added as required.
     """
     table = f"{target.namespace}.{target.name}"
     by_name = {f.name: f for f in live.fields}
@@ -142,7 +154,7 @@ def plan_alteration(
     for col in target.columns:
         got = by_name.get(col.name)
         if got is None:
-            if col.required:
+            if col.required and not creating:
                 problems.append(f"column {col.name} is required: a new column must be optional")
             adds.append(col)
             continue

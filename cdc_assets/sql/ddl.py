@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from cdc_assets.schema.alter import COMMENT_PROPERTY, METADATA_PROPERTIES, plan_creation
 from cdc_assets.schema.layers import TableLayout
 from cdc_assets.schema.types import SinkType
 
@@ -51,35 +52,41 @@ def _partition_field(expr: str) -> str:
 
 
 def render_create_table(catalog: str, layout: TableLayout) -> str:
-    """CREATE TABLE IF NOT EXISTS for one layout, Iceberg format, partitions and properties."""
+    """CREATE TABLE IF NOT EXISTS for one layout: the alteration from an empty table
+    (``schema.alter.plan_creation``) as one statement, with the partitioning and the format
+    version that only a creation sets."""
+    creation = plan_creation(layout)
     cols = []
-    for col in layout.columns:
+    for col in creation.adds:
         line = f"  {quote(col.name)} {spark_type(col.type)}"
         if col.required:
             line += " NOT NULL"
         if col.doc:
             line += f" COMMENT {literal(col.doc)}"
         cols.append(line)
+    properties = {k: layout.properties[k] for k in METADATA_PROPERTIES if k in layout.properties}
+    properties.update(creation.set_properties)
+    comment = properties.pop(COMMENT_PROPERTY, None)
     sql = f"CREATE TABLE IF NOT EXISTS {table_identifier(catalog, layout)} (\n"
     sql += ",\n".join(cols) + "\n) USING iceberg"
     if layout.partition_by:
         sql += "\nPARTITIONED BY (" + ", ".join(map(_partition_field, layout.partition_by)) + ")"
-    if layout.comment:
-        sql += f"\nCOMMENT {literal(layout.comment)}"
-    if layout.properties:
-        props = ",\n".join(
-            f"  {literal(k)} = {literal(v)}" for k, v in sorted(layout.properties.items())
-        )
+    if comment:
+        sql += f"\nCOMMENT {literal(comment)}"
+    if properties:
+        props = ",\n".join(f"  {literal(k)} = {literal(v)}" for k, v in sorted(properties.items()))
         sql += f"\nTBLPROPERTIES (\n{props}\n)"
     return sql
 
 
 def render_identifier_fields(catalog: str, layout: TableLayout) -> str | None:
-    """ALTER TABLE ... SET IDENTIFIER FIELDS (Iceberg SQL extension), or None without a key."""
-    if not layout.identifier_fields:
+    """ALTER TABLE ... SET IDENTIFIER FIELDS (Iceberg SQL extension) of the creation's plan, or
+    None without a key."""
+    fields = plan_creation(layout).identifier_fields
+    if not fields:
         return None
-    fields = ", ".join(quote(f) for f in layout.identifier_fields)
-    return f"ALTER TABLE {table_identifier(catalog, layout)} SET IDENTIFIER FIELDS {fields}"
+    names = ", ".join(quote(f) for f in fields)
+    return f"ALTER TABLE {table_identifier(catalog, layout)} SET IDENTIFIER FIELDS {names}"
 
 
 def render_create_namespace(catalog: str, namespace: str) -> str:

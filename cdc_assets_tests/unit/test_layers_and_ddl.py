@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import sqlglot
 from sqlglot import exp
 
@@ -91,3 +92,26 @@ def test_comment_quotes_are_escaped() -> None:
     sql = render_create_table("lake", base_layout(spec))
     assert "COMMENT 'it\\'s \\\\ here'" in sql
     sqlglot.parse_one(sql, read="spark")
+
+
+def test_creation_is_the_alteration_from_an_empty_table() -> None:
+    """Onboarding as evolution: CREATE TABLE renders the planner's alteration from nothing, so
+    a new table and an evolved one cannot differ in columns, order, types, docs or properties."""
+    from cdc_assets.schema.alter import COMMENT_PROPERTY, LiveTable, plan_alteration, plan_creation
+    from cdc_assets.schema.layers import all_layouts
+    from cdc_assets.spec import load_specs
+    from cdc_assets.sql.ddl import render_create_table
+    from cdc_assets_tests.conftest import PROJECT_ROOT
+
+    for spec in load_specs(PROJECT_ROOT / "table_specs"):
+        for layout in all_layouts(spec).values():
+            creation = plan_creation(layout)
+            assert creation.adds == layout.columns
+            assert creation.updates == creation.deletes == creation.moves == ()
+            sql = render_create_table("lake", layout)
+            for key, value in creation.set_properties.items():
+                assert (value if key == COMMENT_PROPERTY else key) in sql
+            # An evolution, unlike a creation, cannot add a required column.
+            if any(c.required for c in layout.columns):
+                with pytest.raises(ValueError, match="must be optional"):
+                    plan_alteration(LiveTable(()), layout)
