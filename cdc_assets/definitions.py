@@ -8,6 +8,7 @@ from typing import Any
 import dagster as dg
 
 from cdc_assets.assets.factory import build_table_assets
+from cdc_assets.assets.views import build_refresh_job, build_view_definitions, build_views_sensor
 from cdc_assets.checks.table_checks import build_table_checks
 from cdc_assets.jobs.checks import build_check_job, build_check_schedules
 from cdc_assets.jobs.evolve import (
@@ -27,6 +28,7 @@ from cdc_assets.sensors.schema_changes import build_schema_change_sensor
 from cdc_assets.sensors.spec_directory import build_spec_directory_sensor
 from cdc_assets.settings import Settings, load_settings
 from cdc_assets.spec import TableSpec, load_specs
+from cdc_assets.spec.views_load import load_views
 from cdc_assets.stack.source_stack import with_local_sources
 
 
@@ -63,12 +65,17 @@ def build_defs(
         for key in checks_def.check_keys:
             check_keys.setdefault(key.asset_key.path[-1], []).append(key)
     check_job = build_check_job()
+    views = load_views(settings.views_dir)
+    view_assets, view_checks = build_view_definitions(
+        specs, views, settings.catalog_name, settings.specs_dir, settings.views_dir
+    )
+    refresh_job = build_refresh_job()
     return dg.Definitions(
-        assets=assets,
+        assets=[*assets, *view_assets],
         # Every step needs the Spark session: in one process per run the driver starts once and
         # the steps share it, where Dagster's default would start a process and a driver per step.
         executor=dg.in_process_executor,
-        asset_checks=asset_checks,
+        asset_checks=[*asset_checks, *view_checks],
         jobs=[
             build_onboard_job(specs),
             ingest_job,
@@ -77,6 +84,7 @@ def build_defs(
             check_job,
             evolve_job,
             drift_job,
+            refresh_job,
         ],
         schedules=[
             build_maintenance_schedule(specs, maintenance_job),
@@ -94,6 +102,7 @@ def build_defs(
             build_schema_change_sensor(specs, settings.specs_dir, evolve_job),
             build_spec_directory_sensor(specs, settings.specs_dir, settings.webserver),
             build_drift_sensor(drift_job, evolve_job, maintenance_job),
+            build_views_sensor(specs, views, evolve_job, refresh_job),
         ],
         resources={**build_resources(settings), **(resource_overrides or {})},
     )

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 ENV_HOME = "CDC_ASSETS_HOME"
 ENV_SPECS = "CDC_ASSETS_SPECS"
+ENV_VIEWS = "CDC_ASSETS_VIEWS"
 ENV_SPARK_MASTER = "CDC_ASSETS_SPARK_MASTER"
 # sc://host:port of a Spark Connect server: runs then share its long-lived driver.
 ENV_SPARK_REMOTE = "CDC_ASSETS_SPARK_REMOTE"
@@ -75,6 +76,12 @@ class Settings:
     spark_remote: str | None = None
     checks_cron: str | None = None  # None: each spec's schedule.cron
     webserver: str | None = None
+    views: Path | None = None  # None: the spec directory's views/
+
+    @property
+    def views_dir(self) -> Path:
+        """SQL view definitions over the base tables: ``<namespace>/<view>.sql``."""
+        return self.views or self.specs_dir / "views"
 
     def source_url(
         self, database: str, connector: str | None = None, server: str | None = None
@@ -127,4 +134,5 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         spark_remote=env.get(ENV_SPARK_REMOTE) or None,
         checks_cron=env.get(ENV_CHECKS_CRON) or None,
         webserver=env.get(ENV_WEBSERVER) or None,
+        views=Path(env[ENV_VIEWS]).expanduser().resolve() if env.get(ENV_VIEWS) else None,
     )

@@ -119,6 +119,15 @@ def run_generator_demo(settings: Settings, args: argparse.Namespace) -> int:
             str(meta.get("base_rows", "-")),
         )
     console.print(merges)
+    view_keys = [k for k in defs.resolve_asset_graph().get_all_asset_keys() if k.path[0] == "view"]
+    if view_keys:
+        views = defs.resolve_job_def("refresh_views").execute_in_process(
+            instance=instance, run_config=QUIET, asset_selection=view_keys, raise_on_error=False
+        )
+        for key in view_keys:
+            meta = last_metadata(views, "__".join(key.path))
+            shown = f"{meta['columns']} columns" if meta else "[red]failed[/red]"
+            console.print(f"      view {'.'.join(key.path[1:])}: {shown}")
     console.print(f"[bold][7/{steps}][/bold] what exists, and a sample of each base table")
     console.print(report_tables(settings))
     for spec in specs:

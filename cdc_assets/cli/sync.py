@@ -46,5 +46,8 @@ def cmd_sync(settings: Settings, args: argparse.Namespace) -> int:
         if args.until_caught_up:
             console.print(f"[yellow]not caught up after {cycles} cycles[/yellow]")
             return 1
+    for view, meta in sorted(driver.refresh_views().items()):
+        state = meta.get("error") or f"{meta.get('columns')} columns"
+        console.print(f"view {view}: {state}")
     console.print(report_tables(settings))
     return 0

@@ -266,6 +266,9 @@ def run_live_demo(
     wait_quiet(kafka, topics)
     for cycle in driver.converge():
         _print_cycle(console, cycle)
+    for view, meta in sorted(driver.refresh_views().items()):
+        shown = meta.get("error") or f"{meta.get('columns')} columns, reads {meta.get('reads')}"
+        console.print(f"      view {view}: {shown}")
     step(8, "source (SELECT * through JDBC) against base, per table")
     specs = load_specs(settings.specs_dir)
     urls = sources.jdbc_urls(settings)

@@ -144,6 +144,26 @@ class PipelineDriver:
             out[s.name] = meta
         return out
 
+    def refresh_views(self) -> dict[str, dict[str, Any]]:
+        """One ``refresh_views`` run over every consumer view (none: nothing runs); metadata
+        of each view asset, or ``{"error": ...}`` for a view that failed."""
+        defs = self.defs()
+        keys = [k for k in defs.resolve_asset_graph().get_all_asset_keys() if k.path[0] == "view"]
+        if not keys:
+            return {}
+        result = defs.resolve_job_def("refresh_views").execute_in_process(
+            instance=self.instance,
+            run_config=self.run_config,
+            asset_selection=keys,
+            raise_on_error=False,
+        )
+        out = {}
+        for key in keys:
+            node = "__".join(key.path)
+            meta = last_metadata(result, node)
+            out[".".join(key.path[1:])] = meta or {"error": "not created: see the run's logs"}
+        return out
+
     def cycle(self) -> CycleResult:
         ingest = self.ingest()
         evolved = self.evolve()

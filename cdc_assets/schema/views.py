@@ -138,6 +138,34 @@ def view_reads(view: ViewDefinition) -> tuple[str, ...]:
     return tuple(sorted(set(found)))
 
 
+def dependency_order(
+    table_names: Iterable[str], views: Sequence[ViewDefinition]
+) -> list[ViewDefinition]:
+    """The views in an order where each comes after everything it reads; ViewError for a view
+    named like a table, a read of an unknown relation, or a cycle."""
+    known = {t.lower() for t in table_names}
+    pending = {v.name.lower(): v for v in views}
+    clash = sorted(set(pending) & known)
+    if clash:
+        raise ViewError(f"views named like tables: {clash}")
+    reads = {name: view_reads(v) for name, v in pending.items()}
+    for name in sorted(pending):
+        unknown = [r for r in reads[name] if r not in known and r not in pending]
+        if unknown:
+            raise ViewError(
+                f"{pending[name].origin}: reads unknown table or view {', '.join(unknown)}"
+            )
+    ordered = []
+    while pending:
+        ready = [n for n in sorted(pending) if all(r in known for r in reads[n])]
+        if not ready:
+            raise ViewError("views read each other in a cycle: " + ", ".join(sorted(pending)))
+        for name in ready:
+            ordered.append(pending.pop(name))
+            known.add(name)
+    return ordered
+
+
 def derive_all(
     tables: Iterable[RelationSchema], views: Sequence[ViewDefinition]
 ) -> dict[str, RelationSchema]:
@@ -145,25 +173,8 @@ def derive_all(
     reads, in dependency order (so the order views are listed or were changed in never
     matters)."""
     known: dict[str, RelationSchema] = {t.name.lower(): t for t in tables}
-    pending = {v.name.lower(): v for v in views}
-    clash = sorted(set(pending) & set(known))
-    if clash:
-        raise ViewError(f"views named like tables: {clash}")
-    reads = {name: view_reads(v) for name, v in pending.items()}
-    while pending:
-        ready = [n for n in sorted(pending) if all(r in known for r in reads[n])]
-        if not ready:
-            missing = {
-                pending[n].origin: [r for r in reads[n] if r not in known and r not in pending]
-                for n in sorted(pending)
-            }
-            unknown = {o: m for o, m in missing.items() if m}
-            if unknown:
-                origin, names = next(iter(unknown.items()))
-                raise ViewError(f"{origin}: reads unknown table or view {', '.join(names)}")
-            raise ViewError("views read each other in a cycle: " + ", ".join(sorted(pending)))
-        for name in ready:
-            known[name] = derive_view(pending.pop(name), known)
+    for view in dependency_order(list(known), views):
+        known[view.name.lower()] = derive_view(view, known)
     return known
 
 

@@ -34,6 +34,11 @@ def test_four_assets_per_table_with_layered_deps(defs: dg.Definitions) -> None:
     keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
     assert keys == {
         f"{layer}/{t}" for t in TABLES for layer in ("raw", "cdc", "bucketed", "base", "schema")
+    } | {"view/app/user_orders"}
+    # The example view reads two base tables: it is downstream of both.
+    assert graph.get(dg.AssetKey(["view", "app", "user_orders"])).parent_keys == {
+        dg.AssetKey(["base", "users"]),
+        dg.AssetKey(["base", "orders"]),
     }
     for t in TABLES:
         assert graph.get(dg.AssetKey(["raw", t])).parent_keys == set()
@@ -71,6 +76,7 @@ def test_jobs_do_not_grow_with_tables(defs: dg.Definitions) -> None:
         "ingest_ledgers",
         "maintain_tables",
         "onboard_tables",
+        "refresh_views",
         "upsert_bases",
     ]
     assert sorted(s.name for s in repo.sensor_defs) == [
@@ -79,6 +85,7 @@ def test_jobs_do_not_grow_with_tables(defs: dg.Definitions) -> None:
         "schema_changes",
         "schema_drift_detected",
         "spec_directory",
+        "views_follow_tables",
     ]
     assert sorted(s.name for s in repo.schedule_defs) == [
         "daily_drift_check",
@@ -105,7 +112,7 @@ def test_table_checks_schedule_runs_every_check_on_its_cron(tmp_path: Path) -> N
         assert schedule.default_status == dg.DefaultScheduleStatus.RUNNING
         job = defs.resolve_job_def("check_tables")
         checks = job.asset_layer.asset_graph.asset_check_keys
-        assert len(checks) == len(TABLES) * len(TABLE_CHECKS)
+        assert len(checks) == len(TABLES) * len(TABLE_CHECKS) + 1  # and the view's
 
 
 def test_each_spec_schedule_cron_times_its_own_checks(tmp_path: Path) -> None:
@@ -161,7 +168,9 @@ TABLE_CHECKS = {
 def test_every_table_has_its_checks_and_only_the_key_check_blocks(defs: dg.Definitions) -> None:
     graph = defs.resolve_asset_graph()
     checks = {k.to_user_string() for k in graph.asset_check_keys}
-    assert checks == {c.format(t=t) for t in TABLES for c in TABLE_CHECKS}
+    assert checks == {c.format(t=t) for t in TABLES for c in TABLE_CHECKS} | {
+        "view/app/user_orders:view_schema"
+    }
     blocking = {
         f"{s.asset_key.to_user_string()}:{s.name}"
         for c in defs.asset_checks or []
@@ -225,7 +234,7 @@ def test_loading_definitions_starts_no_jvm(tmp_path: Path) -> None:
     env = {**os.environ, "CDC_ASSETS_HOME": str(tmp_path)}
     proc = _run(code, env)
     assert proc.returncode == 0, proc.stderr
-    assert "assets 15" in proc.stdout
+    assert "assets 16" in proc.stdout  # 5 per table and the example view
     assert not (tmp_path / "jars").exists(), "loading definitions must not fetch jars"
 
 
