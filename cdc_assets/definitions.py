@@ -10,6 +10,7 @@ import dagster as dg
 from cdc_assets.assets.factory import build_table_assets
 from cdc_assets.assets.views import build_refresh_job, build_view_definitions, build_views_sensor
 from cdc_assets.checks.table_checks import build_table_checks
+from cdc_assets.jobs.artifacts import build_artifacts_job
 from cdc_assets.jobs.checks import build_check_job, build_check_schedules
 from cdc_assets.jobs.evolve import (
     build_drift_job,
@@ -85,6 +86,7 @@ def build_defs(
             evolve_job,
             drift_job,
             refresh_job,
+            build_artifacts_job(settings.specs_dir, settings.views_dir),
         ],
         schedules=[
             build_maintenance_schedule(specs, maintenance_job),

@@ -17,6 +17,16 @@ if TYPE_CHECKING:
 ENV_HOME = "CDC_ASSETS_HOME"
 ENV_SPECS = "CDC_ASSETS_SPECS"
 ENV_VIEWS = "CDC_ASSETS_VIEWS"
+ENV_ARTIFACTS = "CDC_ASSETS_ARTIFACTS"
+
+
+def artifacts_root(home: str | Path) -> Path:
+    """Where schema packages are published (a PEP 503 index under ``simple/``):
+    ``CDC_ASSETS_ARTIFACTS``, else ``<home>/artifacts``."""
+    configured = os.environ.get(ENV_ARTIFACTS)
+    return Path(configured).expanduser().resolve() if configured else Path(home) / "artifacts"
+
+
 ENV_SPARK_MASTER = "CDC_ASSETS_SPARK_MASTER"
 # sc://host:port of a Spark Connect server: runs then share its long-lived driver.
 ENV_SPARK_REMOTE = "CDC_ASSETS_SPARK_REMOTE"

@@ -14,9 +14,12 @@ import dagster as dg
 from pydantic import Field
 
 from cdc_assets.assets.metadata import markdown_summary
+from cdc_assets.pipeline.artifacts import publish_table
 from cdc_assets.pipeline.converge import EvolutionRejectedError, converge
 from cdc_assets.resources.iceberg import IcebergCatalogResource
 from cdc_assets.resources.spark import SparkResource
+from cdc_assets.settings import artifacts_root
+from cdc_assets.spec.load import load_spec
 from cdc_assets.spec.models import TableSpec
 
 
@@ -86,6 +89,9 @@ def build_schema_asset(
             "seconds": result.seconds,
             "spec_file": result.spec_path.name,
         }
+        # The table's schema package at its (new) version: consumers pin it like a library.
+        published = publish_table(load_spec(result.spec_path), artifacts_root(spark.home))
+        meta["artifact"] = f"{published.distribution}=={published.version}"
         if result.backfill is not None:
             meta["backfill_ledger_rows"] = result.backfill.ledger_rows_updated
             meta["backfill_base_rows"] = result.backfill.base_rows_updated

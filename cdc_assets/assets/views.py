@@ -15,6 +15,7 @@ from typing import Any
 
 import dagster as dg
 
+from cdc_assets.pipeline.artifacts import publish_view
 from cdc_assets.pipeline.views import (
     create_view,
     current_view,
@@ -31,6 +32,7 @@ from cdc_assets.schema.views import (
     table_schema,
     view_reads,
 )
+from cdc_assets.settings import artifacts_root
 from cdc_assets.spec.models import TableSpec
 
 VIEW_GROUP = "views"
@@ -101,9 +103,11 @@ def _view_asset(
         create_view(session, catalog, definition)
         live = live_columns(session, catalog, view.name) or []
         schema = published_schema(derived, live)
+        published = publish_view(schema, artifacts_root(spark.home))
         return dg.MaterializeResult(
             metadata={
                 "dagster/column_schema": column_schema(schema),
+                "artifact": f"{published.distribution}=={published.version}",
                 "reads": list(schema.reads),
                 "columns": len(schema.columns),
                 "sql": dg.MetadataValue.md(f"```sql\n{definition.sql}\n```"),

@@ -1,4 +1,5 @@
-"""The `onboard_tables` job: create the Iceberg tables of the selected specs (all by default).
+"""The `onboard_tables` job: create the Iceberg tables of the selected specs (all by default)
+and publish each table's schema package (`pipeline.artifacts`; a no-op when published).
 
 One shared job for every table keeps loading fast at thousands of tables.
 """
@@ -6,8 +7,10 @@ One shared job for every table keeps loading fast at thousands of tables.
 import dagster as dg
 from pydantic import Field
 
+from cdc_assets.pipeline.artifacts import publish_table
 from cdc_assets.pipeline.tables import ensure_tables
 from cdc_assets.resources.spark import SparkResource
+from cdc_assets.settings import artifacts_root
 from cdc_assets.spec.models import TableSpec
 
 
@@ -35,7 +38,11 @@ def build_onboard_job(specs: list[TableSpec]) -> dg.JobDefinition:
         for spec in selected:
             for outcome in ensure_tables(session, spark.catalog.name, spec):
                 (created if outcome.created else existing).append(outcome.identifier)
-            context.log.info(f"{spec.name}: tables ready")
+            published = publish_table(spec, artifacts_root(spark.home))
+            context.log.info(
+                f"{spec.name}: tables ready, schema package "
+                f"{published.distribution}=={published.version}"
+            )
         return dg.Output(
             created,
             metadata={

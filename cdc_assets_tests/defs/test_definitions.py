@@ -76,6 +76,7 @@ def test_jobs_do_not_grow_with_tables(defs: dg.Definitions) -> None:
         "ingest_ledgers",
         "maintain_tables",
         "onboard_tables",
+        "publish_schema_artifacts",
         "refresh_views",
         "upsert_bases",
     ]
