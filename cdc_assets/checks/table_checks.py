@@ -15,7 +15,7 @@ import dagster as dg
 
 from cdc_assets.checks.accounting import build_accounting_check
 from cdc_assets.checks.failsafe import failsafe
-from cdc_assets.pipeline import health
+from cdc_assets.pipeline import conformance, health
 from cdc_assets.quality import rules
 from cdc_assets.resources.iceberg import IcebergCatalogResource
 from cdc_assets.resources.kafka import KafkaResource
@@ -160,6 +160,20 @@ def build_table_checks(
 
     @dg.asset_check(
         asset=base,
+        name="sample_conforms",
+        description=f"A sample of base ({conformance.SAMPLE_ROWS} rows) passes the pandera model "
+        "of the table's schema package (types, nullability, enum values): consumers who pin "
+        "the package get what it promises.",
+    )
+    @failsafe
+    def sample_conforms(spark: SparkResource) -> dg.AssetCheckResult:
+        found = conformance.check_sample(spark.get_session(), spark.catalog.name, spec)
+        return check_result(
+            rules.conformance_verdict(found.rows, found.failure_count, found.failures)
+        )
+
+    @dg.asset_check(
+        asset=base,
         name="primary_key_unique",
         blocking=True,
         description=f"Every key ({', '.join(spec.primary_key)}) is held by exactly one row of "
@@ -226,6 +240,7 @@ def build_table_checks(
         ledger_null_counts,
         null_counts,
         image_values,
+        sample_conforms,
         primary_key_unique,
         watermark_lag,
         schema_drift,

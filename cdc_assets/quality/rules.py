@@ -299,3 +299,19 @@ def row_count_verdict(base_rows: int, source_rows: int, pending: int) -> Verdict
         + (f" ({pending} changes still pending)" if pending else ""),
         meta,
     )
+
+
+def conformance_verdict(rows: int, failure_count: int, examples: Sequence[str]) -> Verdict:
+    """Fail (ERROR) when sampled base rows break the table's schema package: a type, a NOT NULL
+    or an enum value that consumers of the package rely on."""
+    meta: dict[str, object] = {
+        "rows_sampled": rows,
+        "failures": failure_count,
+        "examples": list(examples),
+    }
+    failures: list[tuple[Severity, str]] = []
+    if failure_count:
+        failures.append(
+            ("ERROR", f"{failure_count} values break the schema package: {'; '.join(examples)}")
+        )
+    return _verdict(failures, f"{rows} sampled rows conform to the schema package", meta)

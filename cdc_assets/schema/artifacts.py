@@ -22,7 +22,7 @@ GENERATOR = "cdc-assets"
 _DECIMAL_RE = re.compile(r"^decimal\((\d+),\s*(\d+)\)$")
 # Spark SQL type -> (Python annotation, pandera dtype, Avro type, JSON Schema)
 _SIMPLE: dict[str, tuple[str, str, Any, dict[str, Any]]] = {
-    "boolean": ("bool", "bool", "boolean", {"type": "boolean"}),
+    "boolean": ("bool", "boolean", "boolean", {"type": "boolean"}),
     "tinyint": ("int", "Int32", "int", {"type": "integer"}),
     "smallint": ("int", "Int32", "int", {"type": "integer"}),
     "int": ("int", "Int32", "int", {"type": "integer"}),

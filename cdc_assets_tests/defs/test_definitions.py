@@ -160,6 +160,7 @@ TABLE_CHECKS = {
     "cdc/{t}:ledger_null_counts",
     "base/{t}:null_counts",
     "base/{t}:image_values",
+    "base/{t}:sample_conforms",
     "base/{t}:primary_key_unique",
     "base/{t}:watermark_lag",
     "base/{t}:schema_drift",

@@ -80,6 +80,7 @@ def test_jobs_record_metadata_and_run_the_checks_of_their_assets(
         "cdc/orders:ledger_null_counts",
         "base/orders:null_counts",
         "base/orders:image_values",
+        "base/orders:sample_conforms",
         "base/orders:primary_key_unique",
         "base/orders:watermark_lag",
         "base/orders:schema_drift",

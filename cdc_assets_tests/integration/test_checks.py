@@ -41,6 +41,7 @@ ALL_CHECKS = {
     "cdc/{t}:ledger_null_counts",
     "base/{t}:null_counts",
     "base/{t}:image_values",
+    "base/{t}:sample_conforms",
     "base/{t}:primary_key_unique",
     "base/{t}:watermark_lag",
     "base/{t}:schema_drift",

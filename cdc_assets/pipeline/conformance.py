@@ -1,0 +1,60 @@
+"""Does base hold what its schema package promises? A sample of base's rows, validated with the
+pandera DataFrameModel of the table's generated package (the same code consumers install:
+rendered by `cdc_assets.schema.artifacts` and loaded here without installing it): types,
+nullability and enum values."""
+
+from __future__ import annotations
+
+import types
+from dataclasses import dataclass, field
+from typing import Any
+
+from cdc_assets.schema.artifacts import render_artifact
+from cdc_assets.schema.views import table_schema
+from cdc_assets.spec.models import TableSpec
+from cdc_assets.sql.ddl import quote
+
+SAMPLE_ROWS = 1000
+EXAMPLES = 10
+
+
+@dataclass
+class Conformance:
+    rows: int
+    failures: list[str] = field(default_factory=list)  # "column: check: value", at most EXAMPLES
+    failure_count: int = 0
+
+
+def frame_model(spec: TableSpec) -> Any:
+    """The RecordFrame class of the table's package at its spec version."""
+    artifact = render_artifact(table_schema(spec), f"{spec.spec_version}.0.0")
+    module = types.ModuleType(artifact.module)
+    exec(
+        compile(artifact.files[f"{artifact.module}/__init__.py"], artifact.module, "exec"),
+        module.__dict__,
+    )
+    return module.RecordFrame
+
+
+def check_sample(spark: Any, catalog: str, spec: TableSpec, rows: int = SAMPLE_ROWS) -> Conformance:
+    import pandas as pd
+    import pandera.errors
+
+    schema = table_schema(spec)
+    identifier = ".".join(quote(p) for p in (catalog, *schema.name.split(".", 1)))
+    columns = [c.name for c in schema.columns]
+    frame = spark.table(identifier).select(*[quote(c) for c in columns]).limit(rows).toPandas()
+    for c in schema.columns:
+        # Spark hands TIMESTAMP (with time zone) over as naive datetimes in the session's UTC.
+        if c.type == "timestamp" and len(frame):
+            values = pd.to_datetime(frame[c.name])
+            frame[c.name] = values.dt.tz_localize("UTC") if values.dt.tz is None else values
+    result = Conformance(len(frame))
+    try:
+        frame_model(spec).validate(frame, lazy=True)
+    except pandera.errors.SchemaErrors as err:
+        cases = err.failure_cases
+        result.failure_count = len(cases)
+        for _, case in cases.head(EXAMPLES).iterrows():
+            result.failures.append(f"{case['column']}: {case['check']}: {case['failure_case']}")
+    return result
