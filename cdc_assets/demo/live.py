@@ -253,6 +253,7 @@ def run_live_demo(
     step(5, "pipeline cycle: ingest_ledgers, schema_changes sensor, upsert_bases")
     wait_quiet(kafka, topics)
     _print_cycle(console, driver.cycle())
+    _print_views(console, driver.refresh_views())
     step(6, "schema changes mid-stream, then more workload in the new shape")
     for line in apply_schema_changes(settings):
         console.print(f"      {line}")
@@ -266,9 +267,7 @@ def run_live_demo(
     wait_quiet(kafka, topics)
     for cycle in driver.converge():
         _print_cycle(console, cycle)
-    for view, meta in sorted(driver.refresh_views().items()):
-        shown = meta.get("error") or f"{meta.get('columns')} columns, reads {meta.get('reads')}"
-        console.print(f"      view {view}: {shown}")
+    _print_views(console, driver.refresh_views())
     step(8, "source (SELECT * through JDBC) against base, per table")
     specs = load_specs(settings.specs_dir)
     urls = sources.jdbc_urls(settings)
@@ -305,6 +304,16 @@ def run_live_demo(
             console.print(outcome.diff.summary())
     console.print(f"done in {time.monotonic() - started:.0f} s")
     return outcomes
+
+
+def _print_views(console: Any, views: dict[str, dict[str, Any]]) -> None:
+    """One line per consumer view: its columns and the schema package version it published."""
+    for view, meta in sorted(views.items()):
+        shown = meta.get("error") or (
+            f"{meta.get('columns')} columns, reads {', '.join(meta.get('reads', []))}, "
+            f"package {meta.get('artifact')}"
+        )
+        console.print(f"      view {view}: {shown}")
 
 
 def _print_cycle(console: Any, cycle: CycleResult) -> None:

@@ -53,17 +53,37 @@ print(json.dumps(out))
 """
 
 
-def install(index: Path, target: Path, *requirements: str) -> None:
+def fresh_venv(path: Path) -> Path:
+    """A new virtualenv whose only link to this one is a .pth file for the packages' own
+    dependencies (pydantic, pandera, pandas: no download in tests); returns its python."""
+    import site
+    import venv
+
+    venv.EnvBuilder(with_pip=False).create(path)
+    python = path / "bin" / "python"
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    deps = "\n".join(site.getsitepackages())
+    (Path(purelib) / "_cdc_test_deps.pth").write_text(deps + "\n", encoding="utf-8")
+    return python
+
+
+def install(index: Path, python: Path, *requirements: str) -> None:
+    """pip (this environment's) installs into the fresh virtualenv from the file index."""
     done = subprocess.run(
         [
             sys.executable,
             "-m",
             "pip",
+            "--python",
+            str(python),
             "install",
             "-q",
             "--no-deps",
-            "--target",
-            str(target),
             "--index-url",
             (index / "simple").as_uri(),
             *requirements,
@@ -118,15 +138,9 @@ def test_packages_publish_install_and_validate(tmp_path: Path) -> None:
     assert publish_view(wider, index).version == "2.0.0"
     assert publish_view(view, index).version == "1.0.0"  # an earlier schema keeps its version
 
-    site = tmp_path / "site"
-    install(index, site, "cdc-schema-app-users>=2", "cdc-schema-app-active-users==1.0.0")
-    done = subprocess.run(
-        [sys.executable, "-c", USE],
-        capture_output=True,
-        text=True,
-        env={"PYTHONPATH": str(site)},
-        check=False,
-    )
+    python = fresh_venv(tmp_path / "venv")
+    install(index, python, "cdc-schema-app-users>=2", "cdc-schema-app-active-users==1.0.0")
+    done = subprocess.run([str(python), "-c", USE], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out == {

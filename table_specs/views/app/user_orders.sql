@@ -1,9 +1,8 @@
--- Every order with the user who placed it; users without orders appear once with NULL order
--- columns (the outer side turns nullable in the derived schema).
+-- Every user with the orders they placed (users without orders appear once, with NULL order
+-- columns: the outer side turns nullable in the derived schema). `u.*` follows the users table:
+-- when it gains a column, so does this view, and its schema package moves to a new version.
 SELECT
-  u.id AS user_id,
-  u.display_name,
-  u.is_active,
+  u.*,
   o.order_id,
   o.status AS order_status,
   o.amount,
