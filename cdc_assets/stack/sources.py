@@ -386,6 +386,22 @@ def stop_mariadb(
     _stop_server(settings, name, mariadb_files(settings, name).marker, sig)
 
 
+def remove_mariadb(settings: Settings, name: str) -> None:
+    """Stop a further MariaDB server, delete its data and forget it (its port, its place among
+    the stack's servers): a drill's servers leave nothing behind in the stack's status."""
+    if name == MARIADB:
+        raise StackError("the stack's own MariaDB server is stopped with the stack, not removed")
+    stop_mariadb(settings, name)
+    shutil.rmtree(mariadb_files(settings, name).base, ignore_errors=True)
+    ports = load_state(settings).get("ports")
+    known: dict[str, Any] = ports if isinstance(ports, dict) else {}
+    update_state(
+        settings,
+        ports={k: v for k, v in known.items() if k != name},
+        mariadb_servers=[n for n in mariadb_servers(settings)[1:] if n != name],
+    )
+
+
 def _setup_mariadb(settings: Settings, name: str) -> None:
     password = cdc_password(settings)
     statements = [

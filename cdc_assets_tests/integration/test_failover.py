@@ -126,7 +126,7 @@ def failover(sources_home: Settings, sources_stack: StackState) -> Iterator[Fail
     finally:
         extra_connector.remove(sources_home, f.connector, kafka.admin())
         for name in (PRIMARY, REPLICA):
-            sources.stop_mariadb(sources_home, name)
+            sources.remove_mariadb(sources_home, name)
 
 
 def wait_delivered(f: Failover, marker: int) -> None:
