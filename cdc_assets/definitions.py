@@ -38,9 +38,10 @@ def build_defs(
     settings: Settings | None = None,
     resource_overrides: Mapping[str, Any] | None = None,
 ) -> dg.Definitions:
-    """Definitions for ``specs`` (default: the spec directory of ``settings``)."""
+    """Definitions for ``specs`` (default: the spec directory of ``settings``, with its views)."""
     # Source URLs default to the local sources of `stack up --sources`, when they run.
     settings = with_local_sources(settings or load_settings())
+    from_directory = specs is None
     specs = load_specs(settings.specs_dir) if specs is None else specs
     hourly = hourly_partitions(settings.partitions_start)
     assets = [
@@ -66,7 +67,9 @@ def build_defs(
         for key in checks_def.check_keys:
             check_keys.setdefault(key.asset_key.path[-1], []).append(key)
     check_job = build_check_job()
-    views = load_views(settings.views_dir)
+    # Views belong to the spec directory: a caller that hands over its own list of specs (a
+    # subset, generated ones) gets no views, which may read tables outside that list.
+    views = load_views(settings.views_dir) if from_directory else []
     view_assets, view_checks = build_view_definitions(
         specs, views, settings.catalog_name, settings.specs_dir, settings.views_dir
     )

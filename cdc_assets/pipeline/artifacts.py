@@ -158,7 +158,10 @@ def _page(title: str, body: str) -> str:
 
 def publish_table(spec: TableSpec, index_root: Path) -> Published:
     """The table's package at its spec version (``<spec_version>.0.0``)."""
-    return publish(render_artifact(table_schema(spec), f"{spec.spec_version}.0.0"), index_root)
+    return publish(
+        render_artifact(table_schema(spec, pipeline_columns=False), f"{spec.spec_version}.0.0"),
+        index_root,
+    )
 
 
 def publish_view(schema: RelationSchema, index_root: Path) -> Published:

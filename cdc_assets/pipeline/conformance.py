@@ -5,6 +5,7 @@ nullability and enum values."""
 
 from __future__ import annotations
 
+import sys
 import types
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,10 +28,18 @@ class Conformance:
 
 def frame_model(spec: TableSpec) -> Any:
     """The RecordFrame class of the table's package at its spec version."""
-    artifact = render_artifact(table_schema(spec), f"{spec.spec_version}.0.0")
-    module = types.ModuleType(artifact.module)
+    artifact = render_artifact(
+        table_schema(spec, pipeline_columns=False), f"{spec.spec_version}.0.0"
+    )
+    # Registered like an imported module: pandera resolves the model's annotations through
+    # sys.modules[cls.__module__].
+    name = f"_cdc_conformance_{artifact.module}_{artifact.digest[:16]}"
+    module = sys.modules.get(name) or types.ModuleType(name)
+    if name in sys.modules:
+        return module.RecordFrame
+    sys.modules[name] = module
     exec(
-        compile(artifact.files[f"{artifact.module}/__init__.py"], artifact.module, "exec"),
+        compile(artifact.files[f"{artifact.module}/__init__.py"], name, "exec"),
         module.__dict__,
     )
     return module.RecordFrame
@@ -40,7 +49,7 @@ def check_sample(spark: Any, catalog: str, spec: TableSpec, rows: int = SAMPLE_R
     import pandas as pd
     import pandera.errors
 
-    schema = table_schema(spec)
+    schema = table_schema(spec, pipeline_columns=False)
     identifier = ".".join(quote(p) for p in (catalog, *schema.name.split(".", 1)))
     columns = [c.name for c in schema.columns]
     frame = spark.table(identifier).select(*[quote(c) for c in columns]).limit(rows).toPandas()

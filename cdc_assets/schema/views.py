@@ -31,6 +31,7 @@ from sqlglot.optimizer.annotate_types import annotate_types
 from sqlglot.optimizer.qualify import qualify
 
 from cdc_assets.errors import CdcAssetsError
+from cdc_assets.schema.layers import SEQUENCE_COLUMNS
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.sql.ddl import spark_type
 
@@ -95,10 +96,12 @@ def type_text(spark_sql_type: str) -> str:
     return exp.DataType.build(spark_sql_type, dialect=DIALECT).sql(DIALECT).lower()
 
 
-def table_schema(spec: TableSpec) -> RelationSchema:
-    """The base table of a spec as views read it: sink names and types, the source's casing."""
+def table_schema(spec: TableSpec, *, pipeline_columns: bool = True) -> RelationSchema:
+    """The base table of a spec as views read it: sink names and types, the source's casing,
+    and (``pipeline_columns``) the change columns base keeps after them (``_op``,
+    ``_source_ts``, the source position, the Kafka coordinates), which ``SELECT *`` returns."""
     keys = set(spec.primary_key)
-    columns = tuple(
+    columns = [
         SchemaColumn(
             name=c.sink_name,
             type=type_text(spark_type(c.sink_type(spec.source.connector))),
@@ -108,8 +111,13 @@ def table_schema(spec: TableSpec) -> RelationSchema:
             enum=enum_values(c.type),
         )
         for c in spec.columns
-    )
-    return RelationSchema(f"{spec.sink.namespace}.{spec.sink.table or spec.name}", columns)
+    ]
+    if pipeline_columns:
+        columns += [
+            SchemaColumn(c.name, type_text(spark_type(c.type)), not c.required, doc=c.doc)
+            for c in SEQUENCE_COLUMNS
+        ]
+    return RelationSchema(f"{spec.sink.namespace}.{spec.sink.table or spec.name}", tuple(columns))
 
 
 def parse_view(view: ViewDefinition) -> exp.Query:
