@@ -135,9 +135,11 @@ def definitions_page() -> str:
     from cdc_assets.settings import load_settings
     from cdc_assets.spec import load_specs
 
-    settings = load_settings()
-    specs = load_specs(ROOT / "table_specs")
-    defs = build_defs(specs, settings)
+    from dataclasses import replace
+
+    settings = replace(load_settings(), specs_dir=ROOT / "table_specs", views=None)
+    specs = load_specs(settings.specs_dir)
+    defs = build_defs(settings=settings)  # from the directory: its views too
     graph = defs.resolve_asset_graph()
     lines = [
         HEADER,
