@@ -129,13 +129,13 @@ def _described(description: str | None) -> str:
 
 
 def definitions_page() -> str:
+    from dataclasses import replace
+
     import dagster as dg
 
     from cdc_assets.definitions import build_defs
     from cdc_assets.settings import load_settings
     from cdc_assets.spec import load_specs
-
-    from dataclasses import replace
 
     settings = replace(load_settings(), specs_dir=ROOT / "table_specs", views=None)
     specs = load_specs(settings.specs_dir)
