@@ -1,0 +1,271 @@
+"""Benchmark: what a fleet of tables costs (issue 20, part 4), at growing table counts.
+
+Generates N specs in three shapes (a MySQL table with one key, a PostgreSQL table, a MariaDB
+table with a composite key), their topics on a local broker of its own
+with a workload on each, and measures with the project's real jobs and sensors:
+
+- definitions load for N specs in a fresh interpreter (no JVM may start);
+- one ``new_kafka_offsets`` tick over N topics, against a baseline of one offsets request per
+  topic on the same broker and topics;
+- one full cycle (the ``ingest_ledgers`` and ``upsert_bases`` runs over every table, in this
+  process, as the in-process driver runs them) with ~100 new changes per busy table, then a cycle
+  with nothing new: the per-table fixed cost, and where it goes (Dagster step time against the
+  pipeline's own seconds).
+
+Prints a table, writes ``benchmarks/results/fleet_scale.json`` and ``.png``.
+
+    python benchmarks/fleet_scale.py [--defs 10,100,1000] [--ticks 10,100,1000] [--cycles 10,30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_common import ROOT, code_version, make_home
+
+RESULTS = ROOT / "benchmarks" / "results"
+TEMPLATES = ("users.yaml", "orders.yaml", "order_items.yaml")
+EVENTS_PER_TABLE = 100
+TARGETS = {"defs_1000_s": 10.0, "tick_1000_s": 5.0, "cycle_1000_s": 600.0}
+
+DEFS_CHILD = r"""
+import json, sys, time
+from pathlib import Path
+t0 = time.perf_counter()
+from cdc_assets.definitions import build_defs
+from cdc_assets.settings import load_settings
+from cdc_assets.spec import load_specs
+specs = load_specs(Path(sys.argv[1]))
+defs = build_defs(specs=specs, settings=load_settings())
+defs.get_repository_def().load_all_definitions()
+t1 = time.perf_counter()
+from pyspark import SparkContext
+print(json.dumps({"load_s": t1 - t0, "jvm_started": SparkContext._gateway is not None}))
+"""
+
+
+def generate_specs(count: int, out: Path, prefix: str = "fleet") -> list[str]:
+    """``count`` specs cycling through the example shapes, with distinct names, sources, topics
+    and sink tables."""
+    out.mkdir(parents=True, exist_ok=True)
+    templates = [yaml.safe_load((ROOT / "table_specs" / t).read_text()) for t in TEMPLATES]
+    names = []
+    for i in range(count):
+        data = templates[i % len(templates)]
+        name = f"t{i:05d}_{data['name']}"
+        spec = {**data, "name": name}
+        spec["source"] = {**data["source"], "table": name, "topic": f"{prefix}.{name}"}
+        spec["source"].pop("schema_change_topic", None)
+        spec["sink"] = {**data["sink"], "namespace": "fleet", "table": name}
+        (out / f"{name}.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+        names.append(name)
+    return names
+
+
+def measure_defs(spec_dir: Path, home: Path) -> dict[str, Any]:
+    env = {"CDC_ASSETS_HOME": str(home), "CDC_ASSETS_SPECS": str(spec_dir), "PATH": "/usr/bin"}
+    done = subprocess.run(
+        [sys.executable, "-c", DEFS_CHILD, str(spec_dir)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"definitions child failed:\n{done.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def produce_workloads(specs: list[Any], bootstrap: str) -> int:
+    """About EVENTS_PER_TABLE change events on every table's topic; returns the table count."""
+    from cdc_assets.demo.events import produce, workload
+
+    for i, spec in enumerate(specs):
+        records = workload(spec, random.Random(i), keys=30, events=EVENTS_PER_TABLE)
+        produce(records, spec.source.topic, bootstrap)
+    return len(specs)
+
+
+def measure_tick(specs: list[Any], settings: Any, bootstrap: str) -> dict[str, float]:
+    import dagster as dg
+
+    from cdc_assets.definitions import build_defs
+    from cdc_assets.resources import KafkaResource
+
+    kafka = KafkaResource(bootstrap_servers=bootstrap, home=str(settings.home))
+    defs = build_defs(specs=specs, settings=settings, resource_overrides={"kafka": kafka})
+    sensor = defs.resolve_sensor_def("new_kafka_offsets")
+    with dg.DagsterInstance.ephemeral() as instance:
+        context = dg.build_sensor_context(instance=instance, resources={"kafka": kafka})
+        sensor(context)  # warm the client and the instance
+        started = time.perf_counter()
+        result = sensor(dg.build_sensor_context(instance=instance, resources={"kafka": kafka}))
+        tick_s = time.perf_counter() - started
+    requests = len(result.run_requests or []) if isinstance(result, dg.SensorResult) else 0
+    topics = [s.source.topic for s in specs]
+    started = time.perf_counter()
+    for topic in topics:  # the baseline: one offsets request per topic
+        kafka.latest_offsets([topic])
+    baseline_s = time.perf_counter() - started
+    return {"tick_s": tick_s, "baseline_s": baseline_s, "requests": requests}
+
+
+def measure_cycle(settings: Any) -> dict[str, Any]:
+    import dagster as dg
+
+    from cdc_assets.jobs.inprocess import PipelineDriver
+    from cdc_assets.resources import build_resources
+
+    resources = build_resources(settings)
+    # One local[2] driver for every run of this process (the runs share the active session).
+    resources["spark"] = resources["spark"].model_copy(update={"master": "local[2]"})
+    with dg.DagsterInstance.ephemeral() as instance:
+        driver = PipelineDriver(settings, instance, resource_overrides=resources)
+        driver.onboard()
+        out: dict[str, Any] = {}
+        for label in ("busy", "idle"):
+            started = time.perf_counter()
+            ingest = driver.ingest()
+            ingest_s = time.perf_counter() - started
+            started = time.perf_counter()
+            upsert = driver.upsert()
+            upsert_s = time.perf_counter() - started
+            out[label] = {
+                "ingest_s": ingest_s,
+                "upsert_s": upsert_s,
+                "records": sum(int(m.get("records_read", 0) or 0) for m in ingest.values()),
+                "pipeline_ingest_s": sum(float(m.get("seconds", 0) or 0) for m in ingest.values()),
+                "pipeline_upsert_s": sum(float(m.get("seconds", 0) or 0) for m in upsert.values()),
+            }
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--defs", default="10,100,1000", help="table counts for definitions load")
+    parser.add_argument("--ticks", default="10,100,1000", help="table counts for a sensor tick")
+    parser.add_argument("--cycles", default="10,30", help="table counts for a full cycle")
+    args = parser.parse_args()
+    counts = {
+        k: [int(n) for n in getattr(args, k).split(",") if n] for k in ("defs", "ticks", "cycles")
+    }
+
+    from cdc_assets.spec import load_specs
+    from cdc_assets.stack.local_stack import stack_down, stack_up
+
+    rows: dict[str, dict[int, Any]] = {"defs": {}, "ticks": {}, "cycles": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        base = make_home(Path(tmp))
+        state = stack_up(base)
+        try:
+            for n in sorted(set(counts["defs"]) | set(counts["ticks"]) | set(counts["cycles"])):
+                spec_dir = Path(tmp) / f"specs_{n}"
+                # Topics of their own per count: the names carry it.
+                generate_specs(n, spec_dir, prefix=f"fleet{n}")
+                specs = load_specs(spec_dir)
+                settings = replace(base, specs_dir=spec_dir)
+                if n in counts["defs"]:
+                    rows["defs"][n] = measure_defs(spec_dir, Path(tmp))
+                    print(f"  defs {n}: {rows['defs'][n]['load_s']:.2f} s", file=sys.stderr)
+                if n in counts["ticks"] or n in counts["cycles"]:
+                    busy = produce_workloads(specs, state.bootstrap_servers)
+                if n in counts["ticks"]:
+                    rows["ticks"][n] = measure_tick(specs, settings, state.bootstrap_servers)
+                    print(f"  tick {n}: {rows['ticks'][n]}", file=sys.stderr)
+                if n in counts["cycles"]:
+                    cycle = measure_cycle(settings)
+                    cycle["busy_tables"] = busy
+                    rows["cycles"][n] = cycle
+                    print(f"  cycle {n}: {cycle}", file=sys.stderr)
+        finally:
+            stack_down(base, purge=True)
+
+    report(rows)
+
+
+def report(rows: dict[str, dict[int, Any]]) -> None:
+    print("\nDefinitions load (fresh interpreter, seconds)")
+    for n, r in sorted(rows["defs"].items()):
+        print(f"  {n:>5} specs  {r['load_s']:7.2f} s   JVM started: {r['jvm_started']}")
+    print("\nOne new_kafka_offsets tick (seconds) against one offsets request per topic")
+    for n, r in sorted(rows["ticks"].items()):
+        ratio = r["tick_s"] / r["baseline_s"] if r["baseline_s"] else 0.0
+        print(
+            f"  {n:>5} topics tick {r['tick_s']:6.2f} s  baseline {r['baseline_s']:6.2f} s  "
+            f"ratio {ratio:5.2f}  run requests {r['requests']}"
+        )
+    print("\nOne cycle (ingest_ledgers + upsert_bases in this process), seconds")
+    print(
+        f"  {'tables':>6} {'busy':>5} {'busy cycle':>11} {'per table':>10} {'idle cycle':>11}"
+        f" {'per table':>10} {'pipeline share':>15}"
+    )
+    fixed: dict[int, float] = {}
+    for n, r in sorted(rows["cycles"].items()):
+        busy = r["busy"]["ingest_s"] + r["busy"]["upsert_s"]
+        idle = r["idle"]["ingest_s"] + r["idle"]["upsert_s"]
+        pipeline = r["busy"]["pipeline_ingest_s"] + r["busy"]["pipeline_upsert_s"]
+        fixed[n] = idle / n
+        print(
+            f"  {n:>6} {r['busy_tables']:>5} {busy:>10.1f}s {busy / n:>9.2f}s {idle:>10.1f}s "
+            f"{idle / n:>9.2f}s {pipeline / busy if busy else 0:>14.0%}"
+        )
+    if rows["cycles"]:
+        n, r = max(rows["cycles"].items())
+        per_table = (r["busy"]["ingest_s"] + r["busy"]["upsert_s"]) / n
+        print(
+            f"\nExtrapolated to 1,000 tables at {per_table:.2f} s per table: "
+            f"{per_table * 1000 / 60:.0f} min for one cycle (target "
+            f"{TARGETS['cycle_1000_s'] / 60:.0f} min); idle tables cost "
+            f"{fixed[n]:.2f} s each (target: nothing)."
+        )
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    payload = {"code": code_version(), "targets": TARGETS, "events_per_table": EVENTS_PER_TABLE}
+    payload.update({k: {str(n): v for n, v in r.items()} for k, r in rows.items()})
+    (RESULTS / "fleet_scale.json").write_text(json.dumps(payload, indent=2))
+    plot(rows)
+
+
+def plot(rows: dict[str, dict[int, Any]]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(11, 3.4))
+    d = sorted(rows["defs"].items())
+    axes[0].plot([n for n, _ in d], [r["load_s"] for _, r in d], marker="o")
+    axes[0].axhline(TARGETS["defs_1000_s"], ls="--", c="grey")
+    axes[0].set(title="definitions load", xlabel="specs", ylabel="s", xscale="log")
+    t = sorted(rows["ticks"].items())
+    axes[1].plot([n for n, _ in t], [r["tick_s"] for _, r in t], marker="o", label="tick")
+    axes[1].plot([n for n, _ in t], [r["baseline_s"] for _, r in t], marker="x", label="per topic")
+    axes[1].axhline(TARGETS["tick_1000_s"], ls="--", c="grey")
+    axes[1].set(title="new_kafka_offsets tick", xlabel="topics", xscale="log")
+    axes[1].legend()
+    c = sorted(rows["cycles"].items())
+    per_busy = [(r["busy"]["ingest_s"] + r["busy"]["upsert_s"]) / n for n, r in c]
+    per_idle = [(r["idle"]["ingest_s"] + r["idle"]["upsert_s"]) / n for n, r in c]
+    axes[2].plot([n for n, _ in c], per_busy, marker="o", label="busy cycle")
+    axes[2].plot([n for n, _ in c], per_idle, marker="x", label="idle cycle")
+    axes[2].set(title="cycle cost per table", xlabel="tables", ylabel="s per table")
+    axes[2].legend()
+    fig.tight_layout()
+    fig.savefig(RESULTS / "fleet_scale.png", dpi=110)
+
+
+if __name__ == "__main__":
+    main()
