@@ -67,6 +67,11 @@ def remove_stale_branches(table: Any, now_ms: int | None = None) -> list[str]:
     return stale
 
 
+# Creating the branch is a metadata commit of its own, which a concurrent writer's commit can
+# make stale; it is retried on a fresh load this many times in all.
+BRANCH_ATTEMPTS = 10
+
+
 def append_if_unchanged(
     iceberg_catalog: Any,
     identifier: str,
@@ -85,8 +90,18 @@ def append_if_unchanged(
     )
 
     branch = f"{BRANCH_PREFIX}{uuid.uuid4().hex[:12]}"
-    table = iceberg_catalog.load_table(identifier)
-    table.manage_snapshots().create_branch(expected_snapshot, branch).commit()
+    for attempt in range(BRANCH_ATTEMPTS):
+        table = iceberg_catalog.load_table(identifier)
+        try:
+            table.manage_snapshots().create_branch(expected_snapshot, branch).commit()
+            break
+        except CommitFailedException:
+            # Another writer changed the table's metadata (its own branch, its publication)
+            # between our load and this commit. A branch at the expected snapshot is still
+            # right: whether main moved is decided by the publication below, not here.
+            if attempt == BRANCH_ATTEMPTS - 1:
+                raise
+            time.sleep(0.05 * (attempt + 1))
     published = False
     try:
         write(f"{spark_identifier}.`branch_{branch}`")
