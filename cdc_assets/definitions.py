@@ -8,6 +8,7 @@ from typing import Any
 import dagster as dg
 
 from cdc_assets.assets.factory import build_table_assets
+from cdc_assets.assets.keys import table_or_name
 from cdc_assets.assets.views import build_refresh_job, build_view_definitions, build_views_sensor
 from cdc_assets.checks.table_checks import build_table_checks
 from cdc_assets.jobs.artifacts import build_artifacts_job
@@ -17,7 +18,7 @@ from cdc_assets.jobs.evolve import (
     build_drift_schedule,
     build_evolve_job,
 )
-from cdc_assets.jobs.ingest import build_ingest_job, hourly_partitions
+from cdc_assets.jobs.ingest import build_ingest_job, deployment_start, hourly_partitions
 from cdc_assets.jobs.maintenance import build_maintenance_job, build_maintenance_schedule
 from cdc_assets.jobs.onboard import build_onboard_job
 from cdc_assets.jobs.upsert import build_upsert_job
@@ -43,7 +44,7 @@ def build_defs(
     settings = with_local_sources(settings or load_settings())
     from_directory = specs is None
     specs = load_specs(settings.specs_dir) if specs is None else specs
-    hourly = hourly_partitions(settings.partitions_start)
+    hourly = hourly_partitions(settings.partitions_start or deployment_start(settings.home))
     assets = [
         a
         for spec in specs
@@ -65,7 +66,7 @@ def build_defs(
     check_keys: dict[str, list[dg.AssetCheckKey]] = {}
     for checks_def in asset_checks:
         for key in checks_def.check_keys:
-            check_keys.setdefault(key.asset_key.path[-1], []).append(key)
+            check_keys.setdefault(table_or_name(key.asset_key), []).append(key)
     check_job = build_check_job()
     # Views belong to the spec directory: a caller that hands over its own list of specs (a
     # subset, generated ones) gets no views, which may read tables outside that list.

@@ -81,7 +81,7 @@ class Settings:
     warehouse: str | None
     kafka_bootstrap: str | None
     kafka_port: int
-    partitions_start: str = "2026-01-01-00:00"
+    partitions_start: str | None = None  # None: jobs.ingest.deployment_start
     source_urls: dict[str, str] = field(default_factory=dict)  # variable name -> JDBC URL
     spark_remote: str | None = None
     checks_cron: str | None = None  # None: each spec's schedule.cron
@@ -139,7 +139,7 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         warehouse=env.get(ENV_WAREHOUSE) or None,
         kafka_bootstrap=env.get(ENV_KAFKA_BOOTSTRAP) or None,
         kafka_port=int(env.get(ENV_KAFKA_PORT, "0")),
-        partitions_start=env.get(ENV_PARTITIONS_START, "2026-01-01-00:00"),
+        partitions_start=env.get(ENV_PARTITIONS_START) or None,
         source_urls={k: v for k, v in env.items() if k.startswith(ENV_SOURCE_URL_PREFIX) and v},
         spark_remote=env.get(ENV_SPARK_REMOTE) or None,
         checks_cron=env.get(ENV_CHECKS_CRON) or None,

@@ -1,7 +1,8 @@
 """The asset factory: one table spec becomes five assets: raw -> cdc -> bucketed -> base, and
 schema (the spec version, moved by schema evolution).
 
-Asset keys are ``[layer, table]``, grouped per table. The bodies delegate to pipeline modules.
+Asset keys come from ``assets.keys`` (``cdc/users_cdc``), grouped per table. The bodies delegate
+to pipeline modules.
 """
 
 from datetime import timedelta
@@ -10,6 +11,7 @@ from typing import Any
 
 import dagster as dg
 
+from cdc_assets.assets.keys import asset_key
 from cdc_assets.assets.ledger import build_ledger_asset
 from cdc_assets.assets.raw import build_raw_asset
 from cdc_assets.assets.schema import build_schema_asset
@@ -18,7 +20,6 @@ from cdc_assets.schema.layers import TableLayout, all_layouts
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.sql.ddl import spark_type
 
-LAYERS = ("raw", "cdc", "bucketed", "base", "schema")
 KINDS = {
     "schema": {"iceberg"},
     "raw": {"kafka"},
@@ -26,10 +27,6 @@ KINDS = {
     "bucketed": {"spark", "iceberg"},
     "base": {"spark", "iceberg"},
 }
-
-
-def asset_key(layer: str, table: str) -> dg.AssetKey:
-    return dg.AssetKey([layer, table])
 
 
 def _layout_schema(layout: TableLayout) -> dg.TableSchema:

@@ -3,8 +3,16 @@
 A run for the current hour (or later) is incremental: it consumes everything new on the topic,
 wherever the records' hours fall, and reports each hour it wrote. A run for an earlier hour is a
 backfill: it rebuilds exactly that hour from Kafka. ``mode`` in the run config overrides this.
+
+An hour is a partition of Kafka record timestamps, so an hour in which no record arrived has no
+run that would materialize it. The first incremental run of each hour records such hours of the
+last week as materialized with no rows (everything Kafka held before the run was read), so the
+partition view shows what is in the ledger instead of gaps that read as failures. A record that
+arrives late for an hour already recorded empty is reported with that hour by the run that reads
+it, as any other.
 """
 
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
@@ -22,6 +30,11 @@ from cdc_assets.resources.spark import SparkResource
 from cdc_assets.schema.layers import ledger_layout
 from cdc_assets.spec.models import TableSpec
 
+# Hours this far back are recorded empty at most (Kafka's default retention: older hours cannot be
+# rebuilt anyway); an hour is only recorded once it ended this long before the run read Kafka.
+EMPTY_HOURS_WINDOW = timedelta(days=7)
+LATE_GRACE = timedelta(minutes=5)
+
 
 class IngestConfig(dg.Config):
     mode: Literal["auto", "incremental", "rebuild"] = Field(
@@ -36,6 +49,23 @@ def choose_mode(config_mode: str, partition_key: str, now: datetime) -> str:
     start, _ = hour_bounds(partition_key)
     current = now.replace(minute=0, second=0, microsecond=0)
     return "incremental" if start >= current - timedelta(hours=1) else "rebuild"
+
+
+def empty_hours(
+    keys: Sequence[str], materialized: set[str], written: Sequence[str], read_at: datetime
+) -> list[str]:
+    """Hours among ``keys`` that ended before the run read the topic, are within the week Kafka
+    keeps and no run has materialized: an incremental run that read everything up to
+    ``read_at`` found no record in them."""
+    since = read_at - EMPTY_HOURS_WINDOW
+    return [
+        k
+        for k in keys
+        if k not in materialized
+        and k not in written
+        and since < hour_bounds(k)[1]
+        and hour_bounds(k)[1] <= read_at - LATE_GRACE
+    ]
 
 
 def result_metadata(result: IngestResult) -> dict[str, Any]:
@@ -126,6 +156,37 @@ def build_ledger_asset(
                         asset_key=context.asset_key, partition=hour, metadata=metadata
                     )
                 )
+        if mode == "incremental":
+            _record_empty_hours(context, key, result.hours, started_at)
         return dg.MaterializeResult(metadata=metadata)
 
     return cdc  # type: ignore[no-any-return]
+
+
+def _record_empty_hours(
+    context: dg.AssetExecutionContext, key: str, written: Sequence[str], read_at: datetime
+) -> None:
+    """Materialize the hours of the last week in which no record arrived (see the module
+    docstring), once per hour: a later run of the same hour finds its own partition latest."""
+    instance = context.instance
+    latest = instance.get_latest_materialization_event(context.asset_key)
+    done = latest.asset_materialization if latest is not None else None
+    if done is not None and done.partition == key:
+        return
+    partitions = context.assets_def.partitions_def
+    assert partitions is not None
+    keys = partitions.get_partition_keys(current_time=read_at)
+    hours = empty_hours(
+        keys, instance.get_materialized_partitions(context.asset_key), written, read_at
+    )
+    for hour in hours:
+        context.log_event(
+            dg.AssetMaterialization(
+                asset_key=context.asset_key,
+                partition=hour,
+                description="no Kafka record of this table has a timestamp in this hour",
+                metadata={"ledger_rows": 0, "records_read": 0, "empty": True, "recorded_by": key},
+            )
+        )
+    if hours:
+        context.log.info(f"recorded {len(hours)} hours without records: {hours[0]}..{hours[-1]}")

@@ -1,7 +1,8 @@
 """The schema asset of a table: its spec version, moved by schema evolution.
 
-Materializing ``schema/<table>`` applies one proposed change (a proposed spec, or the source's
-CREATE TABLE with the DDL audit trail) in three phases and reports the plan as a readable diff.
+Materializing ``schema/<table>_schema`` applies one proposed change (a proposed spec, or the
+source's CREATE TABLE with the DDL audit trail) in three phases and reports the plan as a
+readable diff.
 The pool ``cdc_evolve/<table>`` (limit 1) serializes evolutions of one table in the order they
 were queued; other tables are not blocked.
 """

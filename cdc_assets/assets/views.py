@@ -15,6 +15,7 @@ from typing import Any
 
 import dagster as dg
 
+from cdc_assets.assets.keys import asset_key, table_of
 from cdc_assets.pipeline.artifacts import publish_view
 from cdc_assets.pipeline.views import (
     create_view,
@@ -79,7 +80,7 @@ def build_view_definitions(
     assets, checks = [], []
     for view in ordered:
         deps = [
-            dg.AssetKey(["base", bases[r]]) if r in bases else view_key(r) for r in view_reads(view)
+            asset_key("base", bases[r]) if r in bases else view_key(r) for r in view_reads(view)
         ]
         assets.append(_view_asset(view, deps, catalog, specs_dir, views_dir))
         checks.append(_view_check(view, catalog, specs_dir, views_dir))
@@ -199,7 +200,7 @@ def build_views_sensor(
     )
     def views_follow_tables(context: dg.RunStatusSensorContext) -> dg.RunRequest | dg.SkipReason:
         run = context.dagster_run
-        tables = {k.path[-1] for k in run.asset_selection or () if k.path[0] == "schema"}
+        tables = {t for k in run.asset_selection or () if (t := table_of(k, ("schema",)))}
         names = downstream_views(tables, specs, views)
         if not names:
             return dg.SkipReason(f"no view reads {sorted(tables) or 'the evolved table'}")

@@ -7,6 +7,7 @@ from typing import Any
 
 import dagster as dg
 
+from cdc_assets.assets.keys import asset_key
 from cdc_assets.checks.failsafe import failsafe
 from cdc_assets.pipeline.offsets import (
     COUNTS_PROPERTY,
@@ -23,7 +24,7 @@ ACCOUNTING_CHECK = "offsets_accounted"
 
 def build_accounting_check(spec: TableSpec) -> dg.AssetChecksDefinition:
     @dg.asset_check(
-        asset=dg.AssetKey(["cdc", spec.name]),
+        asset=asset_key("cdc", spec.name),
         name=ACCOUNTING_CHECK,
         description="Latest ingest: records read = ledger rows + dead letters + skipped, "
         "and the ledger and dead-letter tables hold each kept record of its range once "

@@ -13,6 +13,7 @@ from typing import Any
 
 import dagster as dg
 
+from cdc_assets.assets.keys import table_or_name
 from cdc_assets.jobs.checks import CHECK_JOB
 
 
@@ -44,7 +45,7 @@ def run_checks(
     keys = {
         key
         for key in defs.resolve_asset_graph().asset_check_keys
-        if (wanted_tables is None or key.asset_key.path[-1] in wanted_tables)
+        if (wanted_tables is None or table_or_name(key.asset_key) in wanted_tables)
         and (wanted_checks is None or key.name in wanted_checks)
     }
     if not keys:
@@ -57,7 +58,7 @@ def run_checks(
     for ev in result.get_asset_check_evaluations():
         key = ev.asset_check_key
         outcomes[key] = CheckOutcome(
-            table=key.asset_key.path[-1],
+            table=table_or_name(key.asset_key),
             asset=key.asset_key.to_user_string(),
             check=key.name,
             passed=ev.passed,
@@ -72,7 +73,7 @@ def run_checks(
     ]
     for key in keys - set(outcomes):
         outcomes[key] = CheckOutcome(
-            table=key.asset_key.path[-1],
+            table=table_or_name(key.asset_key),
             asset=key.asset_key.to_user_string(),
             check=key.name,
             passed=False,

@@ -13,6 +13,7 @@ from typing import Any
 
 import dagster as dg
 
+from cdc_assets.assets.keys import asset_key
 from cdc_assets.checks.accounting import build_accounting_check
 from cdc_assets.checks.failsafe import failsafe
 from cdc_assets.pipeline import conformance, health
@@ -42,9 +43,9 @@ def build_table_checks(
     spec: TableSpec, source_url: str | None = None
 ) -> list[dg.AssetChecksDefinition]:
     """Every check of ``spec``; the source comparisons only where ``source_url`` is given."""
-    raw = dg.AssetKey(["raw", spec.name])
-    cdc = dg.AssetKey(["cdc", spec.name])
-    base = dg.AssetKey(["base", spec.name])
+    raw = asset_key("raw", spec.name)
+    cdc = asset_key("cdc", spec.name)
+    base = asset_key("base", spec.name)
     limits = spec.checks
     sla = spec.freshness.sla_minutes
     required = _sink(spec, [c.name for c in spec.columns if not c.nullable])

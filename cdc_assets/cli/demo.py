@@ -34,8 +34,7 @@ def run_generator_demo(settings: Settings, args: argparse.Namespace) -> int:
     """The demo on the project's generated Debezium stream (no databases): `checks --demo`."""
     from datetime import UTC, datetime
 
-    import dagster as dg
-
+    from cdc_assets.assets.keys import asset_key
     from cdc_assets.definitions import build_defs
     from cdc_assets.demo.stream import produce_demo
     from cdc_assets.sensors.new_offsets import current_hour_key
@@ -69,7 +68,7 @@ def run_generator_demo(settings: Settings, args: argparse.Namespace) -> int:
         instance=instance,
         run_config=QUIET,
         partition_key=hour,
-        asset_selection=[dg.AssetKey(["cdc", s.name]) for s in specs],
+        asset_selection=[asset_key("cdc", s.name) for s in specs],
     )
     summary = Table(
         "table", "read", "ledger rows", "dead letters", "skipped", "dead-letter reasons"
@@ -93,9 +92,7 @@ def run_generator_demo(settings: Settings, args: argparse.Namespace) -> int:
     upsert = defs.resolve_job_def("upsert_bases").execute_in_process(
         instance=instance,
         run_config=QUIET,
-        asset_selection=[
-            dg.AssetKey([layer, s.name]) for s in specs for layer in ("bucketed", "base")
-        ],
+        asset_selection=[asset_key(layer, s.name) for s in specs for layer in ("bucketed", "base")],
     )
     merges = Table(
         "table",

@@ -11,6 +11,7 @@ from pathlib import Path
 from cdc_assets.cli.common import console
 from cdc_assets.cli.demo import cmd_report, cmd_run
 from cdc_assets.cli.fleet import cmd_fleet
+from cdc_assets.cli.migrate import cmd_migrate_asset_keys
 from cdc_assets.cli.specs import cmd_specs
 from cdc_assets.cli.stack import cmd_dagster_home, cmd_dev, cmd_jars, cmd_stack
 from cdc_assets.cli.sync import cmd_sync
@@ -194,6 +195,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--serve", type=int, metavar="PORT", help="serve /metrics on 127.0.0.1:PORT instead"
     )
     fleet.set_defaults(fn=cmd_fleet)
+    migrate = sub.add_parser(
+        "migrate-asset-keys",
+        help="move the Dagster history of raw/<t>, cdc/<t>, bucketed/<t>, schema/<t> to the keys "
+        "that name their layer (raw/<t>_topic, cdc/<t>_cdc, ...)",
+    )
+    migrate.add_argument("--dry-run", action="store_true", help="only list what would move")
+    migrate.add_argument("--keep-old", action="store_true", help="copy, but do not wipe old keys")
+    migrate.set_defaults(fn=cmd_migrate_asset_keys)
     sub.add_parser("report", help="tables of every spec as the catalog sees them").set_defaults(
         fn=cmd_report
     )

@@ -207,8 +207,8 @@ def cmd_checks(settings: Settings, args: argparse.Namespace) -> int:
 
 def cmd_evolve(settings: Settings, args: argparse.Namespace) -> int:
     """Apply a schema change to one table through the evolve_schemas job (recorded in Dagster)."""
-    import dagster as dg
 
+    from cdc_assets.assets.keys import asset_key
     from cdc_assets.assets.schema import evolve_run_config
     from cdc_assets.definitions import build_defs
 
@@ -222,7 +222,7 @@ def cmd_evolve(settings: Settings, args: argparse.Namespace) -> int:
     result = defs.resolve_job_def("evolve_schemas").execute_in_process(
         instance=dagster_instance(settings),
         run_config={**evolve_run_config(args.table, **config), **QUIET},
-        asset_selection=[dg.AssetKey(["schema", args.table])],
+        asset_selection=[asset_key("schema", args.table)],
         raise_on_error=False,
     )
     if not result.success:

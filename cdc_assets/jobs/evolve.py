@@ -17,6 +17,7 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
+from cdc_assets.assets.keys import asset_key
 from cdc_assets.errors import SpecError
 from cdc_assets.jobs.asset_job import AssetJob
 from cdc_assets.pipeline.converge import spec_path
@@ -125,7 +126,7 @@ def build_drift_job(
             found = drift_of(spec, specs_dir, kafka, catalog, spark.get_session, url)
             context.log_event(
                 dg.AssetObservation(
-                    asset_key=dg.AssetKey(["schema", spec.name]),
+                    asset_key=asset_key("schema", spec.name),
                     metadata={**found, "maintain_when_clean": config.maintain_when_clean},
                 )
             )

@@ -15,6 +15,7 @@ from typing import Any
 
 import dagster as dg
 
+from cdc_assets.assets.keys import asset_key
 from cdc_assets.definitions import build_defs
 from cdc_assets.sensors.new_offsets import current_hour_key
 from cdc_assets.settings import Settings
@@ -86,7 +87,7 @@ class PipelineDriver:
                 instance=self.instance,
                 run_config=self.run_config,
                 partition_key=current_hour_key(datetime.now(UTC)),
-                asset_selection=[dg.AssetKey(["cdc", s.name]) for s in specs],
+                asset_selection=[asset_key("cdc", s.name) for s in specs],
             )
         )
         return {s.name: last_metadata(result, f"cdc__{s.name}") for s in specs}
@@ -131,7 +132,7 @@ class PipelineDriver:
                 instance=self.instance,
                 run_config=self.run_config,
                 asset_selection=[
-                    dg.AssetKey([layer, s.name]) for s in specs for layer in ("bucketed", "base")
+                    asset_key(layer, s.name) for s in specs for layer in ("bucketed", "base")
                 ],
             )
         )

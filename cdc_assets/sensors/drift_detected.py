@@ -6,6 +6,7 @@ from typing import Any
 
 import dagster as dg
 
+from cdc_assets.assets.keys import asset_key, table_or_name
 from cdc_assets.assets.schema import evolve_run_config
 from cdc_assets.jobs.asset_job import AssetJob
 from cdc_assets.jobs.evolve import EVOLVE_JOB
@@ -34,14 +35,14 @@ def build_drift_sensor(
         for record in records:
             event = record.get_dagster_event()
             observation = event.asset_observation_data.asset_observation
-            table = observation.asset_key.path[-1]
+            table = table_or_name(observation.asset_key)
             meta = {k: v.value for k, v in observation.metadata.items()}
             if meta.get("drift") and meta.get("source_ddl"):
                 requests.append(
                     dg.RunRequest(
                         run_key=f"pull:{run.run_id}:{table}",
                         job_name=EVOLVE_JOB,
-                        asset_selection=[dg.AssetKey(["schema", table])],
+                        asset_selection=[asset_key("schema", table)],
                         run_config=evolve_run_config(
                             table,
                             source_ddl=meta["source_ddl"],

@@ -4,16 +4,16 @@ touched (an evolution's backfill and redrive leave ledger rows that only an upse
 
 import dagster as dg
 
+from cdc_assets.assets.keys import asset_key, table_of
 from cdc_assets.jobs.asset_job import AssetJob
 from cdc_assets.sensors.runs import WAITING, table_tags, tables_in_runs
 
 
 def upsert_selection(asset_keys: list[dg.AssetKey]) -> list[dg.AssetKey]:
-    """bucketed/<t> and base/<t> for every cdc/<t> or schema/<t> among ``asset_keys``."""
-    tables = sorted(
-        {k.path[1] for k in asset_keys if len(k.path) == 2 and k.path[0] in ("cdc", "schema")}
-    )
-    return [dg.AssetKey([layer, t]) for t in tables for layer in ("bucketed", "base")]
+    """The bucketed and base assets of every table whose cdc or schema asset is in
+    ``asset_keys``."""
+    tables = sorted({t for k in asset_keys if (t := table_of(k, ("cdc", "schema")))})
+    return [asset_key(layer, t) for t in tables for layer in ("bucketed", "base")]
 
 
 def build_ledger_updated_sensor(
@@ -39,12 +39,12 @@ def build_ledger_updated_sensor(
             return dg.SkipReason(f"run {run.run_id} selected no ledger")
         # A queued upsert reads the ledger when it starts: it covers this ingest too.
         waiting = tables_in_runs(context.instance, upsert_job.name, "base", WAITING)
-        tables = sorted({k.path[1] for k in selection} - waiting)
+        tables = sorted({t for k in selection if (t := table_of(k))} - waiting)
         if not tables:
             return dg.SkipReason(f"an upsert of each table of run {run.run_id} is already queued")
         return dg.RunRequest(
             run_key=run.run_id,
-            asset_selection=[k for k in selection if k.path[1] in tables],
+            asset_selection=[k for k in selection if table_of(k) in tables],
             # No checks in the micro-batch: they read whole tables and would hold back the next
             # upsert; the `table_checks` schedule runs them.
             asset_check_keys=[],

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 
 import dagster as dg
 
+from cdc_assets.assets.keys import asset_key
 from cdc_assets.checks.accounting import ACCOUNTING_CHECK
 from cdc_assets.jobs.asset_job import AssetJob
 from cdc_assets.resources.kafka import KafkaResource
@@ -58,11 +59,11 @@ def build_new_offsets_sensor(specs: list[TableSpec], job: AssetJob) -> dg.Sensor
         request = dg.RunRequest(
             run_key=f"offsets:{key}",
             partition_key=hour,
-            asset_selection=[dg.AssetKey(["cdc", t]) for t in tables],
+            asset_selection=[asset_key("cdc", t) for t in tables],
             # Only the accounting of this very ingest; the checks that read whole tables run on
             # the `table_checks` schedule, not after every batch.
             asset_check_keys=[
-                dg.AssetCheckKey(dg.AssetKey(["cdc", t]), ACCOUNTING_CHECK) for t in tables
+                dg.AssetCheckKey(asset_key("cdc", t), ACCOUNTING_CHECK) for t in tables
             ],
             tags={**table_tags(tables), "cdc/trigger": "new_offsets"},
         )

@@ -6,6 +6,8 @@ so the sensors see runs started by hand as well as their own.
 
 import dagster as dg
 
+from cdc_assets.assets.keys import table_of
+
 # A run in one of these states has not finished reading its input yet.
 IN_FLIGHT = [
     dg.DagsterRunStatus.QUEUED,
@@ -26,10 +28,10 @@ def tables_in_runs(
         filters=dg.RunsFilter(job_name=job_name, statuses=statuses), limit=100
     )
     return {
-        key.path[1]
+        table
         for record in records
         for key in record.dagster_run.asset_selection or ()
-        if len(key.path) == 2 and key.path[0] == layer
+        if (table := table_of(key, (layer,))) is not None
     }
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from cdc_assets.assets.keys import asset_key
 from cdc_assets.assets.schema import evolve_run_config
 from cdc_assets.errors import CdcAssetsError
 from cdc_assets.jobs.asset_job import AssetJob
@@ -47,7 +48,7 @@ def build_schema_change_sensor(
     def request(table: str, create: str, audit: list[str], key: str, at: str) -> dg.RunRequest:
         return dg.RunRequest(
             run_key=key,
-            asset_selection=[dg.AssetKey(["schema", table])],
+            asset_selection=[asset_key("schema", table)],
             run_config=evolve_run_config(
                 table, source_ddl=create, audit_ddl=audit, trigger="push", detected_at=at
             ),
@@ -59,9 +60,7 @@ def build_schema_change_sensor(
     ) -> list[dg.RunRequest]:
         out = []
         for spec in postgres:
-            event = context.instance.get_latest_materialization_event(
-                dg.AssetKey(["cdc", spec.name])
-            )
+            event = context.instance.get_latest_materialization_event(asset_key("cdc", spec.name))
             mat = event.asset_materialization if event is not None else None
             unknown = mat.metadata.get("unknown_fields") if mat is not None else None
             current = load_spec(spec_path(specs_dir, spec.name))

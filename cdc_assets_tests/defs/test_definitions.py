@@ -6,13 +6,15 @@ import os
 import subprocess
 import sys
 from dataclasses import replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import dagster as dg
 import pytest
 
+from cdc_assets.assets.keys import asset_key, layer_and_table, table_of
 from cdc_assets.definitions import build_defs
+from cdc_assets.jobs.ingest import deployment_start
 from cdc_assets.settings import load_settings, source_url_variable
 from cdc_assets.spec import load_specs
 from cdc_assets_tests.conftest import PROJECT_ROOT
@@ -33,24 +35,32 @@ def test_four_assets_per_table_with_layered_deps(defs: dg.Definitions) -> None:
     graph = defs.resolve_asset_graph()
     keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
     assert keys == {
-        f"{layer}/{t}" for t in TABLES for layer in ("raw", "cdc", "bucketed", "base", "schema")
+        asset_key(layer, t).to_user_string()
+        for t in TABLES
+        for layer in ("raw", "cdc", "bucketed", "base", "schema")
     } | {"view/app/user_orders"}
+    # The asset graph labels a node with its key's last component: no two nodes read alike.
+    labels = [k.path[-1] for k in graph.get_all_asset_keys()]
+    assert len(labels) == len(set(labels))
+    assert {layer_and_table(k) for k in graph.get_all_asset_keys()} - {None} == {
+        (layer, t) for t in TABLES for layer in ("raw", "cdc", "bucketed", "base", "schema")
+    }
     # The example view reads two base tables: it is downstream of both.
     assert graph.get(dg.AssetKey(["view", "app", "user_orders"])).parent_keys == {
-        dg.AssetKey(["base", "users"]),
-        dg.AssetKey(["base", "orders"]),
+        asset_key("base", "users"),
+        asset_key("base", "orders"),
     }
     for t in TABLES:
-        assert graph.get(dg.AssetKey(["raw", t])).parent_keys == set()
-        assert graph.get(dg.AssetKey(["cdc", t])).parent_keys == {dg.AssetKey(["raw", t])}
-        assert graph.get(dg.AssetKey(["bucketed", t])).parent_keys == {dg.AssetKey(["cdc", t])}
-        assert graph.get(dg.AssetKey(["base", t])).parent_keys == {dg.AssetKey(["bucketed", t])}
+        assert graph.get(asset_key("raw", t)).parent_keys == set()
+        assert graph.get(asset_key("cdc", t)).parent_keys == {asset_key("raw", t)}
+        assert graph.get(asset_key("bucketed", t)).parent_keys == {asset_key("cdc", t)}
+        assert graph.get(asset_key("base", t)).parent_keys == {asset_key("bucketed", t)}
 
 
 def test_groups_kinds_owners_tags_and_metadata(defs: dg.Definitions) -> None:
     graph = defs.resolve_asset_graph()
-    raw = graph.get(dg.AssetKey(["raw", "users"]))
-    base = graph.get(dg.AssetKey(["base", "users"]))
+    raw = graph.get(asset_key("raw", "users"))
+    base = graph.get(asset_key("base", "users"))
     assert raw.group_name == base.group_name == "users"
     assert raw.kinds == {"kafka"}
     assert base.kinds == {"spark", "iceberg"}
@@ -136,7 +146,7 @@ def test_each_spec_schedule_cron_times_its_own_checks(tmp_path: Path) -> None:
     with dg.instance_for_test() as instance:
         request = hourly.evaluate_tick(dg.build_schedule_context(instance=instance))
     (run,) = request.run_requests or []
-    assert {k.asset_key.path[-1] for k in run.asset_check_keys or []} == {"orders"}
+    assert {table_of(k.asset_key) for k in run.asset_check_keys or []} == {"orders"}
     assert len(run.asset_check_keys or []) == len(TABLE_CHECKS)
     assert run.asset_selection == []
     one = build_defs(settings=load_settings({**env, "CDC_ASSETS_CHECKS_CRON": "5 * * * *"}))
@@ -145,19 +155,38 @@ def test_each_spec_schedule_cron_times_its_own_checks(tmp_path: Path) -> None:
 
 def test_ledgers_share_hourly_partitions(defs: dg.Definitions) -> None:
     graph = defs.resolve_asset_graph()
-    partitions = {graph.get(dg.AssetKey(["cdc", t])).partitions_def for t in TABLES}
+    partitions = {graph.get(asset_key("cdc", t)).partitions_def for t in TABLES}
     assert len(partitions) == 1
     hourly = partitions.pop()
     assert isinstance(hourly, dg.HourlyPartitionsDefinition)
-    assert hourly.get_partition_keys()[0] == "2026-01-01-00:00"
-    assert graph.get(dg.AssetKey(["base", "users"])).partitions_def is None
+    # A week before this home first loaded (no CDC_ASSETS_PARTITIONS_START): not a fixed date
+    # months back, whose thousands of never-run hours would read as a broken ledger.
+    first = datetime.strptime(hourly.get_partition_keys()[0], "%Y-%m-%d-%H:%M").replace(tzinfo=UTC)
+    assert timedelta(days=7) <= datetime.now(UTC) - first < timedelta(days=7, hours=2)
+    assert graph.get(asset_key("base", "users")).partitions_def is None
+
+
+def test_the_partitions_start_is_written_once_per_home(tmp_path: Path) -> None:
+    then = datetime(2026, 3, 4, 5, 6, tzinfo=UTC)
+    assert deployment_start(tmp_path, then) == "2026-02-25-05:00"
+    assert deployment_start(tmp_path, then + timedelta(days=30)) == "2026-02-25-05:00"
+    assert [p.name for p in tmp_path.iterdir()] == ["partitions-start"]
+    env = {"CDC_ASSETS_HOME": str(tmp_path), "CDC_ASSETS_PARTITIONS_START": "2026-05-01-00:00"}
+    hourly = (
+        build_defs(settings=load_settings(env))
+        .resolve_asset_graph()
+        .get(asset_key("cdc", "users"))
+        .partitions_def
+    )
+    assert hourly is not None
+    assert hourly.get_partition_keys()[0] == "2026-05-01-00:00"
 
 
 TABLE_CHECKS = {
-    "raw/{t}:kafka_lag_retention",
-    "cdc/{t}:offsets_accounted",
-    "cdc/{t}:dead_letter_rate",
-    "cdc/{t}:ledger_null_counts",
+    "raw/{t}_topic:kafka_lag_retention",
+    "cdc/{t}_cdc:offsets_accounted",
+    "cdc/{t}_cdc:dead_letter_rate",
+    "cdc/{t}_cdc:ledger_null_counts",
     "base/{t}:null_counts",
     "base/{t}:image_values",
     "base/{t}:sample_conforms",
@@ -194,10 +223,10 @@ def test_source_row_count_check_exists_only_where_the_source_is_reachable() -> N
 def test_freshness_policies_follow_the_spec_sla(defs: dg.Definitions) -> None:
     graph = defs.resolve_asset_graph()
     for layer in ("cdc", "base"):
-        policy = graph.get(dg.AssetKey([layer, "orders"])).freshness_policy
+        policy = graph.get(asset_key(layer, "orders")).freshness_policy
         assert isinstance(policy, dg.FreshnessPolicy)
         assert policy.fail_window.to_timedelta() == timedelta(minutes=30)  # type: ignore[attr-defined]
-    assert graph.get(dg.AssetKey(["bucketed", "orders"])).freshness_policy is None
+    assert graph.get(asset_key("bucketed", "orders")).freshness_policy is None
 
 
 def test_onboard_job_rejects_unknown_tables(defs: dg.Definitions) -> None:
@@ -268,16 +297,16 @@ def test_example_specs_fixture_matches_tables() -> None:
 def test_ledger_updated_sensor_targets_the_ingested_tables() -> None:
     from cdc_assets.sensors.ledger_updated import upsert_selection
 
-    keys = [dg.AssetKey(["cdc", "users"]), dg.AssetKey(["raw", "orders"])]
+    keys = [asset_key("cdc", "users"), asset_key("raw", "orders")]
     assert upsert_selection(keys) == [
-        dg.AssetKey(["bucketed", "users"]),
-        dg.AssetKey(["base", "users"]),
+        asset_key("bucketed", "users"),
+        asset_key("base", "users"),
     ]
     assert upsert_selection([]) == []
     # an evolution's backfill and redrive leave ledger rows for the next upsert
-    assert upsert_selection([dg.AssetKey(["schema", "orders"])]) == [
-        dg.AssetKey(["bucketed", "orders"]),
-        dg.AssetKey(["base", "orders"]),
+    assert upsert_selection([asset_key("schema", "orders")]) == [
+        asset_key("bucketed", "orders"),
+        asset_key("base", "orders"),
     ]
 
 
@@ -300,18 +329,17 @@ def test_ledger_updated_sensor_leaves_out_tables_whose_upsert_is_queued(
     from dagster._core.test_utils import create_run_for_test
 
     sensor = defs.get_sensor_def("ledger_updated")
-    key = dg.AssetKey
     with dg.instance_for_test() as instance:
         ingest = create_run_for_test(
             instance,
             job_name="ingest_ledgers",
-            asset_selection=frozenset({key(["cdc", t]) for t in TABLES}),
+            asset_selection=frozenset({asset_key("cdc", t) for t in TABLES}),
             status=dg.DagsterRunStatus.SUCCESS,
         )
         create_run_for_test(
             instance,
             job_name="upsert_bases",
-            asset_selection=frozenset({key(["bucketed", "users"]), key(["base", "users"])}),
+            asset_selection=frozenset({asset_key("bucketed", "users"), asset_key("base", "users")}),
             # NOT_STARTED: a run created and waiting for its launch, like a queued one
             status=dg.DagsterRunStatus.NOT_STARTED,
         )
@@ -327,7 +355,7 @@ def test_ledger_updated_sensor_leaves_out_tables_whose_upsert_is_queued(
         request = sensor(context)  # type: ignore[call-arg]
         assert isinstance(request, dg.RunRequest)
         assert request.asset_selection == [
-            key([layer, t]) for t in ("order_items", "orders") for layer in ("bucketed", "base")
+            asset_key(layer, t) for t in ("order_items", "orders") for layer in ("bucketed", "base")
         ]
         assert request.tags["cdc/tables"] == "order_items,orders"
         assert request.run_key == ingest.run_id

@@ -11,6 +11,7 @@ import dagster as dg
 import pytest
 
 import cdc_assets.sensors.schema_changes as sensor_module
+from cdc_assets.assets.keys import asset_key
 from cdc_assets.definitions import build_defs
 from cdc_assets.demo.events import DebeziumEventFactory
 from cdc_assets.pipeline.schema_topic import SeenChange
@@ -58,4 +59,4 @@ def test_a_change_on_one_server_evolves_that_server_spec_only(
     assert isinstance(result, dg.SensorResult)
     (request,) = result.run_requests or []
     assert request.tags["cdc/table"] == f"{altered}_users"
-    assert request.asset_selection == [dg.AssetKey(["schema", f"{altered}_users"])]
+    assert request.asset_selection == [asset_key("schema", f"{altered}_users")]

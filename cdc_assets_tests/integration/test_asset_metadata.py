@@ -10,6 +10,7 @@ from typing import Any
 
 import dagster as dg
 
+from cdc_assets.assets.keys import asset_key
 from cdc_assets.definitions import build_defs
 from cdc_assets.demo.events import produce, workload
 from cdc_assets.pipeline.offsets import encode_offsets
@@ -51,6 +52,22 @@ def test_jobs_record_metadata_and_run_the_checks_of_their_assets(
     assert "_row_json" in [c.name for c in cdc["dagster/column_schema"].columns]
     assert "ledger rows / dead letters / skipped" in cdc["summary"]
     assert cdc["snapshot_id"]
+    # The partition view is truthful: the hours of the last week that no record fell into are
+    # recorded empty (the definitions start a week back), the run's own hour is materialized.
+    hourly = defs.resolve_asset_graph().get(asset_key("cdc", spec.name)).partitions_def
+    assert hourly is not None
+    read_at = datetime.now(UTC)
+    keys = hourly.get_partition_keys(current_time=read_at)
+    materialized = instance.get_materialized_partitions(asset_key("cdc", spec.name))
+    assert current_hour_key(read_at) in materialized
+    assert len(keys) - 3 <= len(materialized) <= len(keys)
+    first = min(materialized)
+    assert first in keys[:2]
+    empty = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key("cdc", spec.name), asset_partitions=[first]), limit=1
+    ).records[0]
+    assert empty.asset_materialization is not None
+    assert empty.asset_materialization.metadata["ledger_rows"].value == 0
 
     upsert = defs.resolve_job_def("upsert_bases").execute_in_process(instance=instance)
     bucketed = _meta(upsert, "bucketed__orders")
@@ -75,9 +92,9 @@ def test_jobs_record_metadata_and_run_the_checks_of_their_assets(
         for e in r.get_asset_check_evaluations()
     }
     assert set(evaluations) == {
-        "cdc/orders:offsets_accounted",
-        "cdc/orders:dead_letter_rate",
-        "cdc/orders:ledger_null_counts",
+        "cdc/orders_cdc:offsets_accounted",
+        "cdc/orders_cdc:dead_letter_rate",
+        "cdc/orders_cdc:ledger_null_counts",
         "base/orders:null_counts",
         "base/orders:image_values",
         "base/orders:sample_conforms",

@@ -35,10 +35,10 @@ from cdc_assets_tests.integration.test_ingest import isolated
 from cdc_assets_tests.integration.test_upsert import example_spec, ingest, upsert
 
 ALL_CHECKS = {
-    "raw/{t}:kafka_lag_retention",
-    "cdc/{t}:offsets_accounted",
-    "cdc/{t}:dead_letter_rate",
-    "cdc/{t}:ledger_null_counts",
+    "raw/{t}_topic:kafka_lag_retention",
+    "cdc/{t}_cdc:offsets_accounted",
+    "cdc/{t}_cdc:dead_letter_rate",
+    "cdc/{t}_cdc:ledger_null_counts",
     "base/{t}:null_counts",
     "base/{t}:image_values",
     "base/{t}:sample_conforms",

@@ -12,6 +12,7 @@ import dagster as dg
 from confluent_kafka import Producer
 from dagster._core.test_utils import create_run_for_test
 
+from cdc_assets.assets.keys import asset_key
 from cdc_assets.definitions import build_defs
 from cdc_assets.demo.events import DebeziumEventFactory, KafkaRecord, produce, workload
 from cdc_assets.pipeline.ingest import ingest_incremental, rebuild_hour
@@ -180,12 +181,12 @@ def test_sensor_requests_one_run_for_the_tables_with_new_offsets(
         first = tick(instance, None)
         # one run for both tables that grew (one Spark driver), none for the quiet one
         assert [r.asset_selection for r in first.run_requests] == [
-            [dg.AssetKey(["cdc", "other_users"]), dg.AssetKey(["cdc", "users"])]
+            [asset_key("cdc", "other_users"), asset_key("cdc", "users")]
         ]
         assert first.run_requests[0].tags["cdc/tables"] == "other_users,users"
         # the ingest's own accounting runs with it; whole-table checks are on their schedule
         assert first.run_requests[0].asset_check_keys == [
-            dg.AssetCheckKey(dg.AssetKey(["cdc", t]), "offsets_accounted")
+            dg.AssetCheckKey(asset_key("cdc", t), "offsets_accounted")
             for t in ("other_users", "users")
         ]
         assert "cdc/table" not in first.run_requests[0].tags
@@ -202,15 +203,15 @@ def test_sensor_requests_one_run_for_the_tables_with_new_offsets(
         running = create_run_for_test(
             instance,
             job_name="ingest_ledgers",
-            asset_selection=frozenset({dg.AssetKey(["cdc", "users"])}),
+            asset_selection=frozenset({asset_key("cdc", "users")}),
             status=dg.DagsterRunStatus.STARTED,
         )
         produce([DebeziumEventFactory(busy).heartbeat()], busy.source.topic, bootstrap)
         produce([DebeziumEventFactory(other).heartbeat()], other.source.topic, bootstrap)
         waiting = tick(instance, third.cursor)
         assert [r.asset_selection for r in waiting.run_requests] == [
-            [dg.AssetKey(["cdc", "other_users"])]
+            [asset_key("cdc", "other_users")]
         ]
         instance.report_run_canceled(running)
         after = tick(instance, waiting.cursor)
-        assert [r.asset_selection for r in after.run_requests] == [[dg.AssetKey(["cdc", "users"])]]
+        assert [r.asset_selection for r in after.run_requests] == [[asset_key("cdc", "users")]]

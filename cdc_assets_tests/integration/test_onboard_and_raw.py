@@ -9,6 +9,7 @@ from typing import Any
 import dagster as dg
 from confluent_kafka import Producer
 
+from cdc_assets.assets.keys import asset_key
 from cdc_assets.definitions import build_defs
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.layers import all_layouts
@@ -70,7 +71,7 @@ def test_raw_asset_reports_topic_offsets(
     defs = build_defs(specs=[spec], settings=it_settings, resource_overrides=resources)
     result = dg.materialize(
         [a for a in defs.assets or [] if isinstance(a, dg.AssetsDefinition)],
-        selection=[dg.AssetKey(["raw", "users"])],
+        selection=[asset_key("raw", "users")],
         resources=resources,
     )
     assert result.success
@@ -94,7 +95,7 @@ def test_raw_asset_fails_clearly_for_a_missing_topic(
     )
     result = dg.materialize(
         [a for a in defs.assets or [] if isinstance(a, dg.AssetsDefinition)],
-        selection=[dg.AssetKey(["raw", "orders"])],
+        selection=[asset_key("raw", "orders")],
         resources={**resources, "kafka": kafka},
         raise_on_error=False,
     )

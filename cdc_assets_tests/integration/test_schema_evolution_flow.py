@@ -21,6 +21,7 @@ import dagster as dg
 import pytest
 from confluent_kafka.admin import NewTopic
 
+from cdc_assets.assets.keys import asset_key
 from cdc_assets.checks.runner import run_checks
 from cdc_assets.cli import main
 from cdc_assets.definitions import build_defs
@@ -220,7 +221,7 @@ def test_column_added_mid_stream_reaches_base_once(
                 "schema__users": {"config": {"source_ddl": create_table(v2), "trigger": "pull"}}
             }
         },
-        asset_selection=[dg.AssetKey(["schema", "users"])],
+        asset_selection=[asset_key("schema", "users")],
     )
     assert again.success
     history = [h for h in read_history(iceberg.load_catalog(), "users") if h.to_version >= 1]
@@ -369,7 +370,7 @@ def test_postgres_new_field_in_row_events_is_pushed_from_the_embedded_schema(
         return defs, defs.resolve_job_def("ingest_ledgers").execute_in_process(
             instance=instance,
             partition_key=current_hour_key(datetime.now(UTC)),
-            asset_selection=[dg.AssetKey(["cdc", "orders"])],
+            asset_selection=[asset_key("cdc", "orders")],
         )
 
     defs, _ = ingest_job(v1)

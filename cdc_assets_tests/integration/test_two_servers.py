@@ -24,6 +24,7 @@ import dagster as dg
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from cdc_assets.assets.keys import table_or_name
 from cdc_assets.definitions import build_defs
 from cdc_assets.pipeline.ingest import ingest_incremental
 from cdc_assets.pipeline.source_compare import compare_source
@@ -228,7 +229,7 @@ def drift(defs: dg.Definitions, instance: Any) -> dict[str, bool]:
     for event in run.all_events:
         if event.event_type == dg.DagsterEventType.ASSET_OBSERVATION:
             observation = event.event_specific_data.asset_observation  # type: ignore[union-attr]
-            found[observation.asset_key.path[-1]] = bool(observation.metadata["drift"].value)
+            found[table_or_name(observation.asset_key)] = bool(observation.metadata["drift"].value)
     return found
 
 

@@ -19,6 +19,7 @@ import dagster as dg
 import pytest
 import yaml
 
+from cdc_assets.assets.keys import asset_key
 from cdc_assets.assets.schema import evolve_run_config
 from cdc_assets.definitions import build_defs
 from cdc_assets.pipeline.tables import ensure_tables
@@ -113,7 +114,7 @@ def test_views_are_created_follow_an_evolution_and_survive_a_break(
     run = defs.resolve_job_def("evolve_schemas").execute_in_process(
         instance=instance,
         run_config=evolve_run_config("users", proposed_spec=yaml.safe_dump(data)),
-        asset_selection=[dg.AssetKey(["schema", "users"])],
+        asset_selection=[asset_key("schema", "users")],
     )
     assert run.success
     defs = defs_of(home, resources)  # the code location reloads with the new spec
