@@ -152,6 +152,7 @@ def main() -> None:
             cursor = result.cursor
             (request,) = result.run_requests
             t_run = time.perf_counter()
+            from cdc_assets.assets.keys import node_name
             from cdc_assets.jobs.evolve import EVOLVE_JOB
 
             run = defs.resolve_job_def(EVOLVE_JOB).execute_in_process(
@@ -159,7 +160,7 @@ def main() -> None:
                 run_config=request.run_config,
                 asset_selection=list(request.asset_selection or []),
             )
-            mats = run.asset_materializations_for_node("schema__users")
+            mats = run.asset_materializations_for_node(node_name("schema", "users"))
             phases = mats[-1].metadata["seconds"].value
             t_cycle = time.perf_counter()
             evolved = load_spec(path)

@@ -44,3 +44,9 @@ def table_of(key: dg.AssetKey, layers: tuple[str, ...] = TABLE_LAYERS) -> str | 
 def table_or_name(key: dg.AssetKey) -> str:
     """The table of a table layer's key, else the key's last component (a view's name)."""
     return table_of(key) or key.path[-1]
+
+
+def node_name(layer: str, table: str) -> str:
+    """The op name of a table layer's asset (``cdc__users_cdc``): run config and a run's results
+    address the asset by it."""
+    return asset_key(layer, table).to_python_identifier()

@@ -14,6 +14,7 @@ from typing import Any, Literal
 import dagster as dg
 from pydantic import Field
 
+from cdc_assets.assets.keys import node_name
 from cdc_assets.assets.metadata import markdown_summary
 from cdc_assets.pipeline.artifacts import publish_table
 from cdc_assets.pipeline.converge import EvolutionRejectedError, converge
@@ -39,7 +40,7 @@ class EvolveConfig(dg.Config):
 
 def evolve_run_config(table: str, **config: Any) -> dict[str, Any]:
     """Run config of an evolution of ``table`` (for sensors and the CLI)."""
-    return {"ops": {f"schema__{table}": {"config": config}}}
+    return {"ops": {node_name("schema", table): {"config": config}}}
 
 
 def build_schema_asset(

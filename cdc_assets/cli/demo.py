@@ -34,7 +34,7 @@ def run_generator_demo(settings: Settings, args: argparse.Namespace) -> int:
     """The demo on the project's generated Debezium stream (no databases): `checks --demo`."""
     from datetime import UTC, datetime
 
-    from cdc_assets.assets.keys import asset_key
+    from cdc_assets.assets.keys import asset_key, node_name
     from cdc_assets.definitions import build_defs
     from cdc_assets.demo.stream import produce_demo
     from cdc_assets.sensors.new_offsets import current_hour_key
@@ -74,7 +74,7 @@ def run_generator_demo(settings: Settings, args: argparse.Namespace) -> int:
         "table", "read", "ledger rows", "dead letters", "skipped", "dead-letter reasons"
     )
     for spec in specs:
-        mats = ingest.asset_materializations_for_node(f"cdc__{spec.name}")
+        mats = ingest.asset_materializations_for_node(node_name("cdc", spec.name))
         meta: dict[str, Any] = {k: v.value for k, v in mats[-1].metadata.items()} if mats else {}
         reasons = meta.get("dead_letter_reasons") or {}
         summary.add_row(
@@ -104,8 +104,8 @@ def run_generator_demo(settings: Settings, args: argparse.Namespace) -> int:
         "base rows",
     )
     for spec in specs:
-        bmeta = last_metadata(upsert, f"bucketed__{spec.name}")
-        meta = last_metadata(upsert, f"base__{spec.name}")
+        bmeta = last_metadata(upsert, node_name("bucketed", spec.name))
+        meta = last_metadata(upsert, node_name("base", spec.name))
         merges.add_row(
             spec.name,
             str(bmeta.get("changed_keys", 0)),

@@ -15,7 +15,7 @@ from typing import Any
 
 import dagster as dg
 
-from cdc_assets.assets.keys import asset_key
+from cdc_assets.assets.keys import asset_key, node_name
 from cdc_assets.definitions import build_defs
 from cdc_assets.sensors.new_offsets import current_hour_key
 from cdc_assets.settings import Settings
@@ -90,7 +90,7 @@ class PipelineDriver:
                 asset_selection=[asset_key("cdc", s.name) for s in specs],
             )
         )
-        return {s.name: last_metadata(result, f"cdc__{s.name}") for s in specs}
+        return {s.name: last_metadata(result, node_name("cdc", s.name)) for s in specs}
 
     def evolve(self) -> list[tuple[str, bool]]:
         """One tick of the ``schema_changes`` sensor and the evolution runs it requests."""
@@ -138,8 +138,8 @@ class PipelineDriver:
         )
         out = {}
         for s in specs:
-            meta = last_metadata(result, f"base__{s.name}")
-            meta["changed_keys"] = last_metadata(result, f"bucketed__{s.name}").get(
+            meta = last_metadata(result, node_name("base", s.name))
+            meta["changed_keys"] = last_metadata(result, node_name("bucketed", s.name)).get(
                 "changed_keys", 0
             )
             out[s.name] = meta

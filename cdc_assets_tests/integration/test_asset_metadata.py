@@ -10,7 +10,7 @@ from typing import Any
 
 import dagster as dg
 
-from cdc_assets.assets.keys import asset_key
+from cdc_assets.assets.keys import asset_key, node_name
 from cdc_assets.definitions import build_defs
 from cdc_assets.demo.events import produce, workload
 from cdc_assets.pipeline.offsets import encode_offsets
@@ -41,7 +41,7 @@ def test_jobs_record_metadata_and_run_the_checks_of_their_assets(
     ingest = defs.resolve_job_def("ingest_ledgers").execute_in_process(
         instance=instance, partition_key=current_hour_key(datetime.now(UTC))
     )
-    cdc = _meta(ingest, "cdc__orders")
+    cdc = _meta(ingest, node_name("cdc", "orders"))
     assert cdc["records_read"] == len(records)
     assert cdc["rows_written"] == cdc["ledger_rows"] > 0
     assert cdc["data_files_added"] > 0
@@ -70,9 +70,9 @@ def test_jobs_record_metadata_and_run_the_checks_of_their_assets(
     assert empty.asset_materialization.metadata["ledger_rows"].value == 0
 
     upsert = defs.resolve_job_def("upsert_bases").execute_in_process(instance=instance)
-    bucketed = _meta(upsert, "bucketed__orders")
+    bucketed = _meta(upsert, node_name("bucketed", "orders"))
     assert bucketed["dagster/row_count"] == bucketed["changed_keys"] > 0
-    base = _meta(upsert, "base__orders")
+    base = _meta(upsert, node_name("base", "orders"))
     assert base["applied"] is True
     assert base["dagster/row_count"] == base["base_rows"] > 0
     assert base["rows_inserted"] > 0

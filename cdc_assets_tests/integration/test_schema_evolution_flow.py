@@ -21,7 +21,7 @@ import dagster as dg
 import pytest
 from confluent_kafka.admin import NewTopic
 
-from cdc_assets.assets.keys import asset_key
+from cdc_assets.assets.keys import asset_key, node_name
 from cdc_assets.checks.runner import run_checks
 from cdc_assets.cli import main
 from cdc_assets.definitions import build_defs
@@ -218,7 +218,9 @@ def test_column_added_mid_stream_reaches_base_once(
         instance=instance,
         run_config={
             "ops": {
-                "schema__users": {"config": {"source_ddl": create_table(v2), "trigger": "pull"}}
+                node_name("schema", "users"): {
+                    "config": {"source_ddl": create_table(v2), "trigger": "pull"}
+                }
             }
         },
         asset_selection=[asset_key("schema", "users")],
@@ -384,7 +386,7 @@ def test_postgres_new_field_in_row_events_is_pushed_from_the_embedded_schema(
         bootstrap,
     )
     defs, ingested = ingest_job(v1)
-    cdc = ingested.asset_materializations_for_node("cdc__orders")[-1].metadata
+    cdc = ingested.asset_materializations_for_node(node_name("cdc", "orders"))[-1].metadata
     assert cdc["unknown_fields"].value == ["coupon"]
     # pull sees it too, from the same embedded schema
     (observed,) = _drift(defs, instance)
@@ -420,7 +422,7 @@ def test_postgres_new_field_in_row_events_is_pushed_from_the_embedded_schema(
     )
     defs, ingested = ingest_job(evolved)
     assert (
-        not ingested.asset_materializations_for_node("cdc__orders")[-1]
+        not ingested.asset_materializations_for_node(node_name("cdc", "orders"))[-1]
         .metadata["unknown_fields"]
         .value
     )
