@@ -58,9 +58,11 @@ SPECS_FOR_UI = $${CDC_ASSETS_SPECS:-$$(test -d $(DEMO_SPECS) && echo $(DEMO_SPEC
 dev: setup
 	CDC_ASSETS_SPECS=$(SPECS_FOR_UI) exec $(BIN)/cdc-assets dev
 
-# docs/asset-graph.png from the instance of the last `make run` (headless Chromium)
+# docs/asset-graph.png and docs/ledger-partitions.png from the instance of the last `make run` (headless Chromium)
 screenshot: $(STAMP)
 	CDC_ASSETS_SPECS=$(SPECS_FOR_UI) $(BIN)/python scripts/screenshot_asset_graph.py
+	CDC_ASSETS_SPECS=$(SPECS_FOR_UI) $(BIN)/python scripts/screenshot_asset_graph.py \
+		--asset cdc/users_cdc --out docs/ledger-partitions.png
 
 # The docs site: reference pages from the code, then site/ (strict: a broken link fails)
 docs: $(STAMP)

@@ -2,6 +2,8 @@
 
     .venv/bin/python scripts/screenshot_asset_graph.py                 # after `make run`
     .venv/bin/python scripts/screenshot_asset_graph.py --url http://127.0.0.1:3000
+    .venv/bin/python scripts/screenshot_asset_graph.py --asset cdc/users_cdc \
+        --out docs/ledger-partitions.png
 
 Without --url it starts `dagster-webserver -w workspace.yaml` on a free loopback port, on
 $DAGSTER_HOME or else the Dagster home of `cdc-assets run` (so the graph shows the demo's
@@ -130,9 +132,16 @@ def graph_url(base: str) -> str:
     return f"{base}{GRAPH_ROUTE}?expanded={quote(expanded, safe='@:,')}"
 
 
-def screenshot(chromium: str, base: str, out: Path, size: str, budget_ms: int) -> None:
+def partitions_url(base: str, asset: str) -> str:
+    """The partitions tab of one asset, e.g. ``cdc/users_cdc``."""
+    return f"{base}/assets/{quote(asset)}?view=partitions"
+
+
+def screenshot(
+    chromium: str, base: str, out: Path, size: str, budget_ms: int, asset: str | None = None
+) -> None:
     graphql(base, SKIP_NUX)
-    url = graph_url(base)
+    url = partitions_url(base, asset) if asset else graph_url(base)
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="chromium-") as profile:
         command = [
@@ -161,16 +170,19 @@ def main() -> None:
     parser.add_argument("--window-size", default="1600,1000", help="width,height in pixels")
     parser.add_argument("--budget-ms", type=int, default=20000, help="virtual time to render")
     parser.add_argument("--timeout", type=float, default=180, help="seconds to wait for the UI")
+    parser.add_argument(
+        "--asset", help="the partitions tab of this asset (e.g. cdc/users_cdc), not the graph"
+    )
     args = parser.parse_args()
     chromium = find_chromium()
     out = Path(args.out) if Path(args.out).is_absolute() else ROOT / args.out
     if args.url:
         base = args.url.rstrip("/")
         wait_until_loaded(base, None, args.timeout)
-        screenshot(chromium, base, out, args.window_size, args.budget_ms)
+        screenshot(chromium, base, out, args.window_size, args.budget_ms, args.asset)
         return
     with webserver(dagster_home(), args.timeout) as base:
-        screenshot(chromium, base, out, args.window_size, args.budget_ms)
+        screenshot(chromium, base, out, args.window_size, args.budget_ms, args.asset)
 
 
 if __name__ == "__main__":
