@@ -165,7 +165,7 @@ def source_jdbc_url(
     if url:
         return url
     kind = "postgres" if connector == "postgresql" else "mariadb"
-    if sources.state_path(settings).exists():
+    if sources.started(settings):
         for db, local_kind, local in sources.jdbc_urls(settings):
             if (db, local_kind) == (database, kind):
                 return local

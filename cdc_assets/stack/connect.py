@@ -146,17 +146,13 @@ def stop_worker(settings: Settings) -> None:
     """Stop the worker (recorded or stray); connector configs and offsets stay in Kafka."""
     marker = str(connect_files(settings).worker_properties)
     pids = set(local_process.find_pids("java", marker))
-    entry = (
-        sources.load_state(settings).get("connect")
-        if sources.state_path(settings).exists()
-        else None
-    )
+    entry = sources.load_state(settings).get("connect") if sources.started(settings) else None
     recorded = entry.get("pid") if isinstance(entry, dict) else None
     if isinstance(recorded, int) and local_process.runs(recorded, marker):
         pids.add(recorded)
     for pid in sorted(pids):
         local_process.stop(pid, "Kafka Connect worker", sig=signal.SIGTERM, timeout=STOP_TIMEOUT_S)
-    if sources.state_path(settings).exists():
+    if sources.started(settings):
         sources.update_state(settings, connect=None)
 
 

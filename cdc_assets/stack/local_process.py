@@ -4,7 +4,14 @@ Connect, Spark Connect): one registry for all of them.
 Start in a session of its own with output appended to a log, recognise by command line (guards
 pid reuse), stop by signal with a SIGKILL fallback. A process counts as gone only when all its
 threads are: a killed JVM's main thread turns zombie while its other threads still hold its
-sockets, and a server restarted on the same port in that moment finds the port taken.
+sockets, and a server restarted on the same port in that moment finds the port taken. What each
+server is recorded as (pid, ports) lives in one state file (``stack/state.py``).
+
+Why not a kept library: the servers must outlive the command that started them (`stack up`
+returns, `stack down` runs later from another process) and be found again by command line, and
+the stack must need nothing beyond pip. supervisord would add a daemon of its own with its own
+configuration to keep in step; mirakuru's executors own their process for the life of a Python
+object and stop it when the object goes; port-for only picks ports, which binding port 0 does.
 """
 
 from __future__ import annotations

@@ -6,7 +6,6 @@ Everything lives under ``settings.stack_dir``; state.json tells any process what
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import shutil
 from collections.abc import Iterator
@@ -19,13 +18,14 @@ from typing import TYPE_CHECKING, Any, Literal
 from cdc_assets.errors import StackError
 from cdc_assets.settings import ENV_KAFKA_BOOTSTRAP, ENV_KAFKA_PORT, Settings
 from cdc_assets.stack import kafka_broker, local_process, source_stack, spark_connect
+from cdc_assets.stack import state as stack_state
 from cdc_assets.stack.jars import kafka_classpath
 
 if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
 
-STATE_FILE = "state.json"
-PID_FILE = "kafka.pid"
+# What `stack up` records of the broker and the lake (top-level entries of the state file).
+BROKER_ENTRIES = ("kafka", "ports", "catalog_name", "catalog_file", "warehouse")
 LOCK_FILE = ".lock"
 READY_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 30.0
@@ -133,7 +133,8 @@ def stack_up(
     """Start the local stack, or return the running one; a dead broker is cleaned and restarted.
 
     ``sources`` also starts MariaDB, PostgreSQL, Kafka Connect and the Debezium connectors
-    (source_stack.up; what it started is in sources.json, see source_stack.status).
+    (source_stack.up; what it started is in the state file's ``sources`` section, see
+    source_stack.status).
     ``spark_connect`` also starts a Spark Connect server, which runs then use (spark_connect)."""
     settings.stack_dir.mkdir(parents=True, exist_ok=True)
     with _locked(settings):
@@ -158,7 +159,7 @@ def stack_up(
             return existing
         _stop_brokers(settings, files)
 
-        data = _load_state_json(settings)
+        data = stack_state.read(settings)
         previous_ports = data.get("ports")
         port, controller_port = _choose_ports(
             settings, previous_ports if isinstance(previous_ports, dict) else {}
@@ -168,7 +169,6 @@ def stack_up(
         kafka_broker.format_storage(files, classpath)
         pid = kafka_broker.start_broker(files, classpath)
         # Recorded before waiting, so `stack down` can find a broker whose startup was interrupted.
-        _pid_file(settings).write_text(f"{pid}\n", encoding="utf-8")
         data["kafka"] = {
             "bootstrap": f"{kafka_broker.HOST}:{port}",
             "port": port,
@@ -180,7 +180,10 @@ def stack_up(
         data["catalog_name"] = settings.catalog_name
         data["catalog_file"] = str(settings.local_catalog_file)
         data["warehouse"] = str(settings.local_warehouse)
-        _save_state_json(settings, data)
+        stack_state.put(
+            settings,
+            **{k: data[k] for k in ("kafka", "ports", "catalog_name", "catalog_file", "warehouse")},
+        )
         try:
             kafka_broker.wait_until_ready(pid, port, files.log_file, timeout=READY_TIMEOUT_S)
         except BaseException:
@@ -188,7 +191,7 @@ def stack_up(
             raise
         state = read_state(settings)
         if state is None:
-            raise StackError(f"{_state_file(settings)} vanished while the stack was starting")
+            raise StackError(f"{stack_state.state_path(settings)} lost the broker while it started")
         if sources:
             source_stack.up(settings, state.bootstrap_servers)
         if spark_connect:
@@ -235,7 +238,7 @@ def stack_status(settings: Settings) -> StackStatus:
 
 def read_state(settings: Settings) -> StackState | None:
     """The broker recorded in state.json, or None when no stack was started (or it was stopped)."""
-    data = _load_state_json(settings)
+    data = stack_state.read(settings)
     kafka = data.get("kafka")
     if not isinstance(kafka, dict):
         return None
@@ -252,7 +255,8 @@ def read_state(settings: Settings) -> StackState | None:
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise StackError(
-            f"{_state_file(settings)} is damaged ({exc!r}); run `cdc-assets stack down` to reset it"
+            f"{stack_state.state_path(settings)} is damaged ({exc!r}); "
+            "run `cdc-assets stack down` to reset it"
         ) from exc
 
 
@@ -281,41 +285,14 @@ def _broker_files(settings: Settings) -> kafka_broker.BrokerFiles:
     )
 
 
-def _state_file(settings: Settings) -> Path:
-    return settings.stack_dir / STATE_FILE
-
-
-def _pid_file(settings: Settings) -> Path:
-    return settings.stack_dir / PID_FILE
-
-
-def _load_state_json(settings: Settings) -> dict[str, Any]:
-    path = _state_file(settings)
+def _recorded_pid(settings: Settings) -> int | None:
+    """The broker pid in the state file, also when the file is damaged elsewhere."""
     try:
-        loaded = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return {}
-    except json.JSONDecodeError as exc:
-        raise StackError(
-            f"{path} is not valid JSON ({exc}); run `cdc-assets stack down` to reset it"
-        ) from exc
-    if not isinstance(loaded, dict):
-        raise StackError(f"{path} does not hold a JSON object; run `cdc-assets stack down`")
-    return loaded
-
-
-def _save_state_json(settings: Settings, data: dict[str, Any]) -> None:
-    path = _state_file(settings)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def _read_pid_file(settings: Settings) -> int | None:
-    try:
-        return int(_pid_file(settings).read_text(encoding="utf-8").strip())
-    except (FileNotFoundError, ValueError):
+        kafka = stack_state.read(settings).get("kafka")
+    except StackError:
         return None
+    pid = kafka.get("pid") if isinstance(kafka, dict) else None
+    return pid if isinstance(pid, int) else None
 
 
 def _serving(state: StackState, files: kafka_broker.BrokerFiles) -> bool:
@@ -327,19 +304,16 @@ def _serving(state: StackState, files: kafka_broker.BrokerFiles) -> bool:
 def _stop_brokers(settings: Settings, files: kafka_broker.BrokerFiles) -> None:
     """Stop every broker on our config, recorded or stray, and forget the running broker."""
     pids = set(kafka_broker.find_broker_pids(files.server_properties))
-    recorded = _read_pid_file(settings)
+    recorded = _recorded_pid(settings)
     if recorded is not None and kafka_broker.is_broker_process(recorded, files.server_properties):
         pids.add(recorded)
     for pid in sorted(pids):
         kafka_broker.stop_broker(pid, timeout=STOP_TIMEOUT_S)
-    _pid_file(settings).unlink(missing_ok=True)
     try:
-        data = _load_state_json(settings)
+        stack_state.put(settings, kafka=None)
     except StackError:
-        data = {"kafka": None}  # damaged beyond use: stopping is how the user resets it
-    if "kafka" in data:
-        del data["kafka"]
-        _save_state_json(settings, data)
+        # damaged beyond use: stopping is how the user resets it
+        stack_state.state_path(settings).unlink(missing_ok=True)
 
 
 def _choose_ports(settings: Settings, previous: dict[str, Any]) -> tuple[int, int]:
@@ -400,9 +374,7 @@ def _kafka_status(settings: Settings) -> KafkaStatus:
         state = read_state(settings)
     except StackError as exc:
         return KafkaStatus(state="dead", pid=None, bootstrap=None, reason=str(exc))
-    pid = _read_pid_file(settings)
-    if pid is None and state is not None:
-        pid = state.kafka_pid
+    pid = state.kafka_pid if state is not None else None
     if pid is None:
         strays = kafka_broker.find_broker_pids(files.server_properties)
         if strays:
@@ -410,7 +382,7 @@ def _kafka_status(settings: Settings) -> KafkaStatus:
                 state="dead",
                 pid=strays[0],
                 bootstrap=None,
-                reason=f"broker process {strays[0]} runs without a pid file; "
+                reason=f"broker process {strays[0]} is not in the state file; "
                 "run `cdc-assets stack down` and `stack up`",
             )
         return KafkaStatus(state="stopped", pid=None, bootstrap=None, reason="not started")
@@ -421,8 +393,8 @@ def _kafka_status(settings: Settings) -> KafkaStatus:
             state="dead",
             pid=pid,
             bootstrap=bootstrap,
-            reason=f"broker process {pid} is not running (stale {_pid_file(settings)}); "
-            "`cdc-assets stack up` restarts it",
+            reason=f"broker process {pid} is not running (stale entry in "
+            f"{stack_state.state_path(settings)}); `cdc-assets stack up` restarts it",
             log_tail=tail,
         )
     if state is None or not kafka_broker.port_answers(state.kafka_port):

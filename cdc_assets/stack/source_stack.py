@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 
 from cdc_assets.settings import Settings, source_url_variable
 from cdc_assets.stack import connect, sources
+from cdc_assets.stack import state as stack_state
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,7 @@ def down(settings: Settings, *, purge: bool = False) -> None:
     if purge:
         for directory in (*mariadb_servers, "postgres", "connect"):
             shutil.rmtree(settings.stack_dir / directory, ignore_errors=True)
-        sources.state_path(settings).unlink(missing_ok=True)
+        stack_state.put(settings, sources=None)
 
 
 def status(settings: Settings) -> SourcesStatus:
@@ -88,7 +89,7 @@ def local_source_urls(settings: Settings) -> dict[str, str]:
     """``CDC_ASSETS_SOURCE_URL_<CONNECTOR>_<DATABASE>`` and ``..._<SERVER>_<DATABASE>`` -> JDBC
     URL of each database of the local sources, when they run (an empty dict otherwise): so the
     drift job and the source checks reach the local databases without configuration."""
-    if not sources.state_path(settings).exists():
+    if not sources.started(settings):
         return {}
     running = {s.name for s in sources.sources_status(settings) if s.state == "running"}
     urls = {}

@@ -4,13 +4,13 @@ Both come from Debian's packages (`make sources-setup`), keep their data under t
 (``mariadb/``, ``postgres/``), listen on 127.0.0.1 on ports picked free at start, and are set up
 once for Debezium: MariaDB with a ROW binlog and strict GTIDs, PostgreSQL with logical WAL and a
 pgoutput publication, a ``cdc`` user with replication rights, and the example tables created from
-the DDL files in ``cdc_assets/sources/sql/``. ``sources.json`` records ports, pids and the
-``cdc`` password (also read by the Kafka Connect module).
+the DDL files in ``cdc_assets/sources/sql/``. The ``sources`` section of the stack's state file
+(``stack/state.py``) records ports, pids and the ``cdc`` password (also read by the Kafka Connect
+module).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import pwd
 import re
@@ -27,6 +27,7 @@ from typing import Any, Literal
 from cdc_assets.errors import StackError
 from cdc_assets.settings import Settings
 from cdc_assets.stack import local_process
+from cdc_assets.stack import state as stack_state
 from cdc_assets.stack.kafka_broker import (
     HOST,
     pick_free_port,
@@ -37,7 +38,6 @@ from cdc_assets.stack.local_process import log_tail
 
 SOURCES_DIR = Path(__file__).parent.parent / "sources"
 SQL_DIR = SOURCES_DIR / "sql"
-STATE_FILE = "sources.json"
 SETUP_MARKER = "setup.done"
 CDC_USER = "cdc"
 PG_SUPERUSER = "postgres"
@@ -90,50 +90,23 @@ class ServerStatus:
 # --- state file ------------------------------------------------------------------------------
 
 
-def state_path(settings: Settings) -> Path:
-    return settings.stack_dir / STATE_FILE
-
-
 def load_state(settings: Settings) -> dict[str, Any]:
-    """sources.json as a dict ({} when the sources were never started)."""
-    path = state_path(settings)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return {}
-    except json.JSONDecodeError as exc:
-        raise StackError(
-            f"{path} is not valid JSON ({exc}); `cdc-assets stack down` resets it"
-        ) from exc
-    if not isinstance(data, dict):
-        raise StackError(f"{path} does not hold a JSON object; `cdc-assets stack down` resets it")
-    return data
-
-
-def save_state(settings: Settings, data: dict[str, Any]) -> None:
-    path = state_path(settings)
-    tmp = path.with_name(path.name + ".tmp")
-    # It holds the cdc user's password: readable by the owner only.
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    """The ``sources`` section of the stack's state file ({} when never started)."""
+    return stack_state.section(settings, "sources")
 
 
 def update_state(settings: Settings, **entries: Any) -> dict[str, Any]:
-    """Set (or, with None, remove) top-level entries of sources.json; return the new content."""
-    data = load_state(settings)
-    for key, value in entries.items():
-        if value is None:
-            data.pop(key, None)
-        else:
-            data[key] = value
-    save_state(settings, data)
-    return data
+    """Set (or, with None, remove) entries of the ``sources`` section; return the new section."""
+    return stack_state.update(settings, "sources", **entries)
+
+
+def started(settings: Settings) -> bool:
+    """Whether `stack up --sources` ran (and `stack down` has not reset it since)."""
+    return stack_state.has_section(settings, "sources")
 
 
 def cdc_password(settings: Settings) -> str:
-    """The ``cdc`` user's password, generated once per stack and kept in sources.json."""
+    """The ``cdc`` user's password, generated once per stack and kept in the state file."""
     data = load_state(settings)
     password = data.get("password")
     if not isinstance(password, str) or not password:
@@ -718,7 +691,7 @@ def _stop_server(settings: Settings, name: str, marker: str, sig: signal.Signals
         pids.add(recorded)
     for pid in sorted(pids):
         local_process.stop(pid, f"local {name}", sig=sig, timeout=STOP_TIMEOUT_S)
-    if state_path(settings).exists():
+    if started(settings):
         update_state(settings, **{name: None})
 
 

@@ -9,7 +9,6 @@ It is started with pyspark's own ``spark-submit`` and the Connect server jar pys
 
 from __future__ import annotations
 
-import json
 import signal
 import socket
 import time
@@ -19,6 +18,7 @@ from pathlib import Path
 from cdc_assets.errors import StackError
 from cdc_assets.settings import Settings
 from cdc_assets.stack import local_process
+from cdc_assets.stack import state as stack_state
 from cdc_assets.stack.jars import require_tool
 from cdc_assets.stack.kafka_broker import HOST, pick_free_port
 
@@ -32,15 +32,12 @@ MARKER_CONF = "spark.cdc_assets.stack"
 @dataclass(frozen=True)
 class ServerFiles:
     base: Path
-    state: Path
     log_file: Path
 
 
 def server_files(settings: Settings) -> ServerFiles:
     base = settings.stack_dir / "spark-connect"
-    return ServerFiles(
-        base=base, state=base / "server.json", log_file=settings.stack_dir / "logs" / "spark.log"
-    )
+    return ServerFiles(base=base, log_file=settings.stack_dir / "logs" / "spark.log")
 
 
 def spark_submit() -> str:
@@ -72,11 +69,7 @@ def remote_url(port: int) -> str:
 
 def running_port(settings: Settings) -> int | None:
     """The port of this stack's running server, None when it does not run."""
-    files = server_files(settings)
-    try:
-        entry = json.loads(files.state.read_text(encoding="utf-8"))
-    except (FileNotFoundError, json.JSONDecodeError):
-        return None
+    entry = stack_state.section(settings, "spark_connect")
     pid, port = entry.get("pid"), entry.get("port")
     if not isinstance(pid, int) or not isinstance(port, int):
         return None
@@ -98,7 +91,7 @@ def start_server(settings: Settings, conf: dict[str, str]) -> int:
         files.log_file.replace(files.log_file.with_name(files.log_file.name + ".1"))
     command = server_command(conf, port=port, marker=str(settings.stack_dir))
     pid = local_process.start_detached(command, files.log_file, cwd=files.base)
-    files.state.write_text(json.dumps({"pid": pid, "port": port}), encoding="utf-8")
+    stack_state.put(settings, spark_connect={"pid": pid, "port": port})
     try:
         _wait_ready(pid, port, files.log_file)
     except BaseException:
@@ -109,12 +102,12 @@ def start_server(settings: Settings, conf: dict[str, str]) -> int:
 
 def stop_server(settings: Settings) -> None:
     """Stop this stack's server (recorded or stray)."""
-    files = server_files(settings)
     marker = f"{MARKER_CONF}={settings.stack_dir}"
     pids = set(local_process.find_pids("java", marker))
     for pid in sorted(pids):
         local_process.stop(pid, "Spark Connect server", sig=signal.SIGTERM, timeout=STOP_TIMEOUT_S)
-    files.state.unlink(missing_ok=True)
+    if settings.stack_dir.exists():
+        stack_state.put(settings, spark_connect=None)
 
 
 def _accepts(port: int) -> bool:

@@ -138,7 +138,7 @@ def test_stack_up_sources_runs_everything(home: Settings, sources_stack: StackSt
     text = status.render()
     for word in ("mariadb:", "postgres:", "connect:", "cdc-mariadb", "cdc-postgres"):
         assert word in text
-    # Every server listens on loopback only, on the ports recorded in sources.json.
+    # Every server listens on loopback only, on the ports recorded in the state file.
     recorded = sources.load_state(home)["ports"]
     assert {s.port for s in status.sources.servers} == {
         recorded["mariadb"],
