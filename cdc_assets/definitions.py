@@ -22,6 +22,7 @@ from cdc_assets.jobs.ingest import build_ingest_job, deployment_start, hourly_pa
 from cdc_assets.jobs.maintenance import build_maintenance_job, build_maintenance_schedule
 from cdc_assets.jobs.onboard import build_onboard_job
 from cdc_assets.jobs.upsert import build_upsert_job
+from cdc_assets.pipeline.spec_store import load_with_stored_versions
 from cdc_assets.resources import build_resources
 from cdc_assets.sensors.drift_detected import build_drift_sensor
 from cdc_assets.sensors.ledger_updated import build_ledger_updated_sensor
@@ -43,7 +44,12 @@ def build_defs(
     # Source URLs default to the local sources of `stack up --sources`, when they run.
     settings = with_local_sources(settings or load_settings())
     from_directory = specs is None
-    specs = load_specs(settings.specs_dir) if specs is None else specs
+    resources = {**build_resources(settings), **(resource_overrides or {})}
+    if specs is None:
+        # An evolution that ran on another machine stored versions this checkout's files lack.
+        specs = load_with_stored_versions(
+            load_specs(settings.specs_dir), resources["iceberg"].existing_catalog
+        )
     hourly = hourly_partitions(settings.partitions_start or deployment_start(settings.home))
     assets = [
         a
@@ -105,12 +111,14 @@ def build_defs(
         sensors=[
             build_new_offsets_sensor(specs, ingest_job),
             build_ledger_updated_sensor(ingest_job, upsert_job, evolve_job),
-            build_schema_change_sensor(specs, settings.specs_dir, evolve_job),
+            build_schema_change_sensor(
+                specs, settings.specs_dir, evolve_job, resources["iceberg"].existing_catalog
+            ),
             build_spec_directory_sensor(specs, settings.specs_dir, settings.webserver),
             build_drift_sensor(drift_job, evolve_job, maintenance_job),
             build_views_sensor(specs, views, evolve_job, refresh_job),
         ],
-        resources={**build_resources(settings), **(resource_overrides or {})},
+        resources=resources,
     )
 
 

@@ -20,16 +20,15 @@ from pydantic import Field
 from cdc_assets.assets.keys import asset_key
 from cdc_assets.errors import SpecError
 from cdc_assets.jobs.asset_job import AssetJob
-from cdc_assets.pipeline.converge import spec_path
 from cdc_assets.pipeline.health import iceberg_differences
 from cdc_assets.pipeline.schema_topic import newest_row_schema, newest_schema_change
 from cdc_assets.pipeline.source_schema import source_create_table
+from cdc_assets.pipeline.spec_store import current_spec
 from cdc_assets.resources.iceberg import IcebergCatalogResource
 from cdc_assets.resources.kafka import KafkaResource
 from cdc_assets.resources.spark import SparkResource
 from cdc_assets.schema.shape import shape_verdict
 from cdc_assets.spec.connect_schema import create_table_from_fields
-from cdc_assets.spec.load import load_spec
 from cdc_assets.spec.models import TableSpec
 
 EVOLVE_JOB = "evolve_schemas"
@@ -63,7 +62,7 @@ def drift_of(
 ) -> dict[str, Any]:
     """What the drift check reports for one table (observation metadata). The source's shape
     comes from its information_schema when it is reachable, else from the newest events."""
-    current = load_spec(spec_path(specs_dir, spec.name))
+    current = current_spec(catalog, specs_dir, spec.name)
     found: dict[str, Any] = {"spec_version": current.spec_version, "source": "none"}
     drift = False
     seen = newest_schema_change(kafka, current)

@@ -39,6 +39,7 @@ from typing import Any
 from cdc_assets.errors import SpecError
 from cdc_assets.pipeline.evolve import BackfillResult, backfill_from_ledger
 from cdc_assets.pipeline.offsets import SPEC_VERSION_PROPERTY
+from cdc_assets.pipeline.spec_store import current_of, stored_specs
 from cdc_assets.pipeline.upsert import load_table
 from cdc_assets.schema.layers import ledger_layout
 from cdc_assets.schema.recover import changed_columns, value_columns
@@ -100,6 +101,8 @@ def after_ingest(
 ) -> CatchUp | None:
     """Run after an ingest committed rows decoded with ``decoded_with``."""
     current = spec_on_disk(specs_dir, decoded_with)
+    if current is not None:  # an evolution run elsewhere stored a version this file lacks
+        current = current_of(current, stored_specs(iceberg_catalog, {current.name}))
     if current is None or current.spec_version <= decoded_with.spec_version:
         return None
     columns = changed_columns(decoded_with, current)

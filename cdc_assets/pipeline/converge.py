@@ -1,12 +1,14 @@
 """One schema evolution of one table, end to end: classify, then the three phases (Iceberg
-schemas, spec file, backfill from the ledger), with a row in the schema history either way.
+schemas, spec version, backfill from the ledger), with a row in the schema history either way.
 
-The current spec is read from the spec directory at run time, not from the definitions loaded
-before: a queued evolution must see what the one before it wrote.
+The current spec is read at run time, not from the definitions loaded before: a queued evolution
+must see what the one before it wrote. Phase 2 stores the new version in the catalog, where every
+process of a deployment reads it (``pipeline.spec_store``), and writes this checkout's spec file.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,13 +25,16 @@ from cdc_assets.pipeline.evolve import (
     record_history,
 )
 from cdc_assets.pipeline.offsets import committed_offsets
+from cdc_assets.pipeline.spec_store import current_spec, record_spec
 from cdc_assets.schema.changes import AddColumn, ChangeSourceType, EvolutionPlan, WidenType
 from cdc_assets.schema.evolution import apply_plan, classify
 from cdc_assets.schema.layers import ledger_layout
 from cdc_assets.spec.ddl_import import plan_from_ddl
-from cdc_assets.spec.load import load_spec, load_spec_text
+from cdc_assets.spec.load import load_spec_text
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.spec.versions import write_spec
+
+log = logging.getLogger(__name__)
 
 
 class EvolutionRejectedError(CdcAssetsError):
@@ -108,7 +113,7 @@ def converge(
     starts a JVM.
     """
     path = spec_path(specs_dir, table)
-    current = load_spec(path)
+    current = current_spec(iceberg_catalog, specs_dir, table)
     if kafka_offsets is None:
         # The ledger's position when the change is applied: where its effects can start.
         ledger = ledger_layout(current)
@@ -154,7 +159,12 @@ def converge(
     seconds["iceberg"] = round(time.monotonic() - started, 2)
 
     started = time.monotonic()
-    write_spec(evolved, path)
+    # The stored version is the one every process reads; the file is this checkout's copy.
+    record_spec(iceberg_catalog, evolved, specs_dir)
+    try:
+        write_spec(evolved, path)
+    except OSError as exc:  # a read-only checkout: the stored version is what counts
+        log.warning(f"{table}: v{evolved.spec_version} stored, but {path} not written: {exc}")
     seconds["spec"] = round(time.monotonic() - started, 2)
 
     started = time.monotonic()

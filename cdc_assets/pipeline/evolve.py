@@ -205,13 +205,14 @@ def evolve_layer(
             applied = change
             break
         except Exception as exc:
-            if attempt == COMMIT_RETRIES or not _is_conflict(exc):
+            if attempt == COMMIT_RETRIES or not is_conflict(exc):
                 raise
             time.sleep(0.2 * attempt)
     return int(_load(iceberg_catalog, target).schema().schema_id), applied
 
 
-def _is_conflict(exc: BaseException) -> bool:
+def is_conflict(exc: BaseException) -> bool:
+    """Whether ``exc`` is an Iceberg commit conflict (another writer committed first)."""
     from pyiceberg.exceptions import CommitFailedException
 
     return isinstance(exc, CommitFailedException)
@@ -499,17 +500,11 @@ def backfill_from_ledger(
 # --- audit trail --------------------------------------------------------------------------------
 
 
-def _history_table(iceberg_catalog: Any, *, create: bool) -> Any | None:
-    from pyiceberg.exceptions import NoSuchTableError
+def create_meta_table(iceberg_catalog: Any, layout: TableLayout) -> Any:
+    """A small ``cdc_meta`` table of ``layout`` (created on first use)."""
     from pyiceberg.schema import Schema
     from pyiceberg.types import NestedField
 
-    layout = schema_history_layout()
-    if not create:
-        try:
-            return iceberg_catalog.load_table(_identifier(layout))
-        except NoSuchTableError:
-            return None
     schema = Schema(
         *(
             NestedField(i, c.name, iceberg_type(c.type), required=c.required, doc=c.doc)
@@ -523,6 +518,18 @@ def _history_table(iceberg_catalog: Any, *, create: bool) -> Any | None:
     return iceberg_catalog.create_table_if_not_exists(
         _identifier(layout), schema=schema, properties=properties
     )
+
+
+def _history_table(iceberg_catalog: Any, *, create: bool) -> Any | None:
+    from pyiceberg.exceptions import NoSuchTableError
+
+    layout = schema_history_layout()
+    if not create:
+        try:
+            return iceberg_catalog.load_table(_identifier(layout))
+        except NoSuchTableError:
+            return None
+    return create_meta_table(iceberg_catalog, layout)
 
 
 def record_history(iceberg_catalog: Any, entry: HistoryEntry) -> None:
@@ -540,7 +547,7 @@ def record_history(iceberg_catalog: Any, entry: HistoryEntry) -> None:
             attempt()
             return
         except Exception as exc:
-            if n == COMMIT_RETRIES or not _is_conflict(exc):
+            if n == COMMIT_RETRIES or not is_conflict(exc):
                 raise
             time.sleep(0.2 * n)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from dagster import ConfigurableResource
@@ -33,3 +34,12 @@ class IcebergCatalogResource(ConfigurableResource):  # type: ignore[type-arg]
         from pyiceberg.catalog import load_catalog
 
         return load_catalog(self.name, **pyiceberg_catalog_props(self.config()))
+
+    def existing_catalog(self) -> Any | None:
+        """The catalog, or None for an embedded SQLite catalog whose file does not exist yet:
+        for readers that must not create one (loading definitions)."""
+        if self.type == "jdbc" and self.uri.startswith("jdbc:sqlite:"):
+            path = self.uri.removeprefix("jdbc:sqlite:").removeprefix("//").split("?")[0]
+            if not Path(path).exists():
+                return None
+        return self.load_catalog()

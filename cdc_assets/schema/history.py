@@ -169,3 +169,30 @@ class HistoryEntry:
             ),
             detected_at=row.get("detected_at"),
         )
+
+
+SPEC_VERSIONS_TABLE = "spec_versions"
+
+
+def spec_versions_layout() -> TableLayout:
+    """Every spec version an evolution made, as the YAML it wrote: what every process of a
+    deployment reads, wherever the run that evolved the table wrote its spec file."""
+    return TableLayout(
+        namespace=HISTORY_NAMESPACE,
+        name=SPEC_VERSIONS_TABLE,
+        columns=(
+            Column("table", STRING, required=True, doc="table spec name"),
+            Column(
+                "base_table",
+                STRING,
+                required=True,
+                doc="namespace.table of its base: one catalog may serve several deployments",
+            ),
+            Column("spec_version", INT, required=True, doc="the spec's version"),
+            Column("spec_yaml", STRING, required=True, doc="the spec as its YAML file reads"),
+            Column("recorded_at", TIMESTAMPTZ, required=True, doc="when the version was made"),
+            Column("recorded_by", STRING, doc="host and spec directory of the run"),
+        ),
+        properties={"format-version": "2"},
+        comment="spec versions made by schema evolution, for every process of a deployment",
+    )

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 
@@ -27,6 +29,7 @@ from cdc_assets.pipeline.schema_topic import (
     newest_row_schema,
     read_schema_changes,
 )
+from cdc_assets.pipeline.spec_store import Stored, current_of, stored_specs
 from cdc_assets.resources.kafka import KafkaResource
 from cdc_assets.schema.shape import shape_verdict
 from cdc_assets.spec.connect_schema import create_table_from_fields, differs, names_differ
@@ -35,8 +38,12 @@ from cdc_assets.spec.models import TableSpec
 
 
 def build_schema_change_sensor(
-    specs: list[TableSpec], specs_dir: Path, job: AssetJob
+    specs: list[TableSpec],
+    specs_dir: Path,
+    job: AssetJob,
+    load_catalog: Callable[[], Any] | None = None,
 ) -> dg.SensorDefinition:
+    """``load_catalog``: the pyiceberg catalog holding stored spec versions (None: files only)."""
     watched = [s for s in specs if s.source.schema_changes]
     by_topic: dict[str, list[TableSpec]] = {}
     for s in watched:
@@ -55,15 +62,33 @@ def build_schema_change_sensor(
             tags={"cdc/table": table, "cdc/trigger": "schema_changes"},
         )
 
+    def current_specs(context: dg.SensorEvaluationContext) -> Callable[[str], TableSpec]:
+        """The spec each table runs with now: its file, or the version an evolution stored
+        (read once per tick; a catalog that does not answer leaves the files)."""
+        stored: Stored = {}
+        if load_catalog is not None:
+            try:
+                catalog = load_catalog()
+                stored = stored_specs(catalog) if catalog is not None else {}
+            except Exception as exc:
+                context.log.warning(f"stored spec versions not read: {exc}; using the files")
+
+        def current(table: str) -> TableSpec:
+            return current_of(load_spec(spec_path(specs_dir, table)), stored)
+
+        return current
+
     def postgres_requests(
-        context: dg.SensorEvaluationContext, kafka: KafkaResource
+        context: dg.SensorEvaluationContext,
+        kafka: KafkaResource,
+        current_spec: Callable[[str], TableSpec],
     ) -> list[dg.RunRequest]:
         out = []
         for spec in postgres:
             event = context.instance.get_latest_materialization_event(asset_key("cdc", spec.name))
             mat = event.asset_materialization if event is not None else None
             unknown = mat.metadata.get("unknown_fields") if mat is not None else None
-            current = load_spec(spec_path(specs_dir, spec.name))
+            current = current_spec(spec.name)
             # Every tick, not only after the ingest reported unknown fields: a widening (say
             # numeric(12,2) -> numeric(16,2)) adds no field, only the embedded schema shows it.
             fields = newest_row_schema(kafka, current)
@@ -115,7 +140,8 @@ def build_schema_change_sensor(
         if not topics and not postgres:
             return dg.SkipReason("no table to watch")
         cursor: dict[str, dict[str, int]] = json.loads(context.cursor or "{}")
-        requests = postgres_requests(context, kafka)
+        current_spec = current_specs(context)
+        requests = postgres_requests(context, kafka, current_spec)
         for topic in topics:
             start = {int(p): o for p, o in cursor.get(topic, {}).items()}
             seen, next_offsets = read_schema_changes(kafka, topic, start)
@@ -134,7 +160,7 @@ def build_schema_change_sensor(
                 audit = [i.change.ddl for i in items]
                 create = newest.change.create_table
                 try:
-                    current = load_spec(spec_path(specs_dir, table))
+                    current = current_spec(table)
                 except CdcAssetsError as err:
                     context.log.warning(f"{table}: {err}; the evolution run will report it")
                 else:

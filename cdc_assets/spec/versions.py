@@ -71,3 +71,11 @@ def _dump(value: Any) -> str:
         width=_WIDTH,
         allow_unicode=True,
     )
+
+
+def newest(file_spec: TableSpec, stored: TableSpec | None) -> TableSpec:
+    """The spec to run with: the stored version when an evolution made one newer than the file
+    (the file is the reviewed starting point and wins a tie: a person may have edited it)."""
+    if stored is not None and stored.spec_version > file_spec.spec_version:
+        return stored
+    return file_spec

@@ -25,6 +25,7 @@ from cdc_assets.resources import build_resources
 from cdc_assets.settings import ENV_HOME, Settings
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.stack import spark_connect
+from cdc_assets.stack import state as stack_state
 from cdc_assets.stack.local_stack import StackState, stack_status, stack_up
 from cdc_assets_tests.conftest import PROJECT_ROOT
 from cdc_assets_tests.integration.test_ingest import isolated
@@ -140,5 +141,4 @@ def test_ingest_and_upsert_jobs_run_through_the_server(
 
 
 def _server_pid(settings: Settings) -> int:
-    entry = json.loads(spark_connect.server_files(settings).state.read_text(encoding="utf-8"))
-    return int(entry["pid"])
+    return int(stack_state.section(settings, "spark_connect")["pid"])
