@@ -114,7 +114,9 @@ def build_defs(
             build_schema_change_sensor(
                 specs, settings.specs_dir, evolve_job, resources["iceberg"].existing_catalog
             ),
-            build_spec_directory_sensor(specs, settings.specs_dir, settings.webserver),
+            build_spec_directory_sensor(
+                specs, settings.specs_dir, settings.webserver, resources["iceberg"].existing_catalog
+            ),
             build_drift_sensor(drift_job, evolve_job, maintenance_job),
             build_views_sensor(specs, views, evolve_job, refresh_job),
         ],

@@ -1,0 +1,118 @@
+"""Spec versions survive a multi-host deployment (issue 21, part 5): an evolution run on one
+machine stores its version in the catalog, and a code location that loads another checkout of
+the spec directory (another working directory, its file still at the old version) runs with the
+new version, without a redeploy."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+
+from cdc_assets.assets.keys import asset_key
+from cdc_assets.definitions import build_defs
+from cdc_assets.pipeline.converge import converge
+from cdc_assets.pipeline.spec_store import current_spec, stored_specs
+from cdc_assets.pipeline.tables import ensure_tables
+from cdc_assets.resources import IcebergCatalogResource, KafkaResource
+from cdc_assets.sensors.spec_directory import newer_versions
+from cdc_assets.settings import ENV_HOME, ENV_SPECS, Settings
+from cdc_assets.spec.load import load_spec
+from cdc_assets.spec.models import ColumnSpec, TableSpec
+from cdc_assets.spec.versions import render_spec_yaml
+from cdc_assets_tests.integration.test_ingest import isolated
+from cdc_assets_tests.integration.test_upsert import example_spec
+
+# A run in a process and working directory of its own: what version do its definitions get?
+VERSION_IN_A_RUN = """
+import json
+from cdc_assets.assets.keys import asset_key
+from cdc_assets.definitions import build_defs
+graph = build_defs().resolve_asset_graph()
+node = graph.get(asset_key("schema", "users"))
+print(json.dumps({"version": node.metadata["spec_version"]}))
+"""
+
+
+def with_column(spec: TableSpec, name: str) -> TableSpec:
+    column = ColumnSpec(id=max(c.id for c in spec.columns) + 1, name=name, type="varchar(40)")
+    return spec.model_copy(
+        update={"columns": [*spec.columns, column], "spec_version": spec.spec_version + 1}
+    )
+
+
+def test_a_version_evolved_elsewhere_reaches_every_process(
+    it_settings: Settings,
+    spark: Any,
+    iceberg: IcebergCatalogResource,
+    kafka: KafkaResource,
+    resources: dict[str, Any],
+    tmp_path: Path,
+) -> None:
+    spec = isolated(example_spec(it_settings, "users"), kafka=kafka)
+    ensure_tables(spark, "lake", spec)
+    location, run_host = tmp_path / "code-location", tmp_path / "run-worker"
+    for directory in (location, run_host):
+        directory.mkdir()
+        (directory / "users.yaml").write_text(render_spec_yaml(spec), encoding="utf-8")
+    catalog = iceberg.load_catalog()
+
+    # The evolution runs on the worker, in its own checkout.
+    v2 = with_column(spec, "nickname")
+    result = converge(
+        lambda: spark, "lake", catalog, run_host, "users", proposed_yaml=render_spec_yaml(v2)
+    )
+    assert (result.decision, result.to_version) == ("applied", 2)
+    assert load_spec(run_host / "users.yaml").spec_version == 2
+    assert load_spec(location / "users.yaml").spec_version == 1  # the other checkout's file
+
+    # Every reader of the code location's checkout gets v2 from the catalog.
+    assert current_spec(catalog, location, "users") == load_spec(run_host / "users.yaml")
+    defs = build_defs(
+        settings=replace(it_settings, specs_dir=location), resource_overrides=resources
+    )
+    schema = defs.resolve_asset_graph().get(asset_key("schema", "users"))
+    assert schema.metadata["spec_version"] == 2
+    assert "nickname" in [c.name for c in schema.metadata["dagster/column_schema"].columns]
+    # ... its sensor sees that definitions loaded before the evolution are behind ...
+    assert newer_versions([spec], stored_specs(catalog)) == ["users v1 -> v2"]
+    sensor = defs.get_sensor_def("spec_directory")
+    with dg.instance_for_test() as instance:
+        skip = sensor.evaluate_tick(dg.build_sensor_context(instance=instance))
+    assert "stored users" not in (skip.skip_message or "")  # these definitions are current
+    # ... a run in another process and working directory too ...
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-c", VERSION_IN_A_RUN],
+        cwd=elsewhere,
+        env={**os.environ, ENV_HOME: str(it_settings.home), ENV_SPECS: str(location)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"version": 2}
+    # ... and the same change proposed from there is already applied, not applied twice.
+    again = converge(
+        lambda: spark, "lake", catalog, location, "users", proposed_yaml=render_spec_yaml(v2)
+    )
+    assert again.decision == "no-op"
+
+    # A person's edit of the reviewed file to a newer version wins over the stored one.
+    v3 = with_column(load_spec(run_host / "users.yaml"), "locale")
+    (location / "users.yaml").write_text(render_spec_yaml(v3), encoding="utf-8")
+    assert current_spec(catalog, location, "users").spec_version == 3
+
+    # Another deployment's table of the same spec name on the same catalog is not this one's.
+    other = isolated(example_spec(it_settings, "users"), kafka=kafka)
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "users.yaml").write_text(render_spec_yaml(other), encoding="utf-8")
+    assert current_spec(catalog, tmp_path / "other", "users").spec_version == 1
