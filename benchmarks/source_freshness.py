@@ -191,7 +191,9 @@ def run_summary(instance: Any, tables: list[str], since: float) -> dict[str, str
         )
         if r.create_timestamp.timestamp() >= since
     ]
-    steps = {f"{layer}__{t}": layer for layer in ("cdc", "bucketed", "base") for t in tables}
+    from cdc_assets.assets.keys import node_name
+
+    steps = {node_name(layer, t): layer for layer in ("cdc", "bucketed", "base") for t in tables}
     for job in sorted({r.dagster_run.job_name for r in records}):
         runs = [r for r in records if r.dagster_run.job_name == job and r.end_time]
         took = [r.end_time - r.create_timestamp.timestamp() for r in runs]
