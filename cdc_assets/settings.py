@@ -44,6 +44,9 @@ ENV_CHECKS_CRON = "CDC_ASSETS_CHECKS_CRON"
 # host:port of the Dagster webserver, through which the spec_directory sensor reloads the code
 # location when a spec is added or removed (`make dev` sets it).
 ENV_WEBSERVER = "CDC_ASSETS_WEBSERVER"
+# 1: `stack up` (and so `cdc-assets run`) also starts the local Spark standalone cluster, whose
+# driver is the stack's Spark Connect server (stack/spark_cluster.py).
+ENV_CLUSTER = "CDC_ASSETS_CLUSTER"
 # CDC_ASSETS_SOURCE_URL_<SERVER>_<DATABASE>, CDC_ASSETS_SOURCE_URL_<CONNECTOR>_<DATABASE> or
 # CDC_ASSETS_SOURCE_URL_<DATABASE>, looked up in that order: a JDBC URL of a source database, for
 # the checks that compare with the source (row counts, schema drift) and the drift check. SERVER is
@@ -87,6 +90,7 @@ class Settings:
     checks_cron: str | None = None  # None: each spec's schedule.cron
     webserver: str | None = None
     views: Path | None = None  # None: the spec directory's views/
+    cluster: bool = False  # the local stack's cluster profile
 
     @property
     def views_dir(self) -> Path:
@@ -145,4 +149,5 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         checks_cron=env.get(ENV_CHECKS_CRON) or None,
         webserver=env.get(ENV_WEBSERVER) or None,
         views=Path(env[ENV_VIEWS]).expanduser().resolve() if env.get(ENV_VIEWS) else None,
+        cluster=env.get(ENV_CLUSTER, "").strip().lower() in ("1", "true", "yes"),
     )

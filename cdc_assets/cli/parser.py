@@ -55,6 +55,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="with up: also a Spark Connect server, which runs then share (one warm driver)",
     )
+    stack.add_argument(
+        "--cluster",
+        action="store_true",
+        help="with up: also a Spark standalone master and two workers on loopback, with the Spark "
+        "Connect server as their driver (or CDC_ASSETS_CLUSTER=1)",
+    )
     stack.set_defaults(fn=cmd_stack)
     specs = sub.add_parser(
         "specs", help="validate, import (from DDL or a live source) and diff table specs"

@@ -31,12 +31,17 @@ def cmd_stack(settings: Settings, args: argparse.Namespace) -> int:
 
     if args.action == "up":
         state = local_stack.stack_up(
-            settings, sources=args.sources, spark_connect=args.spark_connect
+            settings, sources=args.sources, spark_connect=args.spark_connect, cluster=args.cluster
         )
         console.print(f"stack up: kafka {state.bootstrap_servers} (pid {state.kafka_pid})")
         console.print(f"catalog {state.catalog_file}, warehouse {state.warehouse}")
-        if args.spark_connect:
-            from cdc_assets.stack import spark_connect
+        if args.spark_connect or args.cluster or settings.cluster:
+            from cdc_assets.stack import spark_cluster, spark_connect
+
+            cluster = spark_cluster.running(settings)
+            if cluster is not None:
+                workers = len(cluster.worker_uis)
+                console.print(f"Spark master {cluster.master_url} with {workers} workers")
 
             port = spark_connect.running_port(settings)
             console.print(f"Spark Connect server {spark_connect.remote_url(port or 0)}")

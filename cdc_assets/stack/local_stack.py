@@ -17,7 +17,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from cdc_assets.errors import StackError
 from cdc_assets.settings import ENV_KAFKA_BOOTSTRAP, ENV_KAFKA_PORT, Settings
-from cdc_assets.stack import kafka_broker, local_process, source_stack, spark_connect
+from cdc_assets.stack import (
+    kafka_broker,
+    local_process,
+    source_stack,
+    spark_cluster,
+    spark_connect,
+)
 from cdc_assets.stack import state as stack_state
 from cdc_assets.stack.jars import kafka_classpath
 
@@ -83,8 +89,10 @@ class StackStatus:
     warehouse: WarehouseStatus
     # MariaDB, PostgreSQL, Kafka Connect: only when once started with `stack up --sources`.
     sources: source_stack.SourcesStatus = field(default_factory=source_stack.SourcesStatus)
-    # Only when started with `stack up --spark-connect`.
+    # Only when started with `stack up --spark-connect` (or --cluster).
     spark_connect_port: int | None = None
+    # Only when started with `stack up --cluster`: the master's URL and its workers' count.
+    spark_cluster: tuple[str, int] | None = None
 
     @property
     def healthy(self) -> bool:
@@ -124,18 +132,26 @@ class StackStatus:
         if self.spark_connect_port is not None:
             url = spark_connect.remote_url(self.spark_connect_port)
             lines.append(f"  spark:     Spark Connect server at {url} (runs use it)")
+        if self.spark_cluster is not None:
+            master, workers = self.spark_cluster
+            lines.append(
+                f"  cluster:   Spark master {master} with {workers} workers (the driver's)"
+            )
         return "\n".join(lines)
 
 
 def stack_up(
-    settings: Settings, *, sources: bool = False, spark_connect: bool = False
+    settings: Settings, *, sources: bool = False, spark_connect: bool = False, cluster: bool = False
 ) -> StackState:
     """Start the local stack, or return the running one; a dead broker is cleaned and restarted.
 
     ``sources`` also starts MariaDB, PostgreSQL, Kafka Connect and the Debezium connectors
     (source_stack.up; what it started is in the state file's ``sources`` section, see
     source_stack.status).
-    ``spark_connect`` also starts a Spark Connect server, which runs then use (spark_connect)."""
+    ``spark_connect`` also starts a Spark Connect server, which runs then use (spark_connect).
+    ``cluster`` (or ``CDC_ASSETS_CLUSTER=1``) also starts a Spark standalone master and two
+    workers and makes the Connect server their driver (spark_cluster)."""
+    cluster = cluster or settings.cluster
     settings.stack_dir.mkdir(parents=True, exist_ok=True)
     with _locked(settings):
         classpath = kafka_classpath(settings)
@@ -154,8 +170,8 @@ def stack_up(
                 )
             if sources:
                 source_stack.up(settings, existing.bootstrap_servers)
-            if spark_connect:
-                _start_spark_connect(settings)
+            if spark_connect or cluster:
+                _start_spark_connect(settings, cluster=cluster)
             return existing
         _stop_brokers(settings, files)
 
@@ -194,17 +210,21 @@ def stack_up(
             raise StackError(f"{stack_state.state_path(settings)} lost the broker while it started")
         if sources:
             source_stack.up(settings, state.bootstrap_servers)
-        if spark_connect:
-            _start_spark_connect(settings)
+        if spark_connect or cluster:
+            _start_spark_connect(settings, cluster=cluster)
         return state
 
 
-def _start_spark_connect(settings: Settings) -> int:
+def _start_spark_connect(settings: Settings, *, cluster: bool = False) -> int:
     from cdc_assets.resources import build_resources
     from cdc_assets.stack.jars import spark_jars
 
     spark_jars(settings)
-    return spark_connect.start_server(settings, build_resources(settings)["spark"].conf())
+    conf = build_resources(settings)["spark"].conf()
+    if cluster:
+        running = spark_cluster.start_cluster(settings)
+        conf.update(spark_cluster.driver_conf(running, kafka_broker.pick_free_port()))
+    return spark_connect.start_server(settings, conf)
 
 
 def stack_down(settings: Settings, *, purge: bool = False) -> None:
@@ -215,6 +235,7 @@ def stack_down(settings: Settings, *, purge: bool = False) -> None:
         return
     with _locked(settings):
         spark_connect.stop_server(settings)
+        spark_cluster.stop_cluster(settings)
         source_stack.down(settings)
         _stop_brokers(settings, _broker_files(settings))
         if purge:
@@ -233,6 +254,11 @@ def stack_status(settings: Settings) -> StackStatus:
         ),
         sources=source_stack.status(settings),
         spark_connect_port=spark_connect.running_port(settings),
+        spark_cluster=(
+            (found.master_url, len(found.worker_uis))
+            if (found := spark_cluster.running(settings)) is not None
+            else None
+        ),
     )
 
 

@@ -79,9 +79,10 @@ def running_port(settings: Settings) -> int | None:
 
 
 def start_server(settings: Settings, conf: dict[str, str]) -> int:
-    """Start the server (or keep the running one); its port."""
+    """Start the server (or keep the running one of the same master); its port."""
     port = running_port(settings)
-    if port is not None and _accepts(port):
+    master = stack_state.section(settings, "spark_connect").get("master")
+    if port is not None and master == conf.get("spark.master") and _accepts(port):
         return port
     stop_server(settings)
     files = server_files(settings)
@@ -91,7 +92,10 @@ def start_server(settings: Settings, conf: dict[str, str]) -> int:
         files.log_file.replace(files.log_file.with_name(files.log_file.name + ".1"))
     command = server_command(conf, port=port, marker=str(settings.stack_dir))
     pid = local_process.start_detached(command, files.log_file, cwd=files.base)
-    stack_state.put(settings, spark_connect={"pid": pid, "port": port})
+    entry: dict[str, object] = {"pid": pid, "port": port, "master": conf.get("spark.master")}
+    if conf.get("spark.ui.enabled") == "true" and conf.get("spark.ui.port"):
+        entry["ui"] = int(conf["spark.ui.port"])  # the driver's REST API (where tasks ran)
+    stack_state.put(settings, spark_connect=entry)
     try:
         _wait_ready(pid, port, files.log_file)
     except BaseException:
