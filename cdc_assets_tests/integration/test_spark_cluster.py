@@ -10,7 +10,11 @@ session's), and is stopped afterwards so that other modules build local drivers 
 from __future__ import annotations
 
 import json
+import os
 import random
+import signal
+import threading
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -96,3 +100,54 @@ def test_jobs_run_on_the_executors_of_both_workers(
     assert all(e["hostPort"].startswith("127.0.0.1:") for e in worked)
     driver = next(e for e in executors if e["id"] == "driver")
     assert driver["totalTasks"] == 0  # the work happened on the workers, not in the driver
+
+
+def _executor_workers(cluster: spark_cluster.Cluster, settings: Settings) -> dict[str, int]:
+    """Executor id -> pid of the worker that runs it (from each worker's JSON status)."""
+    pids = [w["pid"] for w in stack_state.section(settings, spark_cluster.SECTION)["workers"]]
+    out = {}
+    for ui, pid in zip(cluster.worker_uis, pids, strict=True):
+        for executor in _get(f"http://127.0.0.1:{ui}/json/").get("executors", []):
+            out[str(executor["id"])] = pid
+    return out
+
+
+def test_a_worker_killed_mid_run_loses_nothing(
+    it_settings: Settings, cluster: spark_cluster.Cluster, kafka: Any, iceberg: Any, tmp_path: Path
+) -> None:
+    """Issue 21, part 3: SIGKILL one worker (its executor dies with it) while the ingest and
+    upsert run. Spark reschedules on the other worker; the run succeeds and base equals the
+    replay. Last in the module: the fixture's teardown stops what is left of the cluster."""
+    spec = isolated(example_spec(it_settings, "orders"), partitions=2, kafka=kafka)
+    produce(
+        workload(spec, random.Random(8), keys=400, events=6000),
+        spec.source.topic,
+        kafka.resolved_bootstrap(),
+    )
+    ui = stack_state.section(it_settings, "spark_connect")["ui"]
+    (app,) = _get(f"http://127.0.0.1:{ui}/api/v1/applications")
+    executors_url = f"http://127.0.0.1:{ui}/api/v1/applications/{app['id']}/executors"
+    outcome: dict[str, Any] = {}
+    runner = threading.Thread(
+        target=lambda: outcome.update(run_jobs(it_settings, spec, True, tmp_path)), daemon=True
+    )
+    runner.start()
+    victim = None
+    deadline = time.monotonic() + 300
+    while victim is None and runner.is_alive() and time.monotonic() < deadline:
+        for e in _get(executors_url):
+            if e["id"] != "driver" and e["activeTasks"] > 0:
+                victim = e["id"]
+                break
+        time.sleep(0.2)
+    assert victim is not None, "no executor ran a task of the run: nothing to kill"
+    worker_pid = _executor_workers(cluster, it_settings)[victim]
+    os.killpg(worker_pid, signal.SIGKILL)  # the worker and the executor it started
+    runner.join(600)
+    assert not runner.is_alive()
+    assert outcome["success"] is True
+    assert_base_matches(spec, iceberg, expected_base(spec, kafka))
+    lost = [
+        e for e in _get(executors_url.replace("/executors", "/allexecutors")) if not e["isActive"]
+    ]
+    assert victim in [e["id"] for e in lost]
