@@ -60,6 +60,7 @@ from cdc_assets.sql.upsert import (
     ChangeWindow,
     render_base_merge,
     render_insert_overwrite,
+    render_late_keys,
     render_newest_changes,
     render_tombstone_merge,
     render_window_probe,
@@ -197,12 +198,16 @@ def build_bucketed(
     newest_ts = None if micros is None else datetime.fromtimestamp(micros / 1e6, UTC)
     if state.watermark_ts is not None and (newest_ts is None or newest_ts < state.watermark_ts):
         newest_ts = state.watermark_ts
+    oldest, newest = _position(probe["min_position"]), _position(probe["max_position"])
     to_state = UpsertState(
         watermark=end,
         watermark_ts=newest_ts,
         ledger_sequence=current.sequence_number or 0,
         ledger_snapshot=current.snapshot_id,
         floor=floor,
+        max_position=max(p for p in (state.max_position, newest) if p is not None)
+        if state.max_position is not None or newest is not None
+        else None,
     )
     window = ChangeWindow(**{**window.__dict__, "floor": floor})
     moved = None
@@ -214,12 +219,20 @@ def build_bucketed(
             spark_identifier(catalog, base_layout(spec)),
             view=f"cdc_moved_{spec.sink.namespace}_{spec.name}",
         )
+    late = None
+    # A change older than what base applied (delivered late): with placeholders the carried
+    # values of its key are recomputed from the key's ledger history. Changes all newer than
+    # base's newest position cannot be late, which spares the join with base.
+    maybe_late = oldest is not None and (state.max_position is None or oldest <= state.max_position)
+    if placeholders and maybe_late:
+        late = late_keys_view(spark, spec, window, spark_identifier(catalog, base_layout(spec)))
     select = render_newest_changes(
         spec,
         window,
         spark_identifier(catalog, tomb_l),
         carry_unavailable=placeholders,
         moved=moved,
+        late=late,
     )
     props = {**to_state.properties(), FROM_STATE: state.token(), UPSERT_KIND: "bucketed"}
     if truncate is not None:
@@ -229,8 +242,9 @@ def build_bucketed(
         with snapshot_properties(spark, props):
             spark.sql(render_insert_overwrite(target, select, bucketed_l.column_names))
     finally:
-        if moved is not None:
-            spark.catalog.dropTempView(moved)
+        for view in (moved, late):
+            if view is not None:
+                spark.catalog.dropTempView(view)
     written = current_properties(load_table(iceberg_catalog, bucketed_l))
     if (
         written.get(FROM_STATE) != state.token()
@@ -248,6 +262,21 @@ def build_bucketed(
     result.redriven_files = len(extra)
     result.seconds = time.monotonic() - started
     return result
+
+
+def _position(value: Any) -> Position | None:
+    return None if value is None else Position(value["p0"], value["p1"], value["p2"])
+
+
+def late_keys_view(spark: Any, spec: TableSpec, window: ChangeWindow, base: str) -> str | None:
+    """A temp view of the keys with a change delivered late (``render_late_keys``), None when
+    there is none."""
+    view = f"cdc_late_{spec.sink.namespace}_{spec.name}"
+    spark.sql(f"CREATE OR REPLACE TEMP VIEW {view} AS {render_late_keys(spec, window, base)}")
+    if spark.sql(f"SELECT 1 FROM {view} LIMIT 1").collect():
+        return view
+    spark.catalog.dropTempView(view)
+    return None
 
 
 def merge_plan(spark: Any, merge_sql: str) -> str:

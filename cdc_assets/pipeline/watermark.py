@@ -25,6 +25,9 @@ WATERMARK_TS = "cdc.watermark-ts"
 LEDGER_SNAPSHOT = "cdc.ledger-snapshot"
 LEDGER_SEQUENCE = "cdc.ledger-sequence"
 FLOOR = "cdc.floor"
+# The newest source position base has applied: a run whose changes are all newer has no change
+# delivered late, and skips looking for one (pipeline.upsert).
+MAX_POSITION = "cdc.max-position"
 UPSERT_KIND = "cdc.kind"
 FROM_STATE = "cdc.from-state"
 TRUNCATE = "cdc.truncate"
@@ -44,6 +47,7 @@ class UpsertState:
     ledger_sequence: int = 0  # data sequence number of the newest ledger snapshot read
     ledger_snapshot: int | None = None
     floor: Position | None = None
+    max_position: Position | None = None
 
     def properties(self) -> dict[str, str]:
         props = {
@@ -56,6 +60,8 @@ class UpsertState:
             props[LEDGER_SNAPSHOT] = str(self.ledger_snapshot)
         if self.floor is not None:
             props[FLOOR] = self.floor.text()
+        if self.max_position is not None:
+            props[MAX_POSITION] = self.max_position.text()
         return props
 
     def token(self) -> str:
@@ -68,6 +74,7 @@ class UpsertState:
     def from_properties(cls, props: Mapping[str, str]) -> UpsertState:
         ts = props.get(WATERMARK_TS)
         floor = props.get(FLOOR)
+        newest = props.get(MAX_POSITION)
         snapshot = props.get(LEDGER_SNAPSHOT)
         return cls(
             watermark=decode_offsets(props.get(WATERMARK, "{}")),
@@ -75,6 +82,7 @@ class UpsertState:
             ledger_sequence=int(props.get(LEDGER_SEQUENCE, "0")),
             ledger_snapshot=int(snapshot) if snapshot else None,
             floor=Position.parse(floor) if floor else None,
+            max_position=Position.parse(newest) if newest else None,
         )
 
 

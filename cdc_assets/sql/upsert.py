@@ -104,17 +104,36 @@ def _ledger_from(window: ChangeWindow, alias: str = "l") -> str:
 
 def render_window_probe(window: ChangeWindow, *, count_moves: bool = True) -> str:
     """One row: the newest truncate's position in the window (``truncate``, a struct p0..p2 or
-    NULL), the newest Kafka timestamp in microseconds (``max_kafka_micros``) and the number of
+    NULL), the oldest and newest position of a change (``min_position``, ``max_position``), the
+    newest Kafka timestamp in microseconds (``max_kafka_micros``) and the number of
     creates that moved a row from another key without all its columns (``moved_creates``).
 
     Without ``count_moves`` (sources that send no placeholders) ``moved_creates`` is 0 and the
     probe does not read the before images, the widest column of an update-heavy ledger.
     """
     moves = f"count_if({MOVED_CREATE.format(a='l')})" if count_moves else "CAST(0 AS BIGINT)"
+    applied = f"l._op IN ({', '.join(literal(o) for o in APPLIED_OPS)})"
     return (
         f"SELECT max(CASE WHEN l._op = 't' THEN {position_struct('l')} END) AS truncate, "
+        f"min(CASE WHEN {applied} THEN {position_struct('l')} END) AS min_position, "
+        f"max(CASE WHEN {applied} THEN {position_struct('l')} END) AS max_position, "
         f"unix_micros(max(l._kafka_ts)) AS max_kafka_micros, {moves} AS moved_creates "
         f"FROM {_ledger_from(window)} WHERE {_window_filter(window)}"
+    )
+
+
+def render_late_keys(spec: TableSpec, window: ChangeWindow, base: str) -> str:
+    """Keys with a change in the window older than base's row of the key: a change delivered
+    late. Base's values of the columns a change may lack (TOAST placeholders) were carried
+    without it, so for these keys they are recomputed from the key's whole ledger history."""
+    keys = key_names(spec)
+    on = " AND ".join(f"l.{quote(k)} = b.{quote(k)}" for k in keys)
+    ops = ", ".join(literal(o) for o in APPLIED_OPS)
+    return (
+        f"SELECT DISTINCT {', '.join(f'l.{quote(k)}' for k in keys)} "
+        f"FROM {_ledger_from(window)} JOIN {base} b ON {on} "
+        f"WHERE {_window_filter(window)} AND l._op IN ({ops}) "
+        f"AND {order_struct('l')} < {order_struct('b')}"
     )
 
 
@@ -210,6 +229,7 @@ def render_newest_changes(
     *,
     carry_unavailable: bool,
     moved: str | None = None,
+    late: str | None = None,
 ) -> str:
     """SELECT of the newest applicable change per key in the window, in the bucketed layout.
 
@@ -217,6 +237,10 @@ def render_newest_changes(
     remembered delete (tombstone) is dropped. With ``carry_unavailable`` (sources that send TOAST
     placeholders) a column the newest change lacks takes the newest value another change of
     the same run sent; it stays listed in ``_unavailable`` only when no change sent it.
+
+    ``late`` names a view of keys with a change delivered late (``render_late_keys``): their
+    changes are all the ledger holds of them, so that a carried value is the newest in source
+    order, not the newest of this run.
 
     ``moved`` names a view of the keys whose row was moved in from another key in this run by a
     create that lacked columns (``render_moved_creates``), with the values the row had under its
@@ -232,6 +256,17 @@ def render_newest_changes(
         where.append(f"{position_struct('l')} > {position_literal(window.floor)}")
     select_changes = ", ".join(f"l.{quote(c)}" for c in columns)
     changes = f"SELECT {select_changes} FROM {_ledger_from(window)} WHERE {' AND '.join(where)}"
+    if late is not None and carried:
+        # Keys with a late change: every change of the key the ledger holds, not the window's.
+        on = " AND ".join(f"l.{quote(k)} = k.{quote(k)}" for k in keys)
+        history = [where[1]]
+        if window.floor is not None:
+            history.append(f"{position_struct('l')} > {position_literal(window.floor)}")
+        changes = (
+            f"SELECT * FROM ({changes}) l LEFT ANTI JOIN {late} k ON {on} UNION ALL "
+            f"SELECT {select_changes} FROM {_ledger_from(window)} LEFT SEMI JOIN {late} k "
+            f"ON {on} WHERE {' AND '.join(history)}"
+        )
     deletes = old_key_deletes(spec, window, columns)
     if deletes is not None:
         changes += f" UNION ALL {deletes}"
@@ -467,7 +502,9 @@ def render_base_merge(
     """
     layout = base_layout(spec)
     keys = set(key_names(spec))
-    newer = f"{order_struct('s')} > {order_struct('t')}"
+    # With placeholders a change equal to the stored row's is applied too: the bucketed row of a
+    # key with a late change is its newest change again, with carried values now in source order.
+    newer = f"{order_struct('s')} {'>=' if keep_unavailable else '>'} {order_struct('t')}"
     sets = []
     for name in layout.column_names:
         if name in keys:

@@ -135,7 +135,7 @@ class StackStatus:
         if self.spark_cluster is not None:
             master, workers = self.spark_cluster
             lines.append(
-                f"  cluster:   Spark master {master} with {workers} workers (the driver's)"
+                f"  cluster:   Spark master {master}, {workers} workers (Connect drives them)"
             )
         return "\n".join(lines)
 

@@ -15,6 +15,7 @@ from cdc_assets.sql.upsert import (
     ChangeWindow,
     old_key_deletes,
     render_base_merge,
+    render_late_keys,
     render_newest_changes,
     render_tombstone_merge,
     render_window_probe,
@@ -95,9 +96,26 @@ def test_rendered_statements_parse_as_spark_sql(name: str) -> None:
         render_newest_changes(spec, WINDOW, "`lake`.`ns`.`t`", carry_unavailable=True),
         render_tombstone_merge(spec, "`lake`.`ns`.`tomb`", "`lake`.`ns`.`b`"),
         render_base_merge(spec, "`lake`.`ns`.`base`", "`lake`.`ns`.`b`"),
+        render_late_keys(spec, WINDOW, "`lake`.`ns`.`base`"),
+        render_newest_changes(
+            spec, WINDOW, "`lake`.`ns`.`t`", carry_unavailable=True, late="cdc_late_ns_t"
+        ),
     ]
     for sql in statements:
         sqlglot.parse_one(sql.replace(" VERSION AS OF 42", ""), read="spark")
+
+
+def test_keys_with_a_late_change_take_their_whole_ledger_history() -> None:
+    spec = SPECS["orders"]
+    late = render_late_keys(spec, WINDOW, "base")
+    assert "JOIN base b ON l.`order_id` = b.`order_id`" in late
+    assert "< named_struct('o0', CAST(coalesce(b._seq_major" in late
+    sql = render_newest_changes(spec, WINDOW, "tomb", carry_unavailable=True, late="late_v")
+    assert "LEFT ANTI JOIN late_v k ON l.`order_id` = k.`order_id`" in sql
+    assert "LEFT SEMI JOIN late_v k ON l.`order_id` = k.`order_id`" in sql
+    # without placeholders nothing is carried, so nothing is recomputed
+    plain = render_newest_changes(spec, WINDOW, "tomb", carry_unavailable=False, late="late_v")
+    assert "late_v" not in plain
 
 
 def test_base_merge_applies_only_newer_changes_and_keeps_placeholders() -> None:
@@ -107,7 +125,10 @@ def test_base_merge_applies_only_newer_changes_and_keeps_placeholders() -> None:
     assert "WHEN NOT MATCHED AND s._op <> 'd' THEN INSERT" in sql
     assert "array_contains(split(coalesce(s._unavailable, ''), ','), 'sku') THEN t.`sku`" in sql
     assert "NOT MATCHED BY SOURCE" not in sql
+    # with placeholders a change equal to the stored row's applies too (late-change recompute)
+    assert ") >= named_struct(" in sql
     plain = render_base_merge(SPECS["order_items"], "b", "s", keep_unavailable=False)
+    assert ") > named_struct(" in plain
     assert "t.`sku` = s.`sku`" in plain
     assert "_unavailable" not in plain
     truncated = render_base_merge(SPECS["order_items"], "b", "s", Position(7, 0, 0))
