@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 import types
 import typing
 from collections.abc import Iterator
@@ -137,10 +138,15 @@ def definitions_page() -> str:
     from cdc_assets.settings import load_settings
     from cdc_assets.spec import load_specs
 
-    settings = replace(load_settings(), specs_dir=ROOT / "table_specs", views=None)
-    specs = load_specs(settings.specs_dir)
-    defs = build_defs(settings=settings)  # from the directory: its views too
-    graph = defs.resolve_asset_graph()
+    # A home of its own: the page shows what the spec files define, not what a local home's
+    # catalog (stored spec versions) or environment adds to them.
+    with tempfile.TemporaryDirectory(prefix="cdc-docs-") as home:
+        settings = replace(
+            load_settings({"CDC_ASSETS_HOME": home}), specs_dir=ROOT / "table_specs", views=None
+        )
+        specs = load_specs(settings.specs_dir)
+        defs = build_defs(settings=settings)  # from the directory: its views too
+        graph = defs.resolve_asset_graph()
     lines = [
         HEADER,
         "# Definitions\n\n",

@@ -6,7 +6,7 @@ backfill: it rebuilds exactly that hour from Kafka. ``mode`` in the run config o
 
 An hour is a partition of Kafka record timestamps, so an hour in which no record arrived has no
 run that would materialize it. The first incremental run of each hour records such hours of the
-last week as materialized with no rows (everything Kafka held before the run was read), so the
+last eight days as materialized with no rows (everything Kafka held before the run was read), so the
 partition view shows what is in the ledger instead of gaps that read as failures. A record that
 arrives late for an hour already recorded empty is reported with that hour by the run that reads
 it, as any other.
@@ -30,9 +30,11 @@ from cdc_assets.resources.spark import SparkResource
 from cdc_assets.schema.layers import ledger_layout
 from cdc_assets.spec.models import TableSpec
 
-# Hours this far back are recorded empty at most (Kafka's default retention: older hours cannot be
-# rebuilt anyway); an hour is only recorded once it ended this long before the run read Kafka.
-EMPTY_HOURS_WINDOW = timedelta(days=7)
+# Hours this far back are recorded empty at most: a week (Kafka's default retention: older hours
+# cannot be rebuilt anyway), and a day more, so that the first ingest within a day of the home's
+# first load also covers the first partitions (they start a week before that load). An hour is
+# only recorded once it ended LATE_GRACE before the run read Kafka.
+EMPTY_HOURS_WINDOW = timedelta(days=8)
 LATE_GRACE = timedelta(minutes=5)
 
 
@@ -166,7 +168,7 @@ def build_ledger_asset(
 def _record_empty_hours(
     context: dg.AssetExecutionContext, key: str, written: Sequence[str], read_at: datetime
 ) -> None:
-    """Materialize the hours of the last week in which no record arrived (see the module
+    """Materialize the hours of the last eight days in which no record arrived (see the module
     docstring), once per hour: a later run of the same hour finds its own partition latest."""
     instance = context.instance
     latest = instance.get_latest_materialization_event(context.asset_key)

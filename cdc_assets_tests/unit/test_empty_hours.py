@@ -17,11 +17,11 @@ def test_only_hours_that_ended_unread_within_the_week() -> None:
     read_at = datetime(2026, 3, 10, 12, 30, tzinfo=UTC)
     keys = _keys(datetime(2026, 3, 1, 0, tzinfo=UTC), 24 * 10 + 1)  # to 2026-03-11-00:00
     hours = empty_hours(keys, {"2026-03-09-05:00"}, ["2026-03-10-03:00"], read_at)
-    assert hours[0] == "2026-03-03-12:00"  # a week back, no further
+    assert hours[0] == "2026-03-02-12:00"  # a week and a day back, no further
     assert hours[-1] == "2026-03-10-11:00"  # ended before the read; 12:00 is still open
     assert "2026-03-09-05:00" not in hours  # materialized by a run
     assert "2026-03-10-03:00" not in hours  # written by this run
-    assert len(hours) == 7 * 24 - 2
+    assert len(hours) == 8 * 24 - 2
 
 
 def test_an_hour_that_just_ended_waits_for_late_records() -> None:
