@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 from dagster import ConfigurableResource
 from pydantic import Field, PrivateAttr
 
+from cdc_assets.errors import CdcAssetsError
 from cdc_assets.resources.config import spark_conf
 from cdc_assets.resources.iceberg import IcebergCatalogResource
 from cdc_assets.settings import Settings, load_settings
@@ -73,6 +75,7 @@ class SparkResource(ConfigurableResource):  # type: ignore[type-arg]
         if self._session is None and self.remote:
             from pyspark.sql import SparkSession
 
+            require_reachable(self.remote)
             session = SparkSession.builder.remote(self.remote).getOrCreate()
             # Runtime settings are per Connect session; the rest is the server's.
             session.conf.set("spark.sql.shuffle.partitions", str(self.shuffle_partitions))
@@ -90,3 +93,25 @@ class SparkResource(ConfigurableResource):  # type: ignore[type-arg]
             session.sparkContext.setLogLevel(self.log_level)
             self._session = session
         return self._session
+
+
+# How long a Spark Connect server may take to accept a TCP connection before a run gives up; the
+# Connect client itself retries an unreachable server for many minutes.
+CONNECT_TIMEOUT_S = 10.0
+
+
+def require_reachable(remote: str) -> None:
+    """Fail fast, naming the setting, when the Spark Connect server of ``remote``
+    (``sc://host:port[/;params]``) does not accept connections."""
+    from urllib.parse import urlparse
+
+    parsed = urlparse(remote)
+    host, port = parsed.hostname or "localhost", parsed.port or 15002
+    try:
+        with socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S):
+            return
+    except OSError as exc:
+        raise CdcAssetsError(
+            f"the Spark Connect server {remote} does not answer ({exc}): start it (the local "
+            "stack: `cdc-assets stack up --spark-connect`) or fix CDC_ASSETS_SPARK_REMOTE"
+        ) from exc

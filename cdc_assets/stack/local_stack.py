@@ -5,11 +5,8 @@ Everything lives under ``settings.stack_dir``; state.json tells any process what
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -482,12 +479,6 @@ def _human_bytes(size: int) -> str:
     return f"{size} B"
 
 
-@contextmanager
-def _locked(settings: Settings) -> Iterator[None]:
+def _locked(settings: Settings) -> Any:
     # Serialises up/down of one stack across processes; the broker itself is not affected.
-    with (settings.stack_dir / LOCK_FILE).open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    return stack_state.file_lock(settings.stack_dir / LOCK_FILE)

@@ -84,14 +84,19 @@ def update(settings: Settings, name: str, **entries: Any) -> dict[str, Any]:
 
 
 @contextmanager
-def _locked(settings: Settings) -> Iterator[None]:
-    settings.stack_dir.mkdir(parents=True, exist_ok=True)
-    with (settings.stack_dir / LOCK_FILE).open("a") as handle:
+def file_lock(path: Path) -> Iterator[None]:
+    """An exclusive lock across processes on ``path`` (created, with its folder, if missing)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _locked(settings: Settings) -> Any:
+    return file_lock(settings.stack_dir / LOCK_FILE)
 
 
 def _load(settings: Settings) -> dict[str, Any]:
