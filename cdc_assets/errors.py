@@ -32,3 +32,8 @@ class ProduceError(CdcAssetsError):
 class EvolutionError(CdcAssetsError):
     """A schema evolution cannot be applied to the live tables (rejected plan, unknown column,
     missing table); no table was changed by the step that raised it."""
+
+
+class ConfigError(CdcAssetsError):
+    """A setting has a value that cannot work (malformed, or a server it names refuses); the
+    message names the setting to fix. Raised before any data is written."""

@@ -5,11 +5,14 @@ Reading settings never starts a process or opens a connection, so definitions ca
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from cdc_assets.errors import ConfigError
 
 if TYPE_CHECKING:
     from cdc_assets.spec.models import SourceSpec
@@ -35,6 +38,9 @@ ENV_CATALOG_NAME = "CDC_ASSETS_CATALOG_NAME"
 ENV_CATALOG_TYPE = "CDC_ASSETS_CATALOG_TYPE"
 ENV_CATALOG_URI = "CDC_ASSETS_CATALOG_URI"
 ENV_WAREHOUSE = "CDC_ASSETS_WAREHOUSE"
+# A JSON object of extra catalog properties for both engines (object store endpoint and
+# credentials, io-impl, jdbc.user/jdbc.password, a REST catalog's token, ...).
+ENV_CATALOG_PROPERTIES = "CDC_ASSETS_CATALOG_PROPERTIES"
 ENV_KAFKA_BOOTSTRAP = "CDC_ASSETS_KAFKA_BOOTSTRAP"
 ENV_KAFKA_PORT = "CDC_ASSETS_KAFKA_PORT"
 ENV_PARTITIONS_START = "CDC_ASSETS_PARTITIONS_START"
@@ -91,6 +97,7 @@ class Settings:
     webserver: str | None = None
     views: Path | None = None  # None: the spec directory's views/
     cluster: bool = False  # the local stack's cluster profile
+    catalog_properties: dict[str, str] = field(default_factory=dict)
 
     @property
     def views_dir(self) -> Path:
@@ -150,4 +157,20 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         webserver=env.get(ENV_WEBSERVER) or None,
         views=Path(env[ENV_VIEWS]).expanduser().resolve() if env.get(ENV_VIEWS) else None,
         cluster=env.get(ENV_CLUSTER, "").strip().lower() in ("1", "true", "yes"),
+        catalog_properties=_catalog_properties(env.get(ENV_CATALOG_PROPERTIES, "")),
     )
+
+
+def _catalog_properties(raw: str) -> dict[str, str]:
+    """``CDC_ASSETS_CATALOG_PROPERTIES``: a JSON object of string values (empty: none)."""
+    if not raw.strip():
+        return {}
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"{ENV_CATALOG_PROPERTIES} is not JSON ({exc.msg}): {raw[:80]!r}"
+        ) from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"{ENV_CATALOG_PROPERTIES} must be a JSON object of properties")
+    return {str(k): str(v) for k, v in value.items()}

@@ -49,7 +49,9 @@ def run_generator_demo(settings: Settings, args: argparse.Namespace) -> int:
         ensure_jars(kind, settings)
     console.print(f"[bold][2/{steps}][/bold] local stack")
     state = local_stack.stack_up(settings)
-    console.print(f"      kafka {state.bootstrap_servers}, catalog {state.catalog_file}")
+    console.print(
+        f"      kafka {state.bootstrap_servers}, {local_stack.lake_description(settings)}"
+    )
     console.print(f"[bold][3/{steps}][/bold] onboard_tables job (Spark + Iceberg)")
     defs = build_defs(settings=settings)
     instance = dagster_instance(settings)

@@ -34,7 +34,7 @@ def cmd_stack(settings: Settings, args: argparse.Namespace) -> int:
             settings, sources=args.sources, spark_connect=args.spark_connect, cluster=args.cluster
         )
         console.print(f"stack up: kafka {state.bootstrap_servers} (pid {state.kafka_pid})")
-        console.print(f"catalog {state.catalog_file}, warehouse {state.warehouse}")
+        console.print(local_stack.lake_description(settings))
         if args.spark_connect or args.cluster or settings.cluster:
             from cdc_assets.stack import spark_cluster, spark_connect
 

@@ -217,7 +217,7 @@ def run_live_demo(
     from cdc_assets.resources import build_resources
     from cdc_assets.spec import load_specs
     from cdc_assets.stack.jars import ensure_jars
-    from cdc_assets.stack.local_stack import stack_up
+    from cdc_assets.stack.local_stack import lake_description, stack_up
 
     steps = 8
     started = time.monotonic()
@@ -231,7 +231,7 @@ def run_live_demo(
         ensure_jars(kind, settings)
     step(2, "local stack: Kafka, Iceberg catalog, MariaDB, PostgreSQL, Kafka Connect + Debezium")
     state = stack_up(settings, sources=True)
-    console.print(f"      kafka {state.bootstrap_servers}, catalog {state.catalog_file}")
+    console.print(f"      kafka {state.bootstrap_servers}, {lake_description(settings)}")
     for db, server, _ in sources.jdbc_urls(settings):
         console.print(f"      {server} database {db}")
     step(3, f"specs in {settings.specs_dir}; onboard_tables job")

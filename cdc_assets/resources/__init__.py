@@ -14,12 +14,7 @@ __all__ = ["IcebergCatalogResource", "KafkaResource", "SparkResource", "build_re
 
 def build_resources(settings: Settings) -> dict[str, Any]:
     """The resources every job uses, configured from settings; unset values mean local stack."""
-    catalog = IcebergCatalogResource(
-        name=settings.catalog_name,
-        type="rest" if settings.catalog_type == "rest" else "jdbc",
-        uri=settings.catalog_uri or f"jdbc:sqlite:{settings.local_catalog_file}",
-        warehouse=settings.warehouse or settings.local_warehouse.as_uri(),
-    )
+    catalog = _configured_catalog(settings) or _local_catalog(settings)
     return {
         "iceberg": catalog,
         "spark": SparkResource(
@@ -30,6 +25,47 @@ def build_resources(settings: Settings) -> dict[str, Any]:
         ),
         "kafka": KafkaResource(bootstrap_servers=settings.kafka_bootstrap, home=str(settings.home)),
     }
+
+
+def _configured_catalog(settings: Settings) -> IcebergCatalogResource | None:
+    """The catalog the settings name (CDC_ASSETS_CATALOG_URI), or None."""
+    if not settings.catalog_uri:
+        return None
+    return IcebergCatalogResource(
+        name=settings.catalog_name,
+        type="rest" if settings.catalog_type == "rest" else "jdbc",
+        uri=settings.catalog_uri,
+        warehouse=settings.warehouse or settings.local_warehouse.as_uri(),
+        properties=settings.catalog_properties,
+    )
+
+
+def _local_catalog(settings: Settings) -> IcebergCatalogResource:
+    """The local stack's catalog: with the cluster profile's catalog server and object store
+    recorded in its state, those; else the embedded SQLite file and warehouse directory."""
+    from cdc_assets.stack import catalog_server, object_store
+
+    server = catalog_server.recorded(settings)
+    store = object_store.recorded(settings)
+    if server is not None and store is not None:
+        return IcebergCatalogResource(
+            name=settings.catalog_name,
+            type="jdbc",
+            uri=server.jdbc_url,
+            warehouse=settings.warehouse or store.warehouse,
+            properties={
+                **server.properties(),
+                **object_store.catalog_properties(store),
+                **settings.catalog_properties,
+            },
+        )
+    return IcebergCatalogResource(
+        name=settings.catalog_name,
+        type="jdbc",
+        uri=f"jdbc:sqlite:{settings.local_catalog_file}",
+        warehouse=settings.warehouse or settings.local_warehouse.as_uri(),
+        properties=settings.catalog_properties,
+    )
 
 
 def _local_spark_connect(settings: Settings) -> str | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Literal
+from urllib.parse import quote
 
 from cdc_assets.sql.decode import ENVELOPE_EXTENSIONS
 
@@ -43,14 +44,21 @@ class CatalogConfig:
 SQLITE_BUSY_TIMEOUT_S = 60
 
 
-def _sqlalchemy_url(jdbc_url: str) -> str:
-    """The SQLAlchemy URL pyiceberg's SQL catalog needs for a JDBC URL Spark uses."""
+def _sqlalchemy_url(jdbc_url: str, properties: dict[str, str]) -> str:
+    """The SQLAlchemy URL pyiceberg's SQL catalog needs for a JDBC URL Spark uses; the JDBC
+    catalog's ``jdbc.user`` and ``jdbc.password`` properties become the URL's credentials."""
     if jdbc_url.startswith("jdbc:sqlite:"):
         path = jdbc_url.removeprefix("jdbc:sqlite:").removeprefix("//")
         separator = "&" if "?" in path else "?"
         return f"sqlite:///{path}{separator}timeout={SQLITE_BUSY_TIMEOUT_S}"
-    if jdbc_url.startswith("jdbc:postgresql:"):
-        return "postgresql+psycopg2:" + jdbc_url.removeprefix("jdbc:postgresql:")
+    if jdbc_url.startswith("jdbc:postgresql://"):
+        rest = jdbc_url.removeprefix("jdbc:postgresql://")
+        user = properties.get("jdbc.user")
+        if user:
+            password = properties.get("jdbc.password")
+            secret = f":{quote(password, safe='')}" if password else ""
+            rest = f"{quote(user, safe='')}{secret}@{rest}"
+        return "postgresql+psycopg2://" + rest
     raise ValueError(f"no pyiceberg equivalent for JDBC URL {jdbc_url!r} (sqlite or postgresql)")
 
 
@@ -80,7 +88,7 @@ def spark_catalog_conf(catalog: CatalogConfig) -> dict[str, str]:
 def pyiceberg_catalog_props(catalog: CatalogConfig) -> dict[str, str]:
     """Properties for ``pyiceberg.catalog.load_catalog(catalog.name, **props)``."""
     if catalog.type == "jdbc":
-        props = {"type": "sql", "uri": _sqlalchemy_url(catalog.uri)}
+        props = {"type": "sql", "uri": _sqlalchemy_url(catalog.uri, catalog.properties)}
     else:
         props = {"type": "rest", "uri": catalog.uri}
     props["warehouse"] = catalog.warehouse

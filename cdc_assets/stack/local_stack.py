@@ -15,8 +15,10 @@ from typing import TYPE_CHECKING, Any, Literal
 from cdc_assets.errors import StackError
 from cdc_assets.settings import ENV_KAFKA_BOOTSTRAP, ENV_KAFKA_PORT, Settings
 from cdc_assets.stack import (
+    catalog_server,
     kafka_broker,
     local_process,
+    object_store,
     source_stack,
     spark_cluster,
     spark_connect,
@@ -88,8 +90,11 @@ class StackStatus:
     sources: source_stack.SourcesStatus = field(default_factory=source_stack.SourcesStatus)
     # Only when started with `stack up --spark-connect` (or --cluster).
     spark_connect_port: int | None = None
-    # Only when started with `stack up --cluster`: the master's URL and its workers' count.
+    # Only when started with `stack up --cluster`: the master's URL and its workers' count,
+    # the shared catalog's JDBC URL and the object store's endpoint (None: stopped).
     spark_cluster: tuple[str, int] | None = None
+    catalog_server: str | None = None
+    object_store: str | None = None
 
     @property
     def healthy(self) -> bool:
@@ -107,7 +112,9 @@ class StackStatus:
         kafka = self.kafka
         lines.append(f"  kafka:     {kafka.state} - {kafka.reason}")
         catalog = self.catalog
-        if not catalog.exists:
+        if self.catalog_server is not None:
+            pass  # the cluster profile's catalog and warehouse are listed below
+        elif not catalog.exists:
             lines.append(f"  catalog:   missing ({catalog.file})")
         elif catalog.error is not None:
             lines.append(f"  catalog:   {catalog.file} unreadable: {catalog.error}")
@@ -118,7 +125,9 @@ class StackStatus:
                 f"{catalog.table_count} tables)"
             )
         warehouse = self.warehouse
-        if warehouse.exists:
+        if self.catalog_server is not None:
+            pass
+        elif warehouse.exists:
             lines.append(f"  warehouse: {warehouse.path} ({_human_bytes(warehouse.size_bytes)})")
         else:
             lines.append(f"  warehouse: missing ({warehouse.path})")
@@ -134,6 +143,10 @@ class StackStatus:
             lines.append(
                 f"  cluster:   Spark master {master}, {workers} workers (Connect drives them)"
             )
+        if self.catalog_server is not None:
+            lines.append(f"  catalog:   shared JDBC catalog {self.catalog_server} (runs use it)")
+        if self.object_store is not None:
+            lines.append(f"  objects:   S3 object store at {self.object_store} (the warehouse)")
         return "\n".join(lines)
 
 
@@ -217,6 +230,10 @@ def _start_spark_connect(settings: Settings, *, cluster: bool = False) -> int:
     from cdc_assets.stack.jars import spark_jars
 
     spark_jars(settings)
+    if cluster:
+        # Before the driver's configuration is rendered: it names this catalog and warehouse.
+        catalog_server.start(settings)
+        object_store.start(settings)
     conf = build_resources(settings)["spark"].conf()
     if cluster:
         running = spark_cluster.start_cluster(settings)
@@ -233,10 +250,21 @@ def stack_down(settings: Settings, *, purge: bool = False) -> None:
     with _locked(settings):
         spark_connect.stop_server(settings)
         spark_cluster.stop_cluster(settings)
+        object_store.stop(settings)
         source_stack.down(settings)
         _stop_brokers(settings, _broker_files(settings))
         if purge:
             shutil.rmtree(settings.stack_dir)
+
+
+def lake_description(settings: Settings) -> str:
+    """Where runs commit: the catalog and warehouse the resources use (the cluster profile's
+    catalog server and object store when they are recorded, else the SQLite file and directory)."""
+    from cdc_assets.resources import build_resources
+
+    catalog = build_resources(settings)["iceberg"]
+    uri = catalog.uri.removeprefix("jdbc:sqlite:")
+    return f"catalog {uri}, warehouse {catalog.warehouse}"
 
 
 def stack_status(settings: Settings) -> StackStatus:
@@ -254,6 +282,14 @@ def stack_status(settings: Settings) -> StackStatus:
         spark_cluster=(
             (found.master_url, len(found.worker_uis))
             if (found := spark_cluster.running(settings)) is not None
+            else None
+        ),
+        catalog_server=(
+            server.jdbc_url if (server := catalog_server.running(settings)) is not None else None
+        ),
+        object_store=(
+            f"{store.endpoint}, bucket {store.bucket}"
+            if (store := object_store.running(settings)) is not None
             else None
         ),
     )
