@@ -24,7 +24,7 @@ from cdc_assets.settings import Settings
 from cdc_assets.stack import local_process
 from cdc_assets.stack import state as stack_state
 from cdc_assets.stack.jars import locked, require_tool
-from cdc_assets.stack.kafka_broker import HOST, pick_free_port
+from cdc_assets.stack.kafka_broker import HOST, pick_free_port, port_is_free
 
 MODULE = "github.com/versity/versitygw/cmd/versitygw"
 VERSION = "v1.8.0"
@@ -131,7 +131,8 @@ def start(settings: Settings) -> ObjectStore:
     previous = stack_state.section(settings, SECTION)
     secret = str(previous.get("secret_key") or secrets.token_urlsafe(24))
     port = int(previous.get("port") or 0) or pick_free_port()
-    if not _free(port):
+    # The same port as before when free: a running driver's configuration names the endpoint.
+    if not port_is_free(port):
         port = pick_free_port()
     log = settings.stack_dir / "logs" / "object-store.log"
     env = {**os.environ, "ROOT_ACCESS_KEY": ACCESS_KEY, "ROOT_SECRET_KEY": secret}
@@ -191,15 +192,6 @@ def catalog_properties(store: ObjectStore) -> dict[str, str]:
         "client.region": REGION,
         "s3.region": REGION,
     }
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as probe:
-        try:
-            probe.bind((HOST, port))
-        except OSError:
-            return False
-    return True
 
 
 def _wait_ready(pid: int, port: int, log: Path) -> None:

@@ -551,6 +551,11 @@ def start_postgres(settings: Settings) -> int:
     return port
 
 
+def stop_postgres(settings: Settings) -> None:
+    """Stop the PostgreSQL server (fast shutdown); its data and port stay for the next start."""
+    _stop_server(settings, "postgres", postgres_files(settings).marker, signal.SIGINT)
+
+
 def _setup_postgres(settings: Settings) -> None:
     password = cdc_password(settings)
     tables = [t for t in EXAMPLE_TABLES if t.server == "postgres"]
@@ -596,7 +601,7 @@ def stop_sources(settings: Settings) -> None:
     for name in mariadb_servers(settings):
         _stop_server(settings, name, mariadb_files(settings, name).marker, signal.SIGTERM)
     # SIGINT is PostgreSQL's fast shutdown; SIGTERM would wait for clients to disconnect.
-    _stop_server(settings, "postgres", postgres_files(settings).marker, signal.SIGINT)
+    stop_postgres(settings)
 
 
 def sources_status(settings: Settings) -> list[ServerStatus]:

@@ -87,10 +87,16 @@ def running(settings: Settings) -> Cluster | None:
 
 
 def start_cluster(settings: Settings, workers: int = WORKERS) -> Cluster:
-    """Start (or keep) the master and ``workers`` workers; wait until every worker is ALIVE."""
+    """Start (or keep) the master and ``workers`` workers; wait until every worker is ALIVE.
+
+    With the master alive, a worker that died (killed, out of memory) is started again on its
+    old ports and directory, and the master, its driver and the other workers keep running."""
     found = running(settings)
     if found is not None and len(found.worker_uis) == workers:
         return found
+    revived = _revive_workers(settings, workers)
+    if revived is not None:
+        return revived
     stop_cluster(settings)
     base = settings.stack_dir / "spark-cluster"
     logs = settings.stack_dir / "logs"
@@ -116,14 +122,7 @@ def start_cluster(settings: Settings, workers: int = WORKERS) -> Cluster:
         for n in range(workers):
             worker_ui = pick_free_port(taken)
             taken.add(worker_ui)
-            work_dir = base / f"worker-{n}"
-            work_dir.mkdir(exist_ok=True)
-            command = [spark_class(), WORKER_CLASS, "--host", HOST, "--webui-port", str(worker_ui)]
-            command += ["--cores", str(WORKER_CORES), "--memory", WORKER_MEMORY]
-            command += ["--work-dir", str(work_dir), master_url]
-            pid = local_process.start_detached(
-                command, logs / f"spark-worker-{n}.log", cwd=work_dir, env=env
-            )
+            pid = _start_worker(settings, n, worker_ui, master_url)
             entry["workers"].append({"pid": pid, "ui": worker_ui})
             stack_state.put(settings, **{SECTION: entry})
         _wait_workers(ui, workers, logs)
@@ -131,6 +130,38 @@ def start_cluster(settings: Settings, workers: int = WORKERS) -> Cluster:
         stop_cluster(settings)
         raise
     return Cluster(master_url, ui, tuple(w["ui"] for w in entry["workers"]))
+
+
+def _start_worker(settings: Settings, n: int, ui: int, master_url: str) -> int:
+    base = settings.stack_dir / "spark-cluster"
+    work_dir = base / f"worker-{n}"
+    work_dir.mkdir(parents=True, exist_ok=True)
+    command = [spark_class(), WORKER_CLASS, "--host", HOST, "--webui-port", str(ui)]
+    command += ["--cores", str(WORKER_CORES), "--memory", WORKER_MEMORY]
+    command += ["--work-dir", str(work_dir), master_url]
+    log = settings.stack_dir / "logs" / f"spark-worker-{n}.log"
+    return local_process.start_detached(command, log, cwd=work_dir, env=_env(settings))
+
+
+def _revive_workers(settings: Settings, workers: int) -> Cluster | None:
+    """Restart the dead workers of a cluster whose master runs; None when the master is gone
+    or the recorded workers are not ``workers``."""
+    entry = stack_state.section(settings, SECTION)
+    marker = _marker(settings)
+    try:
+        master = entry["master"]
+        recorded = list(entry["workers"])
+        master_alive = local_process.runs(int(master["pid"]), marker)
+    except (KeyError, TypeError, ValueError):
+        return None
+    if not master_alive or len(recorded) != workers:
+        return None
+    for n, worker in enumerate(recorded):
+        if not local_process.runs(int(worker["pid"]), marker):
+            worker["pid"] = _start_worker(settings, n, int(worker["ui"]), master["url"])
+            stack_state.put(settings, **{SECTION: entry})
+    _wait_workers(int(master["ui"]), workers, settings.stack_dir / "logs")
+    return Cluster(master["url"], int(master["ui"]), tuple(int(w["ui"]) for w in recorded))
 
 
 def stop_cluster(settings: Settings) -> None:

@@ -1,10 +1,12 @@
-"""The cluster profile of the local stack (issue 21, part 1): a Spark standalone master and two
-workers from the installed pyspark, the stack's Spark Connect server as their driver, and
-Dagster's ingest and upsert jobs run through it in a process of their own: base equals the
-plain-Python replay, and Spark's REST API shows tasks on the executors of both workers.
+"""The cluster profile of the local stack (issue 21): a Spark standalone master and two workers
+from the installed pyspark, the stack's Spark Connect server as their driver, Iceberg's JDBC
+catalog on the stack's PostgreSQL and the warehouse in an S3 object store. Dagster's jobs run in a
+process of their own, as the daemon would start them; base is compared with the plain-Python
+replay after every fault: a worker killed mid-ingest and mid-MERGE, the object store and the
+catalog server stopped mid-run, the Connect server restarted between runs.
 
-One cluster for the module; it runs on the session's stack (its catalog and warehouse are the
-session's), and is stopped afterwards so that other modules build local drivers again.
+One cluster for the module, on a home of its own (its own broker, PostgreSQL and object store),
+torn down afterwards; the session's stack keeps its embedded catalog.
 """
 
 from __future__ import annotations
@@ -12,46 +14,126 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from cdc_assets.demo.events import produce, workload
-from cdc_assets.settings import Settings
-from cdc_assets.stack import spark_cluster, spark_connect
+from cdc_assets.resources import IcebergCatalogResource, KafkaResource, build_resources
+from cdc_assets.schema.layers import ledger_layout
+from cdc_assets.settings import ENV_HOME, Settings
+from cdc_assets.spec.models import TableSpec
+from cdc_assets.stack import catalog_server, object_store, sources, spark_cluster, spark_connect
 from cdc_assets.stack import state as stack_state
-from cdc_assets.stack.local_stack import StackState, stack_status, stack_up
-from cdc_assets_tests.integration.test_ingest import isolated
-from cdc_assets_tests.integration.test_spark_connect import run_jobs
+from cdc_assets.stack.local_stack import stack_down, stack_status, stack_up
+from cdc_assets_tests.conftest import PROJECT_ROOT
+from cdc_assets_tests.integration.conftest import make_home
+from cdc_assets_tests.integration.test_ingest import consume_all, isolated, read_table
 from cdc_assets_tests.integration.test_upsert import (
     assert_base_matches,
     example_spec,
     expected_base,
 )
+from cdc_assets_tests.support.oracle import expected_outcome
 
 pytestmark = pytest.mark.cluster
 
 
 @pytest.fixture(scope="module")
-def cluster(
-    it_settings: Settings, stack: StackState, spark: Any
-) -> Iterator[spark_cluster.Cluster]:
-    # `spark`: the session's own driver exists before the Connect server does, so that it stays
-    # a local driver (resources built while the server runs would use the server).
-    stack_up(it_settings, cluster=True)
-    found = spark_cluster.running(it_settings)
-    assert found is not None
+def cluster_home() -> Iterator[Settings]:
+    # PostgreSQL runs as the `postgres` system user under root: a home others may traverse.
+    base = Path(tempfile.mkdtemp(prefix="cdc-cluster-"))
+    base.chmod(0o711)
+    settings = make_home(base / "home")
     try:
-        yield found
+        stack_up(settings, cluster=True)
+        yield settings
     finally:
-        spark_connect.stop_server(it_settings)
-        spark_cluster.stop_cluster(it_settings)
+        try:
+            stack_down(settings, purge=True)
+        finally:
+            shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def cluster(cluster_home: Settings) -> spark_cluster.Cluster:
+    found = spark_cluster.running(cluster_home)
+    assert found is not None
+    return found
+
+
+@pytest.fixture(scope="module")
+def lake(cluster_home: Settings) -> tuple[KafkaResource, IcebergCatalogResource]:
+    resources = build_resources(cluster_home)
+    return resources["kafka"], resources["iceberg"]
+
+
+# A Dagster run's process: definitions built from the home in the environment, whose resources
+# find the Connect server, the catalog server and the object store in the stack's state.
+RUN = """
+import json, sys
+from datetime import UTC, datetime
+import dagster as dg
+from cdc_assets.definitions import build_defs
+from cdc_assets.pipeline.session_kind import is_connect
+from cdc_assets.resources import build_resources
+from cdc_assets.settings import load_settings
+from cdc_assets.spec.models import TableSpec
+
+spec = TableSpec.model_validate_json(open(sys.argv[1]).read())
+settings = load_settings()
+resources = build_resources(settings)
+defs = build_defs(specs=[spec], settings=settings, resource_overrides=resources)
+hour = datetime.now(UTC).strftime("%Y-%m-%d-%H:00")
+out = {"remote": resources["spark"].remote, "catalog": resources["iceberg"].uri}
+with dg.instance_for_test() as instance:
+    for phase in sys.argv[2].split(","):
+        job = {"onboard": "onboard_tables", "ingest": "ingest_ledgers", "upsert": "upsert_bases"}
+        kwargs = {"partition_key": hour} if phase == "ingest" else {}
+        result = defs.resolve_job_def(job[phase]).execute_in_process(
+            instance=instance, raise_on_error=False, **kwargs
+        )
+        out[phase] = result.success
+        if not result.success:
+            failures = [e for e in result.all_events if e.is_failure]
+            error = failures[0].event_specific_data.error if failures else None
+            while error is not None and error.cause is not None:
+                error = error.cause
+            out["error"] = error.message[:2000] if error is not None else "?"
+            break
+session = resources["spark"].get_session()
+out["connect"] = is_connect(session)
+session.stop()
+print(json.dumps(out))
+"""
+
+
+def run_phases(settings: Settings, spec: TableSpec, phases: str, tmp_path: Path) -> dict[str, Any]:
+    """Run ``phases`` (onboard, ingest, upsert) in a process of their own; their outcomes."""
+    spec_file = tmp_path / f"spec-{spec.name}.json"
+    spec_file.write_text(spec.model_dump_json(by_alias=True), encoding="utf-8")
+    proc = subprocess.run(
+        [sys.executable, "-c", RUN, str(spec_file), phases],
+        cwd=PROJECT_ROOT,
+        env={**os.environ, ENV_HOME: str(settings.home)},
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
 
 
 def _get(url: str) -> Any:
@@ -59,8 +141,75 @@ def _get(url: str) -> Any:
         return json.loads(response.read())
 
 
-def test_the_profile_runs_a_master_two_workers_and_their_driver(
-    it_settings: Settings, cluster: spark_cluster.Cluster
+def _app_url(settings: Settings) -> str:
+    ui = stack_state.section(settings, "spark_connect")["ui"]
+    (app,) = _get(f"http://127.0.0.1:{ui}/api/v1/applications")
+    return f"http://127.0.0.1:{ui}/api/v1/applications/{app['id']}"
+
+
+def _busy_executor(settings: Settings) -> str | None:
+    for executor in _get(_app_url(settings) + "/executors"):
+        if executor["id"] != "driver" and executor["activeTasks"] > 0:
+            return str(executor["id"])
+    return None
+
+
+def during_run(
+    settings: Settings,
+    spec: TableSpec,
+    phases: str,
+    tmp_path: Path,
+    fault: Callable[[str], None],
+) -> dict[str, Any]:
+    """Run ``phases`` and call ``fault(executor id)`` once an executor runs a task of them."""
+    outcome: dict[str, Any] = {}
+    runner = threading.Thread(
+        target=lambda: outcome.update(run_phases(settings, spec, phases, tmp_path)), daemon=True
+    )
+    runner.start()
+    busy = None
+    deadline = time.monotonic() + 300
+    while busy is None and runner.is_alive() and time.monotonic() < deadline:
+        busy = _busy_executor(settings)
+        time.sleep(0.1)
+    assert busy is not None, "no executor ran a task of the run: no moment for the fault"
+    fault(busy)
+    runner.join(900)
+    assert not runner.is_alive()
+    return outcome
+
+
+def assert_ledger_exact(spec: TableSpec, iceberg: IcebergCatalogResource, kafka: Any) -> None:
+    """Every record the oracle puts in the ledger is there once: nothing lost, nothing twice."""
+    want = sorted(
+        (p, o)
+        for p, o, ts, k, v in consume_all(kafka, spec.source.topic)
+        if expected_outcome(spec, p, o, ts, k, v).status == "ledger"
+    )
+    layout = ledger_layout(spec)
+    got = sorted(
+        (r["_kafka_partition"], r["_kafka_offset"])
+        for r in read_table(iceberg, layout.namespace, layout.name)
+    )
+    assert got == want
+
+
+def _fresh(settings: Settings, kafka: KafkaResource) -> TableSpec:
+    return isolated(example_spec(settings, "orders"), partitions=2, kafka=kafka)
+
+
+def _produce(spec: TableSpec, kafka: KafkaResource, seed: int, keys: int, events: int) -> None:
+    produce(
+        workload(spec, random.Random(seed), keys=keys, events=events),
+        spec.source.topic,
+        kafka.resolved_bootstrap(),
+    )
+
+
+def test_the_profile_runs_a_cluster_a_catalog_server_and_an_object_store(
+    cluster_home: Settings,
+    cluster: spark_cluster.Cluster,
+    lake: tuple[KafkaResource, IcebergCatalogResource],
 ) -> None:
     master = spark_cluster.master_state(cluster.master_ui)
     workers = [w for w in master["workers"] if w["state"] == "ALIVE"]
@@ -69,37 +218,132 @@ def test_the_profile_runs_a_master_two_workers_and_their_driver(
     assert all(w["host"] == "127.0.0.1" for w in workers)
     # the Connect server is the cluster's one application
     assert [a["name"] for a in master["activeapps"]] == ["cdc-assets Spark Connect"]
-    entry = stack_state.section(it_settings, "spark_connect")
+    entry = stack_state.section(cluster_home, "spark_connect")
     assert entry["master"] == cluster.master_url
-    rendered = stack_status(it_settings).render()
+    _, iceberg = lake
+    server = catalog_server.running(cluster_home)
+    store = object_store.running(cluster_home)
+    assert server is not None
+    assert store is not None
+    assert iceberg.uri == server.jdbc_url
+    assert iceberg.uri.startswith("jdbc:postgresql://127.0.0.1:")
+    assert iceberg.warehouse == "s3://warehouse/"
+    rendered = stack_status(cluster_home).render()
     assert f"Spark master {cluster.master_url}, 2 workers" in rendered
+    assert f"shared JDBC catalog {server.jdbc_url}" in rendered
+    assert f"S3 object store at {store.endpoint}, bucket warehouse" in rendered
     # `stack up` again keeps what runs
-    stack_up(it_settings, cluster=True)
-    assert spark_connect.running_port(it_settings) == entry["port"]
+    stack_up(cluster_home, cluster=True)
+    assert spark_connect.running_port(cluster_home) == entry["port"]
 
 
-def test_jobs_run_on_the_executors_of_both_workers(
-    it_settings: Settings, cluster: spark_cluster.Cluster, kafka: Any, iceberg: Any, tmp_path: Path
+def test_jobs_run_on_both_workers_into_the_catalog_server_and_object_store(
+    cluster_home: Settings,
+    cluster: spark_cluster.Cluster,
+    lake: tuple[KafkaResource, IcebergCatalogResource],
+    tmp_path: Path,
 ) -> None:
-    spec = isolated(example_spec(it_settings, "orders"), partitions=2, kafka=kafka)
-    rng = random.Random(5)
+    kafka, iceberg = lake
+    spec = _fresh(cluster_home, kafka)
     for round_ in range(2):
-        produce(
-            workload(spec, rng, keys=40, events=300), spec.source.topic, kafka.resolved_bootstrap()
-        )
-        result = run_jobs(it_settings, spec, round_ == 0, tmp_path)
+        _produce(spec, kafka, 5 + round_, keys=40, events=300)
+        phases = "onboard,ingest,upsert" if round_ == 0 else "ingest,upsert"
+        result = run_phases(cluster_home, spec, phases, tmp_path)
         assert result["connect"] is True
-        assert result["success"] is True
+        assert result["upsert"] is True, result
+        assert result["catalog"] == iceberg.uri
         assert_base_matches(spec, iceberg, expected_base(spec, kafka))
 
-    ui = stack_state.section(it_settings, "spark_connect")["ui"]
-    (app,) = _get(f"http://127.0.0.1:{ui}/api/v1/applications")
-    executors = _get(f"http://127.0.0.1:{ui}/api/v1/applications/{app['id']}/allexecutors")
+    executors = _get(_app_url(cluster_home) + "/allexecutors")
     worked = [e for e in executors if e["id"] != "driver" and e["totalTasks"] > 0]
     assert len(worked) >= 2, [(e["id"], e["hostPort"], e["totalTasks"]) for e in executors]
     assert all(e["hostPort"].startswith("127.0.0.1:") for e in worked)
     driver = next(e for e in executors if e["id"] == "driver")
     assert driver["totalTasks"] == 0  # the work happened on the workers, not in the driver
+
+    # The tables are rows of the catalog server and their files objects of the store.
+    table = iceberg.load_catalog().load_table(f"{spec.sink.namespace}.{spec.name}")
+    assert table.location() == f"s3://warehouse/{spec.sink.namespace}/{spec.name}"
+    listed = sources.postgres_execute(
+        cluster_home,
+        "SELECT table_namespace || '.' || table_name FROM iceberg_tables;",
+        catalog_server.DATABASE,
+    ).split()
+    assert f"{spec.sink.namespace}.{spec.name}" in listed
+    store = object_store.running(cluster_home)
+    assert store is not None
+    from pyarrow import fs
+
+    files = object_store.filesystem(store).get_file_info(
+        fs.FileSelector(f"warehouse/{spec.sink.namespace}/{spec.name}", recursive=True)
+    )
+    assert any(f.path.endswith(".parquet") for f in files)
+    assert any(f.path.endswith(".metadata.json") for f in files)
+    assert not (cluster_home.local_warehouse / spec.sink.namespace).exists()
+
+
+def test_a_connect_server_restarted_between_runs_changes_nothing(
+    cluster_home: Settings,
+    cluster: spark_cluster.Cluster,
+    lake: tuple[KafkaResource, IcebergCatalogResource],
+    tmp_path: Path,
+) -> None:
+    kafka, iceberg = lake
+    spec = _fresh(cluster_home, kafka)
+    _produce(spec, kafka, 21, keys=60, events=400)
+    assert run_phases(cluster_home, spec, "onboard,ingest,upsert", tmp_path)["upsert"] is True
+    before = stack_state.section(cluster_home, "spark_connect")["pid"]
+    spark_connect.stop_server(cluster_home)
+    stack_up(cluster_home, cluster=True)
+    assert stack_state.section(cluster_home, "spark_connect")["pid"] != before
+    _produce(spec, kafka, 22, keys=60, events=400)
+    assert run_phases(cluster_home, spec, "ingest,upsert", tmp_path)["upsert"] is True
+    assert_base_matches(spec, iceberg, expected_base(spec, kafka))
+    assert_ledger_exact(spec, iceberg, kafka)
+
+
+def _outage(stop: Callable[[], None], start: Callable[[], Any], seconds: float) -> Any:
+    def fault(_executor: str) -> None:
+        stop()
+        time.sleep(seconds)
+        start()
+
+    return fault
+
+
+@pytest.mark.parametrize("server", ["object store", "catalog server"])
+def test_a_server_stopped_mid_run_leaves_nothing_half_committed(
+    server: str,
+    cluster_home: Settings,
+    cluster: spark_cluster.Cluster,
+    lake: tuple[KafkaResource, IcebergCatalogResource],
+    tmp_path: Path,
+) -> None:
+    """The object store or the catalog's PostgreSQL stops for 10 s while the ingest and upsert
+    run. The run may fail or ride it out on retries; either way nothing is half committed, and
+    the next run converges: base equals the replay and the ledger holds each record once."""
+    kafka, iceberg = lake
+    spec = _fresh(cluster_home, kafka)
+    assert run_phases(cluster_home, spec, "onboard", tmp_path)["onboard"] is True
+    _produce(spec, kafka, 31, keys=400, events=6000)
+    if server == "object store":
+        fault = _outage(
+            lambda: object_store.stop(cluster_home), lambda: object_store.start(cluster_home), 10
+        )
+    else:
+        fault = _outage(
+            lambda: sources.stop_postgres(cluster_home),
+            lambda: sources.start_postgres(cluster_home),
+            10,
+        )
+    first = during_run(cluster_home, spec, "ingest,upsert", tmp_path, fault)
+    print(f"{server} outage mid-run: {first}")  # shown with -s: which way the run went
+    # A run that failed says why; one that succeeded is already right.
+    assert first.get("upsert") is True or first.get("error"), first
+    again = run_phases(cluster_home, spec, "ingest,upsert", tmp_path)
+    assert again["upsert"] is True, again
+    assert_base_matches(spec, iceberg, expected_base(spec, kafka))
+    assert_ledger_exact(spec, iceberg, kafka)
 
 
 def _executor_workers(cluster: spark_cluster.Cluster, settings: Settings) -> dict[str, int]:
@@ -112,42 +356,35 @@ def _executor_workers(cluster: spark_cluster.Cluster, settings: Settings) -> dic
     return out
 
 
-def test_a_worker_killed_mid_run_loses_nothing(
-    it_settings: Settings, cluster: spark_cluster.Cluster, kafka: Any, iceberg: Any, tmp_path: Path
+@pytest.mark.parametrize("phase", ["ingest", "upsert"])
+def test_a_worker_killed_mid_phase_loses_nothing(
+    phase: str,
+    cluster_home: Settings,
+    cluster: spark_cluster.Cluster,
+    lake: tuple[KafkaResource, IcebergCatalogResource],
+    tmp_path: Path,
 ) -> None:
-    """Issue 21, part 3: SIGKILL one worker (its executor dies with it) while the ingest and
-    upsert run. Spark reschedules on the other worker; the run succeeds and base equals the
-    replay. Last in the module: the fixture's teardown stops what is left of the cluster."""
-    spec = isolated(example_spec(it_settings, "orders"), partitions=2, kafka=kafka)
-    produce(
-        workload(spec, random.Random(8), keys=400, events=6000),
-        spec.source.topic,
-        kafka.resolved_bootstrap(),
-    )
-    ui = stack_state.section(it_settings, "spark_connect")["ui"]
-    (app,) = _get(f"http://127.0.0.1:{ui}/api/v1/applications")
-    executors_url = f"http://127.0.0.1:{ui}/api/v1/applications/{app['id']}/executors"
-    outcome: dict[str, Any] = {}
-    runner = threading.Thread(
-        target=lambda: outcome.update(run_jobs(it_settings, spec, True, tmp_path)), daemon=True
-    )
-    runner.start()
-    victim = None
-    deadline = time.monotonic() + 300
-    while victim is None and runner.is_alive() and time.monotonic() < deadline:
-        for e in _get(executors_url):
-            if e["id"] != "driver" and e["activeTasks"] > 0:
-                victim = e["id"]
-                break
-        time.sleep(0.2)
-    assert victim is not None, "no executor ran a task of the run: nothing to kill"
-    worker_pid = _executor_workers(cluster, it_settings)[victim]
-    os.killpg(worker_pid, signal.SIGKILL)  # the worker and the executor it started
-    runner.join(600)
-    assert not runner.is_alive()
-    assert outcome["success"] is True
+    """SIGKILL the worker (and the executor it started) that runs a task of the ingest, or of
+    the upsert's MERGE. Spark reschedules on the other worker; the run succeeds, base equals the
+    replay, and `stack up --cluster` starts the dead worker again for the next test."""
+    kafka, iceberg = lake
+    spec = _fresh(cluster_home, kafka)
+    _produce(spec, kafka, 8, keys=400, events=6000)
+    before = "onboard" if phase == "ingest" else "onboard,ingest"
+    assert run_phases(cluster_home, spec, before, tmp_path)[before.split(",")[-1]] is True
+    victims: list[str] = []
+
+    def kill(executor: str) -> None:
+        victims.append(executor)
+        os.killpg(_executor_workers(cluster, cluster_home)[executor], signal.SIGKILL)
+
+    outcome = during_run(cluster_home, spec, phase, tmp_path, kill)
+    assert outcome[phase] is True, outcome
+    lost = [e["id"] for e in _get(_app_url(cluster_home) + "/allexecutors") if not e["isActive"]]
+    assert victims[0] in lost
+    stack_up(cluster_home, cluster=True)  # the dead worker comes back
+    assert spark_cluster.running(cluster_home) is not None
+    if phase == "ingest":
+        assert run_phases(cluster_home, spec, "upsert", tmp_path)["upsert"] is True
     assert_base_matches(spec, iceberg, expected_base(spec, kafka))
-    lost = [
-        e for e in _get(executors_url.replace("/executors", "/allexecutors")) if not e["isActive"]
-    ]
-    assert victim in [e["id"] for e in lost]
+    assert_ledger_exact(spec, iceberg, kafka)
