@@ -29,6 +29,13 @@ class IcebergCatalogResource(ConfigurableResource):  # type: ignore[type-arg]
     def config(self) -> CatalogConfig:
         return CatalogConfig(self.name, self.type, self.uri, self.warehouse, dict(self.properties))
 
+    def setup_for_execution(self, context: Any) -> None:
+        # Before a run or sensor uses the catalog: a shared catalog or object store that cannot
+        # work fails here, naming the setting, before anything is written (resources/preflight).
+        from cdc_assets.resources.preflight import check_catalog
+
+        check_catalog(self.config())
+
     def load_catalog(self) -> Any:
         """A pyiceberg Catalog; imported here so loading definitions stays light."""
         from pyiceberg.catalog import load_catalog

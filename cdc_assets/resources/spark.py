@@ -14,6 +14,7 @@ from pydantic import Field, PrivateAttr
 from cdc_assets.errors import CdcAssetsError
 from cdc_assets.resources.config import spark_conf
 from cdc_assets.resources.iceberg import IcebergCatalogResource
+from cdc_assets.resources.preflight import check_executors
 from cdc_assets.settings import Settings, load_settings
 
 
@@ -79,6 +80,7 @@ class SparkResource(ConfigurableResource):  # type: ignore[type-arg]
             session = SparkSession.builder.remote(self.remote).getOrCreate()
             # Runtime settings are per Connect session; the rest is the server's.
             session.conf.set("spark.sql.shuffle.partitions", str(self.shuffle_partitions))
+            check_executors(session, self.remote)
             self._session = session
         if self._session is None:
             from dagster_pyspark.resources import spark_session_from_config
@@ -91,6 +93,8 @@ class SparkResource(ConfigurableResource):  # type: ignore[type-arg]
                 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
             session = spark_session_from_config(self.conf())  # type: ignore[no-untyped-call]
             session.sparkContext.setLogLevel(self.log_level)
+            if not self.master.startswith("local"):
+                check_executors(session, self.master)
             self._session = session
         return self._session
 

@@ -107,9 +107,11 @@ with dg.instance_for_test() as instance:
         if not result.success:
             failures = [e for e in result.all_events if e.is_failure]
             error = failures[0].event_specific_data.error if failures else None
-            while error is not None and error.cause is not None:
+            chain = []
+            while error is not None:
+                chain.append(error.message.strip()[:1000])
                 error = error.cause
-            out["error"] = error.message[:2000] if error is not None else "?"
+            out["error"] = " <- ".join(chain[1:] or chain) or "?"
             break
 session = resources["spark"].get_session()
 out["connect"] = is_connect(session)
@@ -388,3 +390,116 @@ def test_a_worker_killed_mid_phase_loses_nothing(
         assert run_phases(cluster_home, spec, "upsert", tmp_path)["upsert"] is True
     assert_base_matches(spec, iceberg, expected_base(spec, kafka))
     assert_ledger_exact(spec, iceberg, kafka)
+
+
+# --- bad input: each a ConfigError naming the setting, before anything is written --------------
+
+
+def _config(iceberg: IcebergCatalogResource, **changes: Any) -> Any:
+    from dataclasses import replace
+
+    return replace(iceberg.config(), **changes)
+
+
+def test_bad_object_store_and_catalog_settings_are_named_before_a_write(
+    cluster_home: Settings, lake: tuple[KafkaResource, IcebergCatalogResource]
+) -> None:
+    from cdc_assets.errors import ConfigError
+    from cdc_assets.resources.preflight import check_catalog
+
+    _, iceberg = lake
+    good = iceberg.config()
+    check_catalog(good)
+    wrong_secret = {**good.properties, "s3.secret-access-key": "not-the-secret"}
+    with pytest.raises(
+        ConfigError, match=r"refused the credentials.*CDC_ASSETS_CATALOG_PROPERTIES"
+    ):
+        check_catalog(_config(iceberg, properties=wrong_secret))
+    with pytest.raises(ConfigError, match=r"bucket 'no-such-bucket' does not exist.*WAREHOUSE"):
+        check_catalog(_config(iceberg, warehouse="s3://no-such-bucket/lake"))
+    wrong_password = {**good.properties, "jdbc.password": "wrong"}
+    with pytest.raises(ConfigError, match=r"answered with an error.*CDC_ASSETS_CATALOG_URI"):
+        check_catalog(_config(iceberg, properties=wrong_password))
+    store = object_store.running(cluster_home)
+    assert store is not None
+    # a URI that answers, but not as a catalog: the object store's S3 API
+    with pytest.raises(ConfigError, match="answered with an error"):
+        check_catalog(_config(iceberg, type="rest", uri=store.endpoint))
+    gone = {**good.properties, "s3.endpoint": "http://127.0.0.1:9"}
+    with pytest.raises(ConfigError, match=r"cannot be reached.*s3\.endpoint"):
+        check_catalog(_config(iceberg, properties=gone))
+
+
+def test_a_run_with_wrong_credentials_fails_before_it_writes(
+    cluster_home: Settings,
+    cluster: spark_cluster.Cluster,
+    lake: tuple[KafkaResource, IcebergCatalogResource],
+    tmp_path: Path,
+) -> None:
+    kafka, iceberg = lake
+    spec = _fresh(cluster_home, kafka)
+    assert run_phases(cluster_home, spec, "onboard", tmp_path)["onboard"] is True
+    _produce(spec, kafka, 41, keys=30, events=200)
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(spec.model_dump_json(by_alias=True), encoding="utf-8")
+    env = {
+        **os.environ,
+        ENV_HOME: str(cluster_home.home),
+        "CDC_ASSETS_CATALOG_PROPERTIES": json.dumps({"s3.secret-access-key": "wrong"}),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", RUN, str(spec_file), "ingest"],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["ingest"] is False
+    assert "refused the credentials" in out["error"]
+    layout = ledger_layout(spec)
+    assert read_table(iceberg, layout.namespace, layout.name) == []
+    assert run_phases(cluster_home, spec, "ingest,upsert", tmp_path)["upsert"] is True
+    assert_base_matches(spec, iceberg, expected_base(spec, kafka))
+
+
+PROBE = """
+import sys
+from pyspark.sql import SparkSession
+from cdc_assets.errors import ConfigError
+from cdc_assets.resources.preflight import check_executors
+session = (
+    SparkSession.builder.master(sys.argv[1]).appName("cdc-assets too big")
+    .config("spark.executor.memory", "8g").config("spark.driver.host", "127.0.0.1")
+    .config("spark.driver.bindAddress", "127.0.0.1").config("spark.ui.enabled", "false")
+    .getOrCreate()
+)
+try:
+    check_executors(session, sys.argv[1], timeout=20)
+    print("RAN")
+except ConfigError as exc:
+    print("ERROR", exc)
+session.stop()
+"""
+
+
+def test_a_cluster_that_gives_no_executor_is_an_error_not_a_hang(
+    cluster: spark_cluster.Cluster,
+) -> None:
+    """Executors of 8 GiB on workers of 1.5 GiB (and the Connect driver holding every core):
+    the probe job is cancelled after its timeout with an error naming the settings."""
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE, cluster.master_url],
+        cwd=PROJECT_ROOT,
+        env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr[-3000:]
+    assert last.startswith("ERROR"), last
+    assert "ran no task in 20 s" in last
+    assert "spark.executor.memory" in last
