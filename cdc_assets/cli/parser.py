@@ -13,7 +13,7 @@ from cdc_assets.cli.demo import cmd_report, cmd_run
 from cdc_assets.cli.fleet import cmd_fleet
 from cdc_assets.cli.migrate import cmd_migrate_asset_keys
 from cdc_assets.cli.specs import cmd_specs
-from cdc_assets.cli.stack import cmd_dagster_home, cmd_dev, cmd_jars, cmd_stack
+from cdc_assets.cli.stack import cmd_dagster_home, cmd_dev, cmd_jars, cmd_spark_conf, cmd_stack
 from cdc_assets.cli.sync import cmd_sync
 from cdc_assets.cli.tables import (
     cmd_backfill,
@@ -42,6 +42,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("jars", help="fetch the JVM jars with Maven (no-op when cached)").set_defaults(
         fn=cmd_jars
     )
+    sub.add_parser(
+        "spark-conf",
+        help="print the Spark properties a driver or Spark Connect server of this deployment "
+        "needs (spark-defaults.conf lines; they include the catalog's credentials)",
+    ).set_defaults(fn=cmd_spark_conf)
     stack = sub.add_parser("stack", help="local Kafka broker + Iceberg catalog + warehouse")
     stack.add_argument("action", choices=["up", "status", "down"])
     stack.add_argument("--purge", action="store_true", help="with down: delete all stack state")

@@ -26,6 +26,16 @@ def cmd_jars(settings: Settings, _: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_spark_conf(settings: Settings, _: argparse.Namespace) -> int:
+    """The configuration SparkResource renders (the catalog, extensions, jars of the jar cache),
+    for a Spark Connect server or driver started by other means (Kubernetes, spark-submit)."""
+    from cdc_assets.resources import build_resources
+
+    for key, value in sorted(build_resources(settings)["spark"].conf().items()):
+        print(f"{key} {value}")
+    return 0
+
+
 def cmd_stack(settings: Settings, args: argparse.Namespace) -> int:
     from cdc_assets.stack import local_stack
 
