@@ -137,6 +137,8 @@ def start(settings: Settings) -> ObjectStore:
     log = settings.stack_dir / "logs" / "object-store.log"
     env = {**os.environ, "ROOT_ACCESS_KEY": ACCESS_KEY, "ROOT_SECRET_KEY": secret}
     command = [str(exe), "--port", f"{HOST}:{port}", "--region", REGION, "--quiet"]
+    # One line per S3 request (operation, object, status): what a run costs the store.
+    command += ["--access-log", str(access_log(settings))]
     command += ["posix", str(data)]
     pid = local_process.start_detached(command, log, cwd=data, env=env)
     store = ObjectStore(f"http://{HOST}:{port}", ACCESS_KEY, secret, BUCKET)
@@ -156,6 +158,11 @@ def start(settings: Settings) -> ObjectStore:
         stop(settings)
         raise
     return store
+
+
+def access_log(settings: Settings) -> Path:
+    """The gateway's S3 access log (one line per request)."""
+    return settings.stack_dir / "logs" / "object-store-access.log"
 
 
 def stop(settings: Settings) -> None:
