@@ -192,9 +192,18 @@ def render_expire_snapshots(catalog: str, table: str, expiry: Expiry) -> str:
     )
 
 
-def render_remove_orphan_files(catalog: str, table: str, older_than_ms: int) -> str:
+# Locations Spark lists through a Hadoop file system; any other (s3://, gs://, abfs://: object
+# stores reached through Iceberg's FileIO, without Hadoop's connectors) is listed by the table's
+# FileIO with prefix listing.
+HADOOP_LISTED = ("file:", "hdfs:", "/")
+
+
+def render_remove_orphan_files(
+    catalog: str, table: str, older_than_ms: int, location: str = ""
+) -> str:
+    extra = {} if location.startswith(HADOOP_LISTED) or not location else {"prefix_listing": "true"}
     return render_procedure(
-        catalog, "remove_orphan_files", table, older_than=timestamp_literal(older_than_ms)
+        catalog, "remove_orphan_files", table, older_than=timestamp_literal(older_than_ms), **extra
     )
 
 
@@ -375,7 +384,9 @@ def maintain_table(
         )
         plan.append(("expire_snapshots", layer, expire))
     for layer in ALL_LAYERS:
-        orphans = render_remove_orphan_files(catalog, ident[layer], orphans_before)
+        layout = layouts[layer]
+        location = iceberg_catalog.load_table(f"{layout.namespace}.{layout.name}").location()
+        orphans = render_remove_orphan_files(catalog, ident[layer], orphans_before, location)
         plan.append(("remove_orphan_files", layer, partial(_remove_orphans, session, orphans)))
     for step, layer, action in plan:
         runner.step(step, layer, ident[layer], action)
@@ -397,6 +408,12 @@ def _isolated_session(spark: Any) -> Any:
     Other threads' commits set snapshot properties (the upsert's watermark) in their session's
     conf while they run; a maintenance commit in that session would carry them too.
     """
+    from cdc_assets.pipeline.session_kind import is_connect
+
+    if is_connect(spark):
+        # A Spark Connect client has no newSession(); its SQL conf already lives in a server
+        # session of its own, which no other run shares (each Dagster run is its own process).
+        return spark
     session = _SESSIONS.get(spark)
     if session is None:
         session = _SESSIONS[spark] = spark.newSession()

@@ -96,6 +96,11 @@ def test_procedures_name_the_table_with_its_catalog() -> None:
         "older_than => TIMESTAMP '1970-01-01 00:00:00.000+00:00', retain_last => 4)"
     )
     assert "remove_orphan_files(table => " in render_remove_orphan_files("lake", table, 0)
+    # an object store's table is listed by its FileIO (no Hadoop connector for s3:// in Spark)
+    on_s3 = render_remove_orphan_files("lake", table, 0, "s3://warehouse/shop/orders")
+    assert on_s3.endswith("prefix_listing => true)")
+    on_disk = render_remove_orphan_files("lake", table, 0, "file:/tmp/warehouse/shop/orders")
+    assert "prefix_listing" not in on_disk
     assert render_tombstone_purge(table, 0) == (
         f"DELETE FROM {table} WHERE _recorded_at < TIMESTAMP '1970-01-01 00:00:00.000+00:00'"
     )
