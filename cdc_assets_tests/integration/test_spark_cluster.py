@@ -588,3 +588,70 @@ def test_the_demo_every_check_maintenance_and_redrive_run_unchanged(
     assert "replayed" in redrive.stdout, redrive.stdout[-3000:] + redrive.stderr[-3000:]
     assert "0 to the ledger" in redrive.stdout
     assert redrive.returncode == 1
+
+
+BOOT = """
+import json, sys
+from cdc_assets.pipeline.bootstrap import bootstrap_base, read_files, read_jdbc
+from cdc_assets.resources import build_resources
+from cdc_assets.schema.position import Position
+from cdc_assets.settings import load_settings
+from cdc_assets.spec.models import TableSpec
+
+spec = TableSpec.model_validate_json(open(sys.argv[1]).read())
+kind, location = sys.argv[2], sys.argv[3]
+major, minor, row = (int(x) for x in sys.argv[4].split(":"))
+resources = build_resources(load_settings())
+spark = resources["spark"].get_session()
+if kind == "jdbc":
+    dump = read_jdbc(spark, location, "users", {"driver": "org.sqlite.JDBC"})
+else:
+    dump = read_files(spark, location, kind)
+result = bootstrap_base(
+    spark, resources["spark"].catalog.name, resources["iceberg"].load_catalog(), spec, dump,
+    Position(major, minor, row), source=kind, progress=False,
+)
+print(json.dumps({"rows": result.rows}))
+spark.stop()
+"""
+
+
+@pytest.mark.parametrize("kind", ["parquet", "csv", "jdbc"])
+def test_bootstrap_from_a_dump_on_the_profile(
+    kind: str,
+    cluster_home: Settings,
+    lake: tuple[KafkaResource, IcebergCatalogResource],
+    tmp_path: Path,
+) -> None:
+    """A dump read by the executors (a path every executor can read: on one machine, a local
+    one), stitched to the change stream as on a local driver (test_bootstrap's scenario)."""
+    from cdc_assets_tests.integration.test_bootstrap import (
+        expected_after_bootstrap,
+        scenario,
+        write_dump,
+    )
+    from cdc_assets_tests.support.bad_records import users_spec
+
+    kafka, iceberg = lake
+    spec = isolated(users_spec(), kafka=kafka)
+    assert run_phases(cluster_home, spec, "onboard", tmp_path)["onboard"] is True
+    before, after, dump = scenario(spec)
+    produce([*before, *after], spec.source.topic, kafka.resolved_bootstrap())
+    assert run_phases(cluster_home, spec, "ingest", tmp_path)["ingest"] is True
+    expected, position = expected_after_bootstrap(spec, kafka, sorted(dump))
+    reader, location = write_dump(kind, dump, tmp_path)
+    spec_file = tmp_path / "boot-spec.json"
+    spec_file.write_text(spec.model_dump_json(by_alias=True), encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-c", BOOT, str(spec_file), reader, location, position.text()],
+        cwd=PROJECT_ROOT,
+        env={**os.environ, ENV_HOME: str(cluster_home.home)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1])["rows"] == len(dump)
+    assert run_phases(cluster_home, spec, "upsert", tmp_path)["upsert"] is True
+    assert_base_matches(spec, iceberg, expected)
