@@ -131,11 +131,18 @@ def ledger_null_counts(
 
 
 def image_mismatches(
-    spark: Any, catalog: str, iceberg_catalog: Any, spec: TableSpec, *, examples: int = 5
+    spark: Any,
+    catalog: str,
+    iceberg_catalog: Any,
+    spec: TableSpec,
+    *,
+    examples: int = 5,
+    last_upsert_only: bool = False,
 ) -> ImageMismatches:
     """Compare the typed values of the ledger with its row images (decoded as the ingest decodes
     them under ``spec``), and base with the ledger changes it holds, over the ledger partitions
-    of the upsert's lookback before now."""
+    of the upsert's lookback before now; with ``last_upsert_only``, over the ledger rows base's
+    newest upsert applied (the check right after an upsert: its cost follows the change set)."""
     from cdc_assets.pipeline.evolve import _readable_snapshot
     from cdc_assets.schema.recover import value_columns
     from cdc_assets.sql.backfill import (
@@ -153,8 +160,13 @@ def image_mismatches(
     since = backfill_min_dt(datetime.now(UTC), spec.base.lookback_hours)
     if snapshot is None or not columns:
         return ImageMismatches(0, {}, since=since)
+    offsets = None
+    if last_upsert_only:
+        from cdc_assets.pipeline.watermark import last_applied_offsets
+
+        offsets = last_applied_offsets(_load(iceberg_catalog, base_layout(spec)))
     ledger = table_identifier(catalog, ledger_l)
-    values = render_ledger_values(spec, ledger, snapshot, columns, min_dt=since)
+    values = render_ledger_values(spec, ledger, snapshot, columns, min_dt=since, offsets=offsets)
     counts = spark.sql(render_image_mismatch_counts(values, columns)).collect()[0]
     compared = int(spark.sql(f"SELECT count(*) AS n FROM ({values}) AS v").collect()[0]["n"])
     per_column = {c: int(counts[c]) for c in columns}
@@ -167,17 +179,25 @@ def image_mismatches(
     base = table_identifier(catalog, base_layout(spec))
     base_count = int(
         spark.sql(
-            render_position_count(spec, base, ledger, snapshot, columns, min_dt=since)
+            render_position_count(
+                spec, base, ledger, snapshot, columns, min_dt=since, offsets=offsets
+            )
         ).collect()[0]["n"]
     )
     base_examples: list[str] = []
     if base_count:
         sql = render_position_examples(
-            spec, base, ledger, snapshot, columns, min_dt=since, limit=examples
+            spec, base, ledger, snapshot, columns, min_dt=since, limit=examples, offsets=offsets
         )
         base_examples = [f"base {r['key']}: {r['mismatch']}" for r in spark.sql(sql).collect()]
     return ImageMismatches(
-        compared, per_column, ledger_examples, base_count, base_examples, since=since
+        compared,
+        per_column,
+        ledger_examples,
+        base_count,
+        base_examples,
+        since=since,
+        last_upsert_only=offsets is not None,
     )
 
 

@@ -112,6 +112,27 @@ def base_state(table: Any) -> UpsertState:
     )
 
 
+def last_applied_offsets(table: Any) -> dict[int, tuple[int, int]] | None:
+    """The Kafka offset ranges (partition -> [start, end)) of the ledger rows base's newest
+    upsert state applied: from the state before it to it. None when base has no state."""
+    from pyiceberg.table.snapshots import ancestors_of
+
+    current = table.current_snapshot()
+    states: list[UpsertState] = []
+    if current is not None:
+        for snapshot in ancestors_of(current, table.metadata):
+            props = _summary_props(snapshot)
+            if WATERMARK in props:
+                states.append(UpsertState.from_properties(props))
+                if len(states) == 2:
+                    break
+    if not states:
+        return None
+    end = states[0].watermark
+    start = states[1].watermark if len(states) == 2 else {}
+    return {p: (start.get(p, 0), e) for p, e in end.items()}
+
+
 def current_properties(table: Any) -> dict[str, str]:
     """Summary properties of the table's current snapshot ({} for an empty table)."""
     current = table.current_snapshot()

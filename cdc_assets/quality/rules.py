@@ -255,6 +255,7 @@ class ImageMismatches:
     base: int = 0  # base rows holding a change whose ledger row has another value
     base_examples: Sequence[str] = ()
     since: str | None = None  # the oldest ledger dt compared (None: all)
+    last_upsert_only: bool = False  # only the ledger rows of base's newest upsert were compared
 
 
 def image_values_verdict(m: ImageMismatches) -> Verdict:
@@ -268,6 +269,7 @@ def image_values_verdict(m: ImageMismatches) -> Verdict:
         "base_mismatches": m.base,
         "examples": [*m.ledger_examples, *m.base_examples],
         "since_dt": m.since or "all",
+        "scope": "the newest upsert's changes" if m.last_upsert_only else "the lookback window",
     }
     failures: list[tuple[Severity, str]] = []
     if wrong:

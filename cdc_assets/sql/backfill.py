@@ -11,7 +11,7 @@ change predates the column keeps its null: there is nothing to recover for it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
 from cdc_assets.schema.wire import FieldPlan, plan_fields
@@ -78,6 +78,7 @@ def render_ledger_values(
     *,
     min_dt: str | None = None,
     exclude_files: Sequence[str] = (),
+    offsets: Mapping[int, tuple[int, int]] | None = None,
 ) -> str:
     """SELECT of every ledger row with a row image: its coordinates (dt, hr, Kafka partition and
     offset), each column decoded as the ingest decodes it under ``spec`` (NULL when the image
@@ -86,7 +87,8 @@ def render_ledger_values(
     update) and ``__rejected`` (some value would be a dead letter under ``spec``).
 
     ``exclude_files``: ledger data files not to touch (redriven rows base has not applied yet:
-    the upsert finds those by file name).
+    the upsert finds those by file name). ``offsets``: only the ledger rows in these Kafka
+    offset ranges (partition -> [start, end)).
     """
     plans = backfill_plans(spec, columns)
     where = [f"l._op IN ({', '.join(literal(o) for o in IMAGE_OPS)})", "l._row_json IS NOT NULL"]
@@ -94,6 +96,8 @@ def render_ledger_values(
         where.append(f"l.dt >= {literal(min_dt)}")
     if exclude_files:
         where.append(f"l._file NOT IN ({', '.join(literal(f) for f in exclude_files)})")
+    if offsets is not None:
+        where.append(offset_filter(offsets))
     stored = [f"l.{quote(p.sink_name)} AS {_old(i)}" for i, p in enumerate(plans)]
     sql = (
         "SELECT l.dt, l.hr, l._kafka_partition, l._kafka_offset, l._op AS op, "
@@ -187,8 +191,24 @@ def render_ledger_update(
     )
 
 
+def offset_filter(offsets: Mapping[int, tuple[int, int]], alias: str = "l") -> str:
+    """Ledger rows whose Kafka coordinates fall in ``offsets`` (partition -> [start, end))."""
+    ranges = [
+        f"({alias}._kafka_partition = {int(p)} AND {alias}._kafka_offset >= {int(start)} "
+        f"AND {alias}._kafka_offset < {int(end)})"
+        for p, (start, end) in sorted(offsets.items())
+        if end > start
+    ]
+    return "(" + (" OR ".join(ranges) if ranges else "false") + ")"
+
+
 def _position_source(
-    spec: TableSpec, ledger: str, snapshot_id: int, columns: Sequence[str], min_dt: str | None
+    spec: TableSpec,
+    ledger: str,
+    snapshot_id: int,
+    columns: Sequence[str],
+    min_dt: str | None,
+    offsets: Mapping[int, tuple[int, int]] | None = None,
 ) -> str:
     keys = key_names(spec)
     picked = [*keys, *SEQ_PARTS, "_kafka_partition", "_kafka_offset", *columns]
@@ -199,6 +219,8 @@ def _position_source(
     ]
     if min_dt is not None:
         where.append(f"l.dt >= {literal(min_dt)}")
+    if offsets is not None:
+        where.append(offset_filter(offsets))
     return (
         f"SELECT {', '.join('l.' + quote(c) for c in unique)} "
         f"FROM {ledger} VERSION AS OF {snapshot_id} AS l WHERE {' AND '.join(where)}"
@@ -247,9 +269,10 @@ def render_position_examples(
     *,
     min_dt: str | None = None,
     limit: int = 5,
+    offsets: Mapping[int, tuple[int, int]] | None = None,
 ) -> str:
     """Up to ``limit`` rows `render_position_update` would rewrite: key and what differs."""
-    source = _position_source(spec, ledger, snapshot_id, columns, min_dt)
+    source = _position_source(spec, ledger, snapshot_id, columns, min_dt, offsets)
     keys = ", ".join(f"t.{quote(k)}" for k in key_names(spec))
     parts = ", ".join(
         f"CASE WHEN s.{quote(c)} IS NOT NULL AND NOT (t.{quote(c)} <=> s.{quote(c)}) THEN "
@@ -272,9 +295,11 @@ def render_position_count(
     columns: Sequence[str],
     *,
     min_dt: str | None = None,
+    offsets: Mapping[int, tuple[int, int]] | None = None,
 ) -> str:
-    """One row, ``n``: the rows `render_position_update` would rewrite."""
-    source = _position_source(spec, ledger, snapshot_id, columns, min_dt)
+    """One row, ``n``: the rows `render_position_update` would rewrite (of the ledger rows in
+    ``offsets`` only, when given)."""
+    source = _position_source(spec, ledger, snapshot_id, columns, min_dt, offsets)
     return (
         f"SELECT count(*) AS n FROM {target} t JOIN ({source}) s ON {_position_match(spec)} "
         f"WHERE {_differs(columns)}"
