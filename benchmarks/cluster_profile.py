@@ -203,6 +203,9 @@ def main() -> None:
     settings = make_home(base)
     try:
         print("starting the cluster profile (stack up --cluster) ...", flush=True)
+        from cdc_assets.stack.object_store import ENV_ACCESS_LOG
+
+        os.environ[ENV_ACCESS_LOG] = "1"  # the S3 requests are counted from its access log
         state = stack_up(settings, cluster=True)
         spec = next(s for s in load_specs(ROOT / "table_specs") if s.name == "orders")
         topic = f"bench.orders.{int(time.time())}"

@@ -1,6 +1,7 @@
 """An S3-compatible object store on loopback for the cluster profile: the Versity S3 Gateway
 (Apache-2.0, a Go program) over a directory of the stack, built once from its Go module with the
 Go toolchain into the jar cache (``jars/bin/versitygw``), the way the jars come from Maven.
+With ``CDC_ASSETS_S3_ACCESS_LOG=1`` it logs every request to ``logs/object-store-access.log``.
 
 The stack records its port, the root credentials it made up and the warehouse bucket in the state
 file's ``object_store`` section; the catalog properties for Iceberg's ``S3FileIO`` (Spark, the
@@ -33,6 +34,8 @@ BUCKET = "warehouse"
 REGION = "us-east-1"
 ACCESS_KEY = "cdcassets"
 READY_TIMEOUT_S = 60.0
+# 1: the gateway writes an S3 access log (benchmarks/cluster_profile.py counts requests in it).
+ENV_ACCESS_LOG = "CDC_ASSETS_S3_ACCESS_LOG"
 BUILD_TIMEOUT_S = 900
 
 
@@ -137,8 +140,10 @@ def start(settings: Settings) -> ObjectStore:
     log = settings.stack_dir / "logs" / "object-store.log"
     env = {**os.environ, "ROOT_ACCESS_KEY": ACCESS_KEY, "ROOT_SECRET_KEY": secret}
     command = [str(exe), "--port", f"{HOST}:{port}", "--region", REGION, "--quiet"]
-    # One line per S3 request (operation, object, status): what a run costs the store.
-    command += ["--access-log", str(access_log(settings))]
+    if os.environ.get(ENV_ACCESS_LOG, "").strip() in ("1", "true", "yes"):
+        # One line per S3 request (operation, object, status): what a run costs the store. Off
+        # by default: about a megabyte per pipeline cycle of a busy table, never rotated.
+        command += ["--access-log", str(access_log(settings))]
     command += ["posix", str(data)]
     pid = local_process.start_detached(command, log, cwd=data, env=env)
     store = ObjectStore(f"http://{HOST}:{port}", ACCESS_KEY, secret, BUCKET)
