@@ -37,3 +37,7 @@ class EvolutionError(CdcAssetsError):
 class ConfigError(CdcAssetsError):
     """A setting has a value that cannot work (malformed, or a server it names refuses); the
     message names the setting to fix. Raised before any data is written."""
+
+
+class ShardedSpecError(CdcAssetsError):
+    """A per-source operation was asked of a spec with several shards: take one shard's view."""

@@ -253,6 +253,9 @@ def _ledger_exprs(spec: TableSpec) -> dict[str, str]:
             "hr": "hour(_kafka_ts)",
         }
     )
+    if spec.shard_column and spec.shard is not None:
+        # Each shard has a ledger of its own: the shard column is the same in every row.
+        exprs[spec.shard_column] = literal(spec.shard.shard_name)
     return {c.name: exprs[c.name] for c in ledger_layout(spec).columns if c.name in exprs}
 
 

@@ -43,7 +43,10 @@ from cdc_assets.pipeline.watermark import (
     commit_properties_only,
     current_properties,
     is_commit_conflict,
+    shard_of,
+    shard_states,
     snapshot_properties,
+    state_key,
 )
 from cdc_assets.schema.layers import (
     TableLayout,
@@ -159,7 +162,8 @@ def build_bucketed(
     started = time.monotonic()
     ledger_l, bucketed_l = ledger_layout(spec), bucketed_layout(spec)
     tomb_l = tombstones_layout(spec)
-    state = base_state(load_table(iceberg_catalog, base_layout(spec)))
+    shard = shard_of(spec)
+    state = base_state(load_table(iceberg_catalog, base_layout(spec)), shard)
     ledger = load_table(iceberg_catalog, ledger_l)
     current = ledger.current_snapshot()
     result = BucketedResult(spec.name, state, state)
@@ -208,6 +212,7 @@ def build_bucketed(
         max_position=max(p for p in (state.max_position, newest) if p is not None)
         if state.max_position is not None or newest is not None
         else None,
+        shard=shard,
     )
     window = ChangeWindow(**{**window.__dict__, "floor": floor})
     moved = None
@@ -248,7 +253,7 @@ def build_bucketed(
     written = current_properties(load_table(iceberg_catalog, bucketed_l))
     if (
         written.get(FROM_STATE) != state.token()
-        or UpsertState.from_properties(written).token() != to_state.token()
+        or UpsertState.from_properties(written, shard).token() != to_state.token()
     ):
         # Nothing to write: Spark made no commit. Empty the table and record the states.
         spark.sql(f"DELETE FROM {target}")
@@ -349,14 +354,15 @@ def merge_base(spark: Any, catalog: str, iceberg_catalog: Any, spec: TableSpec) 
     started = time.monotonic()
     base_l, bucketed_l, tomb_l = base_layout(spec), bucketed_layout(spec), tombstones_layout(spec)
     base_table = load_table(iceberg_catalog, base_l)
-    state = base_state(base_table)
+    shard = shard_of(spec)
+    state = base_state(base_table, shard)
     props = current_properties(load_table(iceberg_catalog, bucketed_l))
     result = MergeResult(spec.name, state, state)
-    if WATERMARK not in props:
+    if state_key(WATERMARK, shard) not in props:
         result.up_to_date = True
         result.seconds = time.monotonic() - started
         return result
-    to_state = UpsertState.from_properties(props)
+    to_state = UpsertState.from_properties(props, shard)
     result.to_state = to_state
     if to_state.token() == state.token():
         result.up_to_date = True
@@ -388,6 +394,10 @@ def merge_base(spark: Any, catalog: str, iceberg_catalog: Any, spec: TableSpec) 
         keep_unavailable=spec.source.connector in PLACEHOLDER_CONNECTORS,
     )
     commit_props = {**to_state.properties(), UPSERT_KIND: "upsert"}
+    if shard is not None:
+        # The other shards' states ride along, so that no snapshot expiry loses one.
+        others = [n for n in spec.source.shard_names if n != shard]
+        commit_props = {**shard_states(base_table, others), **commit_props}
     # A Connect client cannot see the plan a statement ran with: it plans the MERGE once more.
     planned = merge_plan(spark, merge_sql) if is_connect(spark) else None
     conf = {DISTRIBUTION_MODE_CONF: "none"} if _lines_up(base_table) else {}
@@ -395,7 +405,7 @@ def merge_base(spark: Any, catalog: str, iceberg_catalog: Any, spec: TableSpec) 
     def still_from_state() -> None:
         # A conflict may mean another upsert committed: re-running this MERGE would then commit
         # this run's (older) state over its newer one. Only maintenance may have moved base.
-        now = base_state(load_table(iceberg_catalog, base_l))
+        now = base_state(load_table(iceberg_catalog, base_l), shard)
         if now.token() != state.token():
             raise StaleChangesError(
                 f"{spec.name}: another upsert moved base to {now.token()} while this one "
@@ -411,7 +421,7 @@ def merge_base(spark: Any, catalog: str, iceberg_catalog: Any, spec: TableSpec) 
     result.storage_partitioned = None if shuffles is None else not any(shuffles)
     failpoint("after_base_merge")
     table = load_table(iceberg_catalog, base_l)
-    if base_state(table).token() != to_state.token():
+    if base_state(table, shard).token() != to_state.token():
         # No row changed, so Spark made no commit: record the new state on its own.
         commit_properties_only(table, commit_props)
         table = load_table(iceberg_catalog, base_l)

@@ -19,6 +19,7 @@ from typing import Any
 
 from cdc_assets.pipeline.offsets import decode_offsets, encode_offsets
 from cdc_assets.schema.position import Position
+from cdc_assets.spec.models import TableSpec
 
 WATERMARK = "cdc.watermark"
 WATERMARK_TS = "cdc.watermark-ts"
@@ -38,9 +39,25 @@ SESSION_PROPERTY_PREFIX = "spark.sql.iceberg.snapshot-property."
 CONFLICT_MARKERS = ("CommitFailedException", "ValidationException", "Found conflicting files")
 
 
+def shard_of(spec: TableSpec) -> str | None:
+    """The shard name a per-shard view's state is kept under (None: one source)."""
+    return spec.shard.shard_name if spec.shard is not None else None
+
+
+def state_key(key: str, shard: str | None) -> str:
+    """The base summary property of ``key`` for one shard: each shard of a sharded table has
+    its own ledger, so its own watermark, floor and positions (``cdc.shard.<name>.watermark``)."""
+    return key if shard is None else f"cdc.shard.{shard}.{key.removeprefix('cdc.')}"
+
+
+# The state keys base carries per shard (the others describe one commit).
+STATE_KEYS = (WATERMARK, WATERMARK_TS, LEDGER_SNAPSHOT, LEDGER_SEQUENCE, FLOOR, MAX_POSITION)
+
+
 @dataclass(frozen=True)
 class UpsertState:
-    """Where base stands: what it has applied of the ledger, and what it ignores."""
+    """Where base stands: what it has applied of the ledger, and what it ignores. A sharded
+    table's base holds one per shard (``shard``), under that shard's property names."""
 
     watermark: Mapping[int, int] = field(default_factory=dict)
     watermark_ts: datetime | None = None
@@ -48,8 +65,13 @@ class UpsertState:
     ledger_snapshot: int | None = None
     floor: Position | None = None
     max_position: Position | None = None
+    shard: str | None = None
 
     def properties(self) -> dict[str, str]:
+        """The state as base summary properties (under the shard's names for a shard)."""
+        return {state_key(k, self.shard): v for k, v in self._properties().items()}
+
+    def _properties(self) -> dict[str, str]:
         props = {
             WATERMARK: encode_offsets(self.watermark),
             LEDGER_SEQUENCE: str(self.ledger_sequence),
@@ -71,7 +93,11 @@ class UpsertState:
         )
 
     @classmethod
-    def from_properties(cls, props: Mapping[str, str]) -> UpsertState:
+    def from_properties(cls, props: Mapping[str, str], shard: str | None = None) -> UpsertState:
+        if shard is not None:
+            props = {
+                k: props[state_key(k, shard)] for k in STATE_KEYS if state_key(k, shard) in props
+            }
         ts = props.get(WATERMARK_TS)
         floor = props.get(FLOOR)
         newest = props.get(MAX_POSITION)
@@ -83,6 +109,7 @@ class UpsertState:
             ledger_snapshot=int(snapshot) if snapshot else None,
             floor=Position.parse(floor) if floor else None,
             max_position=Position.parse(newest) if newest else None,
+            shard=shard,
         )
 
 
@@ -91,28 +118,48 @@ def _summary_props(snapshot: Any) -> dict[str, str]:
     return dict(summary.additional_properties) if summary is not None else {}
 
 
-def state_snapshot(table: Any) -> Any | None:
+def state_snapshot(table: Any, shard: str | None = None) -> Any | None:
     """The newest snapshot of the current lineage that recorded an upsert state (pyiceberg)."""
     from pyiceberg.table.snapshots import ancestors_of
 
     current = table.current_snapshot()
     if current is None:
         return None
+    key = state_key(WATERMARK, shard)
     for snapshot in ancestors_of(current, table.metadata):
-        if WATERMARK in _summary_props(snapshot):
+        if key in _summary_props(snapshot):
             return snapshot
     return None
 
 
-def base_state(table: Any) -> UpsertState:
-    """The state base has reached (empty when nothing was applied yet)."""
-    snapshot = state_snapshot(table)
-    return (
-        UpsertState() if snapshot is None else UpsertState.from_properties(_summary_props(snapshot))
-    )
+def base_state(table: Any, shard: str | None = None) -> UpsertState:
+    """The state base has reached (empty when nothing was applied yet), of one shard's ledger
+    for a sharded table."""
+    snapshot = state_snapshot(table, shard)
+    if snapshot is None:
+        return UpsertState(shard=shard)
+    return UpsertState.from_properties(_summary_props(snapshot), shard)
 
 
-def last_applied_offsets(table: Any) -> dict[int, tuple[int, int]] | None:
+def shard_states(table: Any, shards: list[str]) -> dict[str, str]:
+    """Every shard's newest state as properties: a base commit of one shard carries the
+    others' forward, so snapshot expiry never takes a shard's state away."""
+    out: dict[str, str] = {}
+    for shard in shards:
+        snapshot = state_snapshot(table, shard)
+        if snapshot is not None:
+            props = _summary_props(snapshot)
+            out.update(
+                {
+                    state_key(k, shard): props[state_key(k, shard)]
+                    for k in STATE_KEYS
+                    if state_key(k, shard) in props
+                }
+            )
+    return out
+
+
+def last_applied_offsets(table: Any, shard: str | None = None) -> dict[int, tuple[int, int]] | None:
     """The Kafka offset ranges (partition -> [start, end)) of the ledger rows base's newest
     upsert state applied: from the state before it to it. None when base has no state."""
     from pyiceberg.table.snapshots import ancestors_of
@@ -122,8 +169,12 @@ def last_applied_offsets(table: Any) -> dict[int, tuple[int, int]] | None:
     if current is not None:
         for snapshot in ancestors_of(current, table.metadata):
             props = _summary_props(snapshot)
-            if WATERMARK in props:
-                states.append(UpsertState.from_properties(props))
+            if state_key(WATERMARK, shard) in props:
+                state = UpsertState.from_properties(props, shard)
+                # Other shards' commits carry this shard's state forward unchanged.
+                if states and state.token() == states[-1].token():
+                    continue
+                states.append(state)
                 if len(states) == 2:
                     break
     if not states:

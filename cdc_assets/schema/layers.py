@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from cdc_assets.errors import ShardedSpecError
 from cdc_assets.schema.types import SinkType
 from cdc_assets.spec.models import TableSpec
 
@@ -132,10 +133,16 @@ DEAD_LETTER_COLUMNS = (
 
 
 def data_columns(spec: TableSpec, *, keys_required: bool) -> tuple[Column, ...]:
-    """The spec's columns under their sink names and types, in spec order."""
+    """The spec's columns under their sink names and types, in spec order; a sharded table's
+    shard column first (a key column: the same key on two shards is two rows)."""
     keys = set(spec.primary_key)
     connector = spec.source.connector
-    return tuple(
+    shard = (
+        (Column(spec.shard_column, STRING, required=keys_required, doc="the shard of the row"),)
+        if spec.shard_column
+        else ()
+    )
+    return shard + tuple(
         Column(
             name=c.sink_name,
             type=c.sink_type(connector),
@@ -157,7 +164,7 @@ def _bucket_partition(spec: TableSpec) -> str:
 
 def base_layout(spec: TableSpec) -> TableLayout:
     """The mirror of the source table: bucketed by key, merge-on-read, key as identifier fields."""
-    key_sink_names = tuple(c.sink_name for c in spec.key_columns)
+    key_sink_names = tuple(spec.key_sink_names)
     return TableLayout(
         namespace=spec.sink.namespace,
         name=_sink_table(spec),
@@ -169,11 +176,24 @@ def base_layout(spec: TableSpec) -> TableLayout:
     )
 
 
+def _source_table(spec: TableSpec, what: str) -> str:
+    """The name prefix of a per-source table: the sink table, and the shard's name for one
+    shard of a sharded spec (each shard has its own ledger, bucketed table and dead letters;
+    base and tombstones are the table's)."""
+    if spec.source.shards:
+        raise ShardedSpecError(
+            f"{spec.name} has {len(spec.source.shards)} shards, each with its own {what}: "
+            "take one shard's view (TableSpec.shard_specs)"
+        )
+    shard = spec.shard
+    return _sink_table(spec) if shard is None else f"{_sink_table(spec)}_{shard.shard_name}"
+
+
 def ledger_layout(spec: TableSpec) -> TableLayout:
     """The append-only CDC ledger: one row per change event, partitioned by processing dt/hr."""
     return TableLayout(
         namespace=spec.sink.namespace,
-        name=f"{_sink_table(spec)}_cdc",
+        name=f"{_source_table(spec, 'ledger')}_cdc",
         columns=data_columns(spec, keys_required=False) + SEQUENCE_COLUMNS + LEDGER_ONLY_COLUMNS,
         partition_by=("dt", "hr"),
         properties={**LEDGER_PROPERTIES, ORDER_PROPERTY: source_order(spec)},
@@ -185,7 +205,7 @@ def bucketed_layout(spec: TableSpec) -> TableLayout:
     """The per-run temp table: newest change per key, bucketed exactly like base."""
     return TableLayout(
         namespace=spec.sink.namespace,
-        name=f"{_sink_table(spec)}_bucketed",
+        name=f"{_source_table(spec, 'bucketed table')}_bucketed",
         columns=data_columns(spec, keys_required=False) + SEQUENCE_COLUMNS + (UNAVAILABLE_COLUMN,),
         partition_by=(_bucket_partition(spec),),
         properties=dict(LEDGER_PROPERTIES),
@@ -215,7 +235,7 @@ def dead_letter_layout(spec: TableSpec) -> TableLayout:
     """Records of this table that could not be written, with their Kafka coordinates and reason."""
     return TableLayout(
         namespace=spec.sink.namespace,
-        name=f"{_sink_table(spec)}{spec.sink.dead_letter_suffix}",
+        name=f"{_source_table(spec, 'dead-letter table')}{spec.sink.dead_letter_suffix}",
         columns=DEAD_LETTER_COLUMNS,
         properties=dict(LEDGER_PROPERTIES),
         comment=f"dead letters of {spec.source.topic}",
@@ -223,11 +243,20 @@ def dead_letter_layout(spec: TableSpec) -> TableLayout:
 
 
 def all_layouts(spec: TableSpec) -> dict[str, TableLayout]:
-    """Every table of one spec, by layer name."""
-    return {
-        "cdc": ledger_layout(spec),
-        "bucketed": bucketed_layout(spec),
-        "base": base_layout(spec),
-        "dead_letter": dead_letter_layout(spec),
-        "tombstones": tombstones_layout(spec),
-    }
+    """Every table of one spec, by layer name; a sharded spec's ledgers and dead-letter tables
+    as ``cdc:<shard>``, ``bucketed:<shard>`` and ``dead_letter:<shard>``."""
+    if not spec.source.shards:
+        return {
+            "cdc": ledger_layout(spec),
+            "bucketed": bucketed_layout(spec),
+            "base": base_layout(spec),
+            "dead_letter": dead_letter_layout(spec),
+            "tombstones": tombstones_layout(spec),
+        }
+    per_shard: dict[str, TableLayout] = {}
+    for view in spec.shard_specs():
+        name = view.shard.shard_name if view.shard else ""
+        per_shard[f"cdc:{name}"] = ledger_layout(view)
+        per_shard[f"bucketed:{name}"] = bucketed_layout(view)
+        per_shard[f"dead_letter:{name}"] = dead_letter_layout(view)
+    return {**per_shard, "base": base_layout(spec), "tombstones": tombstones_layout(spec)}

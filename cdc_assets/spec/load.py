@@ -67,7 +67,8 @@ def _describe(error: Any) -> str:
     if kind == "value_error":
         # Cross-field rules already say "field: message".
         text = msg.removeprefix("Value error, ")
-        return text if loc == () else f"{_format_loc(loc)}: {text}"
+        where = _format_loc(loc)
+        return text if loc == () or text.startswith(f"{where}.") else f"{where}: {text}"
     field = _format_loc(loc) or "(top level)"
     if kind == "extra_forbidden":
         parent = _model_at(loc[:-1])
@@ -115,33 +116,46 @@ def _check_unique(specs: list[TableSpec], directory: Path) -> None:
     sinks: dict[tuple[str, str], str] = {}
     sources: dict[tuple[str, str, str, str], str] = {}
     servers: dict[str, tuple[str, str]] = {}  # explicit server -> (schema-change topic, spec)
-    for spec in specs:
-        other = topics.setdefault(spec.source.topic, spec.name)
-        if other != spec.name:
+    for table in specs:
+        sink = (table.sink.namespace, table.sink.table or table.name)
+        other = sinks.setdefault(sink, table.name)
+        if other != table.name:
             raise SpecError(
-                f"{directory}: source.topic {spec.source.topic!r} is used by both "
-                f"{other!r} and {spec.name!r}; each topic feeds one table"
+                f"{directory}: sink {'.'.join(sink)} is written by both {other!r} and "
+                f"{table.name!r}"
             )
-        sink = (spec.sink.namespace, spec.sink.table or spec.name)
-        other = sinks.setdefault(sink, spec.name)
-        if other != spec.name:
+        for spec in table.shard_specs():
+            _check_source(spec, directory, topics, sources, servers)
+
+
+def _check_source(
+    spec: TableSpec,
+    directory: Path,
+    topics: dict[str, str],
+    sources: dict[tuple[str, str, str, str], str],
+    servers: dict[str, tuple[str, str]],
+) -> None:
+    """One source (a spec, or one shard of it) against those seen before it."""
+    other = topics.setdefault(spec.source.topic, spec.name)
+    if other != spec.name:
+        raise SpecError(
+            f"{directory}: source.topic {spec.source.topic!r} is used by both "
+            f"{other!r} and {spec.name!r}; each topic feeds one table"
+        )
+    identity = spec.source.identity
+    other = sources.setdefault(identity.key, spec.name)
+    if other != spec.name:
+        raise SpecError(
+            f"{directory}: source {identity} is the source of both {other!r} and "
+            f"{spec.name!r}; tables of the same name on different servers need "
+            "source.server (the connector's topic.prefix) set apart"
+        )
+    server, changes = spec.source.server, spec.source.schema_changes
+    if server is not None and changes is not None:
+        seen_topic, seen_spec = servers.setdefault(server, (changes, spec.name))
+        if seen_topic != changes:
             raise SpecError(
-                f"{directory}: sink {'.'.join(sink)} is written by both {other!r} and {spec.name!r}"
+                f"{directory}: source.server {server!r} has schema-change topic "
+                f"{seen_topic!r} in {seen_spec!r} but {changes!r} in {spec.name!r}; one "
+                "server (one connector) writes one schema-change topic"
             )
-        identity = spec.source.identity
-        other = sources.setdefault(identity.key, spec.name)
-        if other != spec.name:
-            raise SpecError(
-                f"{directory}: source {identity} is the source of both {other!r} and "
-                f"{spec.name!r}; tables of the same name on different servers need "
-                "source.server (the connector's topic.prefix) set apart"
-            )
-        server, changes = spec.source.server, spec.source.schema_changes
-        if server is not None and changes is not None:
-            seen_topic, seen_spec = servers.setdefault(server, (changes, spec.name))
-            if seen_topic != changes:
-                raise SpecError(
-                    f"{directory}: source.server {server!r} has schema-change topic "
-                    f"{seen_topic!r} in {seen_spec!r} but {changes!r} in {spec.name!r}; one "
-                    "server (one connector) writes one schema-change topic"
-                )

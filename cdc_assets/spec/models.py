@@ -12,9 +12,9 @@ from enum import StrEnum
 from functools import cached_property
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StringConstraints, model_validator
 
-from cdc_assets.errors import UnsupportedTypeError
+from cdc_assets.errors import ShardedSpecError, UnsupportedTypeError
 from cdc_assets.schema.types import (
     SinkType,
     SourceType,
@@ -124,6 +124,34 @@ class SourceIdentity:
         return f"{self.server}:{middle}.{self.table}"
 
 
+TopicName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._-]{1,249}$")]
+
+
+def shard_name_of(server: str) -> str:
+    """A server name as an identifier, the default shard name (``eu-1.db`` -> ``eu_1_db``)."""
+    name = re.sub(r"[^a-z0-9_]", "_", server.lower())
+    return name if re.match(r"^[a-z_]", name) else f"s_{name}"
+
+
+class ShardSpec(_Strict):
+    """One server that holds this table, in a spec that takes the same table from several
+    servers (shards of one schema, regions, tenants) into one Iceberg table."""
+
+    server: ServerName
+    topic: TopicName
+    # MySQL/MariaDB: the server's schema-change topic (default: the server name).
+    schema_change_topic: TopicName | None = None
+    # The shard column's value for this shard's rows and the suffix of its ledger's name
+    # (default: the server name as an identifier). Fixed for the shard's life.
+    name: Annotated[str, StringConstraints(pattern=r"^[a-z_][a-z0-9_]*$", max_length=40)] | None = (
+        None
+    )
+
+    @property
+    def shard_name(self) -> str:
+        return self.name or shard_name_of(self.server)
+
+
 class SourceSpec(_Strict):
     connector: Connector
     # The source server's logical name: Debezium's `topic.prefix` of its connector. Two servers
@@ -135,12 +163,17 @@ class SourceSpec(_Strict):
     database: SourceName
     schema_: SourceName | None = Field(default=None, alias="schema")
     table: SourceName
-    topic: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._-]{1,249}$")]
+    topic_: TopicName | None = Field(default=None, alias="topic")
     # MySQL/MariaDB: Debezium's schema-change topic (default: the topic prefix, i.e. the part of
     # `topic` before the first dot). PostgreSQL has none.
-    schema_change_topic: (
-        Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._-]{1,249}$")] | None
-    ) = None
+    schema_change_topic: TopicName | None = None
+    # Several servers holding this table (instead of server/topic/schema_change_topic): each
+    # shard has its own topic and ledger; base holds them all, told apart by `shard_column`,
+    # which leads the key.
+    shards: list[ShardSpec] = []
+    shard_column: Annotated[
+        str, StringConstraints(pattern=r"^[a-z_][a-z0-9_]*$", max_length=63)
+    ] = "_shard"
     debezium: DebeziumSpec = DebeziumSpec()
     # How this table's changes are ordered (MySQL family; PostgreSQL orders by LSN). ``binlog``:
     # (file number, position, row) of one server's binlog, which a failover to another server
@@ -149,6 +182,80 @@ class SourceSpec(_Strict):
     # within the transaction. Fixed when the tables are created.
     order: SourceOrder = "binlog"
     gtid_domain: int = Field(default=0, ge=0, le=2**32 - 1)
+    # Set on the per-shard view of a sharded spec (TableSpec.shard_specs), never from YAML.
+    _shard: ShardSpec | None = PrivateAttr(default=None)
+    _shard_names: tuple[str, ...] = PrivateAttr(default=())
+
+    @model_validator(mode="after")
+    def _check_shards(self) -> SourceSpec:
+        if not self.shards:
+            if self.topic_ is None:
+                raise ValueError("source.topic: required field is missing (or give source.shards)")
+            return self
+        given = [f for f in ("topic_", "server", "schema_change_topic") if getattr(self, f)]
+        if given:
+            names = ", ".join(f"source.{f.rstrip('_')}" for f in given)
+            raise ValueError(
+                f"{names}: a spec with source.shards names its servers and topics per shard"
+            )
+        for attr, label in (
+            ("shard_name", "name"),
+            ("topic", "topic"),
+            ("server", "server"),
+        ):
+            seen: dict[str, int] = {}
+            for i, shard in enumerate(self.shards):
+                value = getattr(shard, attr)
+                if value in seen:
+                    raise ValueError(
+                        f"source.shards[{i}].{label}: {value!r} is already shard "
+                        f"{seen[value]}'s; each shard is one server with its own topic"
+                    )
+                seen[value] = i
+        return self
+
+    @property
+    def sharded(self) -> bool:
+        """Whether this table's rows carry a shard column (a sharded spec or one shard's view)."""
+        return bool(self.shards) or self._shard is not None
+
+    @property
+    def shard(self) -> ShardSpec | None:
+        """The shard of a per-shard view, None otherwise."""
+        return self._shard
+
+    @property
+    def topic(self) -> str:
+        """The Kafka topic of a one-source spec or of one shard's view."""
+        if self.topic_ is None:
+            raise ShardedSpecError(
+                f"{self.database}.{self.table} has {len(self.shards)} shards, each with its own "
+                "topic: use the spec's shard_specs()"
+            )
+        return self.topic_
+
+    @property
+    def topics(self) -> list[str]:
+        """Every Kafka topic this source's changes arrive on."""
+        return [s.topic for s in self.shards] if self.shards else [self.topic]
+
+    def view_of(self, shard: ShardSpec) -> SourceSpec:
+        view = self.model_copy(
+            update={
+                "server": shard.server,
+                "topic_": shard.topic,
+                "schema_change_topic": shard.schema_change_topic,
+                "shards": [],
+            }
+        )
+        view._shard = shard
+        view._shard_names = self.shard_names
+        return view
+
+    @property
+    def shard_names(self) -> tuple[str, ...]:
+        """The names of every shard of the table (of a view: its siblings' too)."""
+        return tuple(s.shard_name for s in self.shards) or self._shard_names
 
     @model_validator(mode="after")
     def _check_order(self) -> SourceSpec:
@@ -166,6 +273,13 @@ class SourceSpec(_Strict):
     def server_name(self) -> str:
         """The server this table lives on (see ``server``)."""
         return self.server or self.schema_change_topic or self.topic.split(".")[0]
+
+    @property
+    def identities(self) -> list[SourceIdentity]:
+        """The identity of every server's table this source takes (one unless sharded)."""
+        if self.shards:
+            return [self.view_of(s).identity for s in self.shards]
+        return [self.identity]
 
     @property
     def identity(self) -> SourceIdentity:
@@ -280,6 +394,7 @@ class TableSpec(_Strict):
         _check_columns(self)
         _check_primary_key(self)
         _check_checks(self)
+        _check_shard_column(self)
         return self
 
     @cached_property
@@ -293,6 +408,34 @@ class TableSpec(_Strict):
     @property
     def bucket_column(self) -> ColumnSpec:
         return self.columns_by_name[self.base.bucket_column or self.primary_key[0]]
+
+    @property
+    def shard_column(self) -> str | None:
+        """The sink column that tells shards apart (leads the key), None for one source."""
+        return self.source.shard_column if self.source.sharded else None
+
+    @property
+    def key_sink_names(self) -> list[str]:
+        """Base's key: the shard column (sharded specs) and the primary key's sink names."""
+        keys = [c.sink_name for c in self.key_columns]
+        return [self.shard_column, *keys] if self.shard_column else keys
+
+    @property
+    def shard(self) -> ShardSpec | None:
+        """The shard of a per-shard view (see ``shard_specs``), None otherwise."""
+        return self.source.shard
+
+    def shard_specs(self) -> list[TableSpec]:
+        """One view per source of this table: the spec itself unless it has shards, else a
+        view per shard whose source is that shard's server and topic. Everything that reads or
+        watches a source (ingest, ledger, dead letters, offsets, schema changes) runs per view;
+        base, the bucketed table and tombstones are the table's, shared by its views."""
+        if not self.source.shards:
+            return [self]
+        return [
+            self.model_copy(update={"source": self.source.view_of(shard)})
+            for shard in self.source.shards
+        ]
 
 
 def _fail(field: str, message: str) -> ValueError:
@@ -406,6 +549,17 @@ def _check_primary_key(spec: TableSpec) -> None:
     if bucket is not None and bucket not in spec.primary_key:
         raise _fail(
             "base.bucket_column", f"{bucket!r} must be one of primary_key {spec.primary_key}"
+        )
+
+
+def _check_shard_column(spec: TableSpec) -> None:
+    column = spec.shard_column
+    if column is None:
+        return
+    if any(c.sink_name == column for c in spec.columns):
+        raise _fail(
+            "source.shard_column",
+            f"{column!r} is also a column's sink name; name the shard column apart",
         )
 
 

@@ -51,7 +51,7 @@ def data_names(spec: TableSpec) -> list[str]:
 
 
 def key_names(spec: TableSpec) -> list[str]:
-    return [c.sink_name for c in spec.key_columns]
+    return spec.key_sink_names
 
 
 def order_struct(alias: str) -> str:
@@ -525,8 +525,15 @@ def render_base_merge(
         f"VALUES ({', '.join('s.' + quote(n) for n in names)})"
     )
     if truncate_floor is not None:
+        # A truncate on one shard empties that shard's rows only: positions of two servers
+        # never compare.
+        shard = (
+            f"t.{quote(spec.shard_column)} = {literal(spec.shard.shard_name)} AND "
+            if spec.shard_column and spec.shard is not None
+            else ""
+        )
         sql += (
-            f" WHEN NOT MATCHED BY SOURCE AND {position_struct('t')} <= "
+            f" WHEN NOT MATCHED BY SOURCE AND {shard}{position_struct('t')} <= "
             f"{position_literal(truncate_floor)} THEN DELETE"
         )
     return sql

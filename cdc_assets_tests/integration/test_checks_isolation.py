@@ -33,7 +33,7 @@ def test_a_table_without_its_topic_fails_only_its_own_checks(
     tag = uuid.uuid4().hex[:8]
     waiting = waiting.model_copy(
         update={
-            "source": waiting.source.model_copy(update={"topic": f"it.not.yet.{tag}"}),
+            "source": waiting.source.model_copy(update={"topic_": f"it.not.yet.{tag}"}),
             "sink": waiting.sink.model_copy(update={"namespace": f"it_wait_{tag}"}),
         }
     )

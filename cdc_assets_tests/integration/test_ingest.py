@@ -41,7 +41,7 @@ def isolated(spec: TableSpec, *, partitions: int = 1, kafka: KafkaResource) -> T
     ].result(30)
     return spec.model_copy(
         update={
-            "source": spec.source.model_copy(update={"topic": topic}),
+            "source": spec.source.model_copy(update={"topic_": topic}),
             "sink": spec.sink.model_copy(update={"namespace": f"it_{tag}"}),
         }
     )

@@ -55,7 +55,7 @@ def test_onboard_job_creates_tables_idempotently(
 
 
 def on_topic(spec: TableSpec, topic: str) -> TableSpec:
-    return spec.model_copy(update={"source": spec.source.model_copy(update={"topic": topic})})
+    return spec.model_copy(update={"source": spec.source.model_copy(update={"topic_": topic})})
 
 
 def test_raw_asset_reports_topic_offsets(

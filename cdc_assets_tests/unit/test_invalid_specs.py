@@ -79,7 +79,7 @@ CASES = [
     (
         "missing topic",
         lambda d: d["source"].pop("topic"),
-        "source.topic: required field is missing",
+        "source.topic: required field is missing (or give source.shards)",
     ),
     ("missing primary key", _drop("primary_key"), "primary_key: required field is missing"),
     (

@@ -82,7 +82,7 @@ def test_one_source_in_two_specs_is_refused_naming_both(tmp_path: Path) -> None:
     twin = a.model_copy(
         update={
             "name": "a_users_copy",
-            "source": a.source.model_copy(update={"server": "a", "topic": "a2.inventory.users"}),
+            "source": a.source.model_copy(update={"server": "a", "topic_": "a2.inventory.users"}),
             "sink": a.sink.model_copy(update={"table": "copy"}),
         }
     )
