@@ -105,52 +105,40 @@ def build_ledger_asset(
         mode = choose_mode(config.mode, key, started_at)
         session = spark.get_session()
         catalog = iceberg.load_catalog()
-        layout = ledger_layout(spec)
-        if not catalog.table_exists(f"{layout.namespace}.{layout.name}"):
-            # A spec added to a running deployment: its first ingest onboards it (the same
-            # code as onboard_tables: evolution from an empty schema).
-            created = ensure_tables(session, spark.catalog.name, spec)
-            made = [o.identifier for o in created if o.created]
-            context.log.info(f"{spec.name}: onboarded on its first ingest: created {made}")
-        if mode == "rebuild":
-            result = rebuild_hour(session, spark.catalog.name, catalog, kafka, spec, key)
-        else:
-            result = ingest_incremental(session, spark.catalog.name, catalog, kafka, spec)
-        metadata = result_metadata(result)
-        metadata["spec_version"] = spec.spec_version
-        if result.read:
-            # An evolution may have made a newer spec while this run decoded with `spec`: its
-            # rows and dead letters get the newer version's values (pipeline.catch_up).
-            caught = catch_up.after_ingest(
-                session, spark.catalog.name, catalog, spec, specs_dir, started_at
-            )
-            if caught is not None:
-                log = context.log.warning if caught.changed else context.log.info
-                log(f"{spec.name}: {caught.reason}; caught up {caught.metadata()}")
-                metadata.update(caught.metadata())
-        ledger = catalog.load_table(f"{spec.sink.namespace}.{ledger_layout(spec).name}")
-        metadata.update(commit_metadata(ledger, result.snapshot_id))
-        metadata["summary"] = markdown_summary(
-            f"{result.mode} ingest of {spec.source.topic}",
-            {
-                "records read": result.read,
-                "ledger rows / dead letters / skipped": f"{result.ledger} / {result.dead} / "
-                f"{result.skipped}",
-                "offsets": ", ".join(
-                    f"p{p}: {result.start_offsets.get(p, 0)}..{o}"
-                    for p, o in sorted(result.end_offsets.items())
+        runs = []
+        # A sharded table has a ledger per shard: each is read from its own topic and offsets.
+        for view in spec.shard_specs():
+            layout = ledger_layout(view)
+            if not catalog.table_exists(f"{layout.namespace}.{layout.name}"):
+                # A spec (or shard) added to a running deployment: its first ingest onboards it
+                # (the same code as onboard_tables: evolution from an empty schema).
+                created = ensure_tables(session, spark.catalog.name, spec)
+                made = [o.identifier for o in created if o.created]
+                context.log.info(f"{spec.name}: onboarded on its first ingest: created {made}")
+            if mode == "rebuild":
+                result = rebuild_hour(session, spark.catalog.name, catalog, kafka, view, key)
+            else:
+                result = ingest_incremental(session, spark.catalog.name, catalog, kafka, view)
+            runs.append(
+                (
+                    view,
+                    result,
+                    _view_metadata(
+                        context,
+                        view,
+                        result,
+                        specs_dir,
+                        started_at,
+                        session,
+                        spark.catalog.name,
+                        catalog,
+                    ),
                 )
-                or "-",
-                "hours written": ", ".join(result.hours) or "-",
-                "snapshot": result.snapshot_id or "-",
-                "seconds": round(result.seconds, 2),
-            },
-        )
-        if result.unknown_fields:
-            context.log.warning(
-                f"{spec.name}: fields not in spec v{spec.spec_version} kept in _row_json: "
-                f"{result.unknown_fields}"
             )
+        if len(runs) == 1:
+            _, result, metadata = runs[0]
+        else:
+            result, metadata = _sharded_metadata(spec, runs)
         for hour in result.hours:
             if hour != key:
                 context.log_event(
@@ -163,6 +151,97 @@ def build_ledger_asset(
         return dg.MaterializeResult(metadata=metadata)
 
     return cdc  # type: ignore[no-any-return]
+
+
+def _view_metadata(
+    context: dg.AssetExecutionContext,
+    spec: TableSpec,
+    result: IngestResult,
+    specs_dir: Path,
+    started_at: datetime,
+    session: Any,
+    catalog_name: str,
+    catalog: Any,
+) -> dict[str, Any]:
+    """Metadata of one ledger's ingest (the table's, or one shard's)."""
+    metadata = result_metadata(result)
+    metadata["spec_version"] = spec.spec_version
+    if result.read:
+        # An evolution may have made a newer spec while this run decoded with `spec`: its
+        # rows and dead letters get the newer version's values (pipeline.catch_up).
+        caught = catch_up.after_ingest(session, catalog_name, catalog, spec, specs_dir, started_at)
+        if caught is not None:
+            log = context.log.warning if caught.changed else context.log.info
+            log(f"{spec.name}: {caught.reason}; caught up {caught.metadata()}")
+            metadata.update(caught.metadata())
+    ledger = catalog.load_table(f"{spec.sink.namespace}.{ledger_layout(spec).name}")
+    metadata.update(commit_metadata(ledger, result.snapshot_id))
+    metadata["summary"] = markdown_summary(
+        f"{result.mode} ingest of {spec.source.topic}",
+        {
+            "records read": result.read,
+            "ledger rows / dead letters / skipped": f"{result.ledger} / {result.dead} / "
+            f"{result.skipped}",
+            "offsets": ", ".join(
+                f"p{p}: {result.start_offsets.get(p, 0)}..{o}"
+                for p, o in sorted(result.end_offsets.items())
+            )
+            or "-",
+            "hours written": ", ".join(result.hours) or "-",
+            "snapshot": result.snapshot_id or "-",
+            "seconds": round(result.seconds, 2),
+        },
+    )
+    if result.unknown_fields:
+        context.log.warning(
+            f"{spec.name}: fields not in spec v{spec.spec_version} kept in _row_json: "
+            f"{result.unknown_fields}"
+        )
+    return metadata
+
+
+def _sharded_metadata(
+    spec: TableSpec, runs: list[tuple[TableSpec, IngestResult, dict[str, Any]]]
+) -> tuple[IngestResult, dict[str, Any]]:
+    """One run's totals over every shard, with each shard's own metadata under its name."""
+    total = IngestResult(spec.name, runs[0][1].mode, {}, {})
+    hours: set[str] = set()
+    for _, result, _ in runs:
+        total.read += result.read
+        total.ledger += result.ledger
+        total.dead += result.dead
+        total.skipped += result.skipped
+        total.seconds += result.seconds
+        hours.update(result.hours)
+    total.hours = sorted(hours)
+    shards = {
+        view.shard.shard_name if view.shard else view.name: {
+            k: v for k, v in meta.items() if k != "summary" and not k.startswith("dagster/")
+        }
+        for view, _, meta in runs
+    }
+    metadata: dict[str, Any] = {
+        "mode": total.mode,
+        "records_read": total.read,
+        "ledger_rows": total.ledger,
+        "dead_letters": total.dead,
+        "skipped": total.skipped,
+        "accounted": all(r.balanced for _, r, _ in runs),
+        "hours_written": total.hours,
+        "spec_version": spec.spec_version,
+        "shards": dg.MetadataValue.json(shards),
+        "seconds": round(total.seconds, 2),
+        "summary": markdown_summary(
+            f"{total.mode} ingest of {len(runs)} shards",
+            {
+                view.shard.shard_name if view.shard else view.name: (
+                    f"{r.read} read, {r.ledger} / {r.dead} / {r.skipped} ledger / dead / skipped"
+                )
+                for view, r, _ in runs
+            },
+        ),
+    }
+    return total, metadata
 
 
 def _record_empty_hours(

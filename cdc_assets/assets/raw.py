@@ -13,6 +13,26 @@ from cdc_assets.spec.models import TableSpec
 def observation_metadata(
     kafka: KafkaResource, iceberg: IcebergCatalogResource, spec: TableSpec
 ) -> dict[str, Any]:
+    """What the topic holds and how far the ledger lags; per shard for a sharded table."""
+    if not spec.source.shards:
+        return _observed(kafka, iceberg, spec)
+    shards = {view.source.topic: _observed(kafka, iceberg, view) for view in spec.shard_specs()}
+    headrooms = [
+        m["retention_headroom_s"] for m in shards.values() if m["retention_headroom_s"] >= 0
+    ]
+    return {
+        "topics": len(shards),
+        "partitions": sum(m["partitions"] for m in shards.values()),
+        "retained_messages": sum(m["retained_messages"] for m in shards.values()),
+        "ledger_lag": sum(m["ledger_lag"] for m in shards.values()),
+        "retention_headroom_s": min(headrooms) if headrooms else -1.0,
+        "shards": dg.MetadataValue.json(shards),
+    }
+
+
+def _observed(
+    kafka: KafkaResource, iceberg: IcebergCatalogResource, spec: TableSpec
+) -> dict[str, Any]:
     obs = observe_topic(kafka, iceberg.load_catalog(), spec)
     headroom = obs.retention_headroom_s
     return {

@@ -112,20 +112,43 @@ def build_upsert_assets(
     def bucketed(
         context: dg.AssetExecutionContext, spark: SparkResource, iceberg: IcebergCatalogResource
     ) -> dg.MaterializeResult:  # type: ignore[type-arg]
-        result = build_bucketed(
-            spark.get_session(), spark.catalog.name, iceberg.load_catalog(), spec
-        )
-        if result.up_to_date:
+        # A sharded table has a bucketed table per shard, built from that shard's ledger.
+        results = [
+            build_bucketed(spark.get_session(), spark.catalog.name, iceberg.load_catalog(), view)
+            for view in spec.shard_specs()
+        ]
+        if all(r.up_to_date for r in results):
             context.log.info(f"{spec.name}: base has applied everything in the ledger")
-        meta = bucketed_metadata(result)
-        meta["dagster/row_count"] = result.rows
+        rows, deletes = sum(r.rows for r in results), sum(r.deletes for r in results)
+        seconds = round(sum(r.seconds for r in results), 2)
+        if len(results) == 1:
+            meta = bucketed_metadata(results[0])
+        else:
+            meta = {
+                "up_to_date": all(r.up_to_date for r in results),
+                "changed_keys": rows,
+                "deletes": deletes,
+                "shards": dg.MetadataValue.json(
+                    {
+                        _shard(v): bucketed_metadata(r)
+                        for v, r in zip(spec.shard_specs(), results, strict=True)
+                    }
+                ),
+                "truncate_at": ", ".join(
+                    f"{_shard(v)}: {r.truncate.text()}"
+                    for v, r in zip(spec.shard_specs(), results, strict=True)
+                    if r.truncate
+                ),
+                "seconds": seconds,
+            }
+        meta["dagster/row_count"] = rows
         meta["summary"] = markdown_summary(
             f"changes of {spec.name} for the next MERGE",
             {
-                "changed keys": result.rows,
-                "deletes": result.deletes,
+                "changed keys": rows,
+                "deletes": deletes,
                 "truncate at": meta["truncate_at"] or "-",
-                "seconds": meta["seconds"],
+                "seconds": seconds,
             },
         )
         return dg.MaterializeResult(metadata=meta)
@@ -135,32 +158,70 @@ def build_upsert_assets(
         context: dg.AssetExecutionContext, spark: SparkResource, iceberg: IcebergCatalogResource
     ) -> dg.MaterializeResult:  # type: ignore[type-arg]
         catalog = iceberg.load_catalog()
-        result = merge_base(spark.get_session(), spark.catalog.name, catalog, spec)
-        if result.applied and result.storage_partitioned is False:
-            context.log.warning(
-                f"{spec.name}: the MERGE shuffled base (no storage-partitioned join); "
-                "expected only while base is empty"
-            )
-        meta = merge_metadata(result)
-        if result.applied:
-            # Rows decoded under an older spec than the file's now (an evolution ran meanwhile):
-            # carry their recovered values to base (pipeline.catch_up says why that is safe).
-            caught = catch_up.after_upsert(
-                spark.get_session(),
-                spark.catalog.name,
-                catalog,
-                spec,
-                specs_dir,
-                result.from_state.ledger_sequence,
-                result.to_state.ledger_sequence,
-            )
-            if caught is not None:
-                log = context.log.warning if caught.changed else context.log.info
-                log(f"{spec.name}: {caught.reason}; caught up {caught.metadata()}")
-                meta.update(caught.metadata())
+        metas = {}
+        # One MERGE per shard, in turn: each applies its shard's bucketed table and state.
+        for view in spec.shard_specs():
+            metas[_shard(view)] = _merge_view(context, spark, catalog, view, specs_dir)
+        if len(metas) == 1:
+            meta = next(iter(metas.values()))
+        else:
+            last = list(metas.values())[-1]
+            meta = {
+                "applied": any(m["applied"] for m in metas.values()),
+                "up_to_date": all(m["up_to_date"] for m in metas.values()),
+                "storage_partitioned_join": last["storage_partitioned_join"],
+                "snapshot_id": last["snapshot_id"],
+                "commit_attempts": sum(m["commit_attempts"] for m in metas.values()),
+                "watermark_before": {"kafka_ts": "", "offsets": "", "floor": ""},
+                "watermark_after": {"kafka_ts": "", "offsets": "", "floor": ""},
+                "seconds": round(sum(m["seconds"] for m in metas.values()), 2),
+                "shards": dg.MetadataValue.json(metas),
+            }
+            for name in ("rows_inserted", "rows_updated", "rows_deleted"):
+                meta[name] = sum(m.get(name, 0) for m in metas.values())
+            if "base_rows" in last:
+                meta["base_rows"] = last["base_rows"]
         table = load_table(catalog, base_layout(spec))
         meta.update({k: v for k, v in commit_metadata(table).items() if k.startswith("dagster/")})
         meta["summary"] = _merge_summary(spec, meta)
         return dg.MaterializeResult(metadata=meta)
 
     return [bucketed, base]
+
+
+def _shard(view: TableSpec) -> str:
+    return view.shard.shard_name if view.shard is not None else view.name
+
+
+def _merge_view(
+    context: dg.AssetExecutionContext,
+    spark: SparkResource,
+    catalog: Any,
+    spec: TableSpec,
+    specs_dir: Path,
+) -> dict[str, Any]:
+    """MERGE one bucketed table (the table's, or one shard's) into base: its metadata."""
+    result = merge_base(spark.get_session(), spark.catalog.name, catalog, spec)
+    if result.applied and result.storage_partitioned is False:
+        context.log.warning(
+            f"{spec.name}: the MERGE shuffled base (no storage-partitioned join); "
+            "expected only while base is empty"
+        )
+    meta = merge_metadata(result)
+    if result.applied:
+        # Rows decoded under an older spec than the file's now (an evolution ran meanwhile):
+        # carry their recovered values to base (pipeline.catch_up says why that is safe).
+        caught = catch_up.after_upsert(
+            spark.get_session(),
+            spark.catalog.name,
+            catalog,
+            spec,
+            specs_dir,
+            result.from_state.ledger_sequence,
+            result.to_state.ledger_sequence,
+        )
+        if caught is not None:
+            log = context.log.warning if caught.changed else context.log.info
+            log(f"{spec.name}: {caught.reason}; caught up {caught.metadata()}")
+            meta.update(caught.metadata())
+    return meta

@@ -36,6 +36,14 @@ def check_result(verdict: rules.Verdict, **extra: Any) -> dg.AssetCheckResult:
     )
 
 
+def per_source(spec: TableSpec, judge: Callable[[TableSpec], rules.Verdict]) -> rules.Verdict:
+    """``judge`` run on each source of the table: itself, or each shard's view (own ledger,
+    topic and upsert state) of a sharded table."""
+    return rules.per_shard_verdict(
+        {v.shard.shard_name if v.shard else v.name: judge(v) for v in spec.shard_specs()}
+    )
+
+
 def _sink(spec: TableSpec, names: list[str]) -> list[str]:
     return [spec.columns_by_name[n].sink_name for n in names]
 
@@ -69,12 +77,15 @@ def build_table_checks(
     def kafka_lag_retention(
         kafka: KafkaResource, iceberg: IcebergCatalogResource
     ) -> dg.AssetCheckResult:
-        lag = health.kafka_lag(kafka, iceberg.load_catalog(), spec)
+        catalog = iceberg.load_catalog()
         return check_result(
-            rules.kafka_lag_verdict(
-                lag,
-                min_headroom_hours=limits.min_retention_headroom_hours,
-                max_lag_records=limits.max_kafka_lag_records,
+            per_source(
+                spec,
+                lambda view: rules.kafka_lag_verdict(
+                    health.kafka_lag(kafka, catalog, view),
+                    min_headroom_hours=limits.min_retention_headroom_hours,
+                    max_lag_records=limits.max_kafka_lag_records,
+                ),
             )
         )
 
@@ -86,14 +97,17 @@ def build_table_checks(
     )
     @failsafe
     def dead_letter_rate(iceberg: IcebergCatalogResource) -> dg.AssetCheckResult:
-        read, dead, commits, waiting = health.dead_letter_counts(
-            iceberg.load_catalog(), spec, limits.dead_letter_commits
-        )
-        return check_result(
-            rules.dead_letter_rate_verdict(
+        catalog = iceberg.load_catalog()
+
+        def judge(view: TableSpec) -> rules.Verdict:
+            read, dead, commits, waiting = health.dead_letter_counts(
+                catalog, view, limits.dead_letter_commits
+            )
+            return rules.dead_letter_rate_verdict(
                 read, dead, commits, max_rate=limits.max_dead_letter_rate, waiting=waiting
             )
-        )
+
+        return check_result(per_source(spec, judge))
 
     @dg.asset_check(
         asset=cdc,
@@ -105,22 +119,25 @@ def build_table_checks(
     def ledger_null_counts(
         spark: SparkResource, iceberg: IcebergCatalogResource
     ) -> dg.AssetCheckResult:
-        counts, hours = health.ledger_null_counts(
-            spark.get_session(),
-            spark.catalog.name,
-            iceberg.load_catalog(),
-            spec,
-            limits.ledger_partitions,
-        )
-        verdict = rules.null_counts_verdict(
-            counts,
-            required=required,
-            max_fraction={},
-            allow_all_null=[],
-            sla_minutes=sla,
-            now=datetime.now(UTC),
-        )
-        return check_result(verdict, partitions=[f"{dt}-{hr:02d}" for dt, hr in hours])
+        catalog = iceberg.load_catalog()
+        partitions: list[str] = []
+
+        def judge(view: TableSpec) -> rules.Verdict:
+            counts, hours = health.ledger_null_counts(
+                spark.get_session(), spark.catalog.name, catalog, view, limits.ledger_partitions
+            )
+            partitions.extend(f"{dt}-{hr:02d}" for dt, hr in hours)
+            return rules.null_counts_verdict(
+                counts,
+                required=required,
+                max_fraction={},
+                allow_all_null=[],
+                sla_minutes=sla,
+                now=datetime.now(UTC),
+            )
+
+        verdict = per_source(spec, judge)
+        return check_result(verdict, partitions=sorted(set(partitions)))
 
     @dg.asset_check(
         asset=base,
@@ -163,14 +180,21 @@ def build_table_checks(
         # Right after an upsert, the rows it applied: the run's cost follows the change set
         # (the whole window re-decoded every JSON image of the lookback, 60% of a small
         # upsert run). The scheduled and CI runs of the check still cover the whole window.
-        found = health.image_mismatches(
-            spark.get_session(),
-            spark.catalog.name,
-            iceberg.load_catalog(),
-            spec,
-            last_upsert_only=context.run.job_name == UPSERT_JOB,
+        catalog = iceberg.load_catalog()
+        return check_result(
+            per_source(
+                spec,
+                lambda view: rules.image_values_verdict(
+                    health.image_mismatches(
+                        spark.get_session(),
+                        spark.catalog.name,
+                        catalog,
+                        view,
+                        last_upsert_only=context.run.job_name == UPSERT_JOB,
+                    )
+                ),
+            )
         )
-        return check_result(rules.image_values_verdict(found))
 
     @dg.asset_check(
         asset=base,
@@ -206,11 +230,16 @@ def build_table_checks(
     )
     @failsafe
     def watermark_lag(spark: SparkResource, iceberg: IcebergCatalogResource) -> dg.AssetCheckResult:
-        lag = health.watermark_lag(
-            spark.get_session(), spark.catalog.name, iceberg.load_catalog(), spec
-        )
+        catalog = iceberg.load_catalog()
         return check_result(
-            rules.watermark_lag_verdict(lag, sla_minutes=sla, now=datetime.now(UTC))
+            per_source(
+                spec,
+                lambda view: rules.watermark_lag_verdict(
+                    health.watermark_lag(spark.get_session(), spark.catalog.name, catalog, view),
+                    sla_minutes=sla,
+                    now=datetime.now(UTC),
+                ),
+            )
         )
 
     def drift_body(spark: SparkResource | None, iceberg: IcebergCatalogResource) -> Any:

@@ -83,6 +83,10 @@ def spec_on_disk(specs_dir: Path, spec: TableSpec) -> TableSpec | None:
         found = load_spec(specs_dir / f"{spec.name}.yaml")
     except (FileNotFoundError, SpecError):
         return None
+    view = found.same_source_view(spec)  # a shard's view: the file's view of that shard
+    if view is None:
+        return None
+    found = view
     same_table = (
         found.source.topic == spec.source.topic
         and found.sink.namespace == spec.sink.namespace

@@ -24,11 +24,10 @@ from cdc_assets.pipeline.evolve import (
     evolve_iceberg,
     record_history,
 )
-from cdc_assets.pipeline.offsets import committed_offsets
+from cdc_assets.pipeline.offsets import table_offsets
 from cdc_assets.pipeline.spec_store import current_spec, record_spec
 from cdc_assets.schema.changes import AddColumn, ChangeSourceType, EvolutionPlan, WidenType
 from cdc_assets.schema.evolution import apply_plan, classify
-from cdc_assets.schema.layers import ledger_layout
 from cdc_assets.spec.ddl_import import plan_from_ddl
 from cdc_assets.spec.load import load_spec_text
 from cdc_assets.spec.models import TableSpec
@@ -105,7 +104,7 @@ def converge(
     audit_ddl: Sequence[str] = (),
     trigger: str = "manual",
     detected_at: datetime | None = None,
-    kafka_offsets: Mapping[int, int] | None = None,
+    kafka_offsets: Mapping[Any, int] | None = None,
 ) -> ConvergeResult:
     """Bring ``table`` to the proposed schema; raise EvolutionRejectedError for unsupported changes.
 
@@ -115,11 +114,8 @@ def converge(
     path = spec_path(specs_dir, table)
     current = current_spec(iceberg_catalog, specs_dir, table)
     if kafka_offsets is None:
-        # The ledger's position when the change is applied: where its effects can start.
-        ledger = ledger_layout(current)
-        ident = f"{ledger.namespace}.{ledger.name}"
-        if iceberg_catalog.table_exists(ident):
-            kafka_offsets = committed_offsets(iceberg_catalog.load_table(ident))
+        # The ledgers' position when the change is applied: where its effects can start.
+        kafka_offsets = table_offsets(iceberg_catalog, current) or None
     plan = proposal(
         current, proposed_yaml=proposed_yaml, source_ddl=source_ddl, audit_ddl=audit_ddl
     )

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from cdc_assets.errors import EvolutionError
 from cdc_assets.pipeline.failpoint import failpoint
 from cdc_assets.pipeline.health import iceberg_differences
-from cdc_assets.pipeline.offsets import KIND_PROPERTY, committed_offsets
+from cdc_assets.pipeline.offsets import KIND_PROPERTY, table_offsets
 from cdc_assets.pipeline.redrive import redrive
 from cdc_assets.pipeline.upsert import _redriven_files, load_table, spark_identifier
 from cdc_assets.pipeline.watermark import (
@@ -32,7 +32,9 @@ from cdc_assets.pipeline.watermark import (
     commit_properties_only,
     current_properties,
     is_commit_conflict,
+    shard_of,
     snapshot_properties,
+    state_key,
 )
 from cdc_assets.schema.alter import (
     AlterationError,
@@ -254,7 +256,7 @@ class ChangePoint:
 
     snapshot_ids: dict[str, int]
     schema_ids: dict[str, int]
-    kafka_offsets: dict[int, int]
+    kafka_offsets: dict[Any, int]  # partition (<shard>:<partition> when sharded) -> offset
 
 
 def change_point(iceberg_catalog: Any, spec: TableSpec) -> ChangePoint:
@@ -267,8 +269,7 @@ def change_point(iceberg_catalog: Any, spec: TableSpec) -> ChangePoint:
         current = table.current_snapshot()
         if current is not None:
             snapshots[layer] = int(current.snapshot_id)
-    ledger = _load(iceberg_catalog, ledger_layout(spec))
-    return ChangePoint(snapshots, schemas, committed_offsets(ledger, spec.source.topic))
+    return ChangePoint(snapshots, schemas, table_offsets(iceberg_catalog, spec))
 
 
 # --- phase 3: backfill from the ledger ----------------------------------------------------------
@@ -368,7 +369,7 @@ def _backfill_ledger(
             return
         # Redriven rows base has not applied are found by their file names: leave their files.
         base = load_table(iceberg_catalog, base_layout(spec))
-        pending = _redriven_files(ledger, base_state(base).ledger_sequence)
+        pending = _redriven_files(ledger, base_state(base, shard_of(spec)).ledger_sequence)
         values = render_ledger_values(
             spec, ledger_id, snapshot, columns, min_dt=min_dt, exclude_files=pending
         )
@@ -385,12 +386,13 @@ def _backfill_ledger(
 def _pending_bucketed(iceberg_catalog: Any, spec: TableSpec) -> dict[str, str] | None:
     """The bucketed table's summary when it holds a run built but not merged into base yet."""
     props = current_properties(load_table(iceberg_catalog, bucketed_layout(spec)))
-    if WATERMARK not in props:
+    shard = shard_of(spec)
+    if state_key(WATERMARK, shard) not in props:
         return None
-    state = base_state(load_table(iceberg_catalog, base_layout(spec)))
+    state = base_state(load_table(iceberg_catalog, base_layout(spec)), shard)
     if props.get(FROM_STATE) != state.token():
         return None
-    if UpsertState.from_properties(props).token() == state.token():
+    if UpsertState.from_properties(props, shard).token() == state.token():
         return None
     return props
 
@@ -449,7 +451,23 @@ def backfill_from_ledger(
     Run it once the jobs use ``spec`` (phase 2): a job still on the old version would write
     rows without the value again. Every step is idempotent, so a rerun (after a crash, or to
     be sure) changes only what is still missing.
+
+    A sharded table is backfilled shard by shard, each from its own ledger.
     """
+    if spec.source.shards:
+        results = [
+            backfill_from_ledger(spark, catalog, iceberg_catalog, view, columns, since)
+            for view in spec.shard_specs()
+        ]
+        total = results[-1]
+        for r in results[:-1]:
+            total.ledger_rows_updated += r.ledger_rows_updated
+            total.ledger_rows_rejected += r.ledger_rows_rejected
+            total.base_rows_updated += r.base_rows_updated
+            total.bucketed_rows_updated += r.bucketed_rows_updated
+            total.redriven += r.redriven
+            total.seconds += r.seconds
+        return total
     started = time.monotonic()
     names = tuple(dict.fromkeys(columns))
     try:

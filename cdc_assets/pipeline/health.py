@@ -14,7 +14,7 @@ from cdc_assets.pipeline.offsets import (
     decode_offsets,
 )
 from cdc_assets.pipeline.topic import observe_topic
-from cdc_assets.pipeline.watermark import base_state
+from cdc_assets.pipeline.watermark import base_state, shard_of
 from cdc_assets.quality.rules import (
     DuplicateKeys,
     ImageMismatches,
@@ -164,7 +164,7 @@ def image_mismatches(
     if last_upsert_only:
         from cdc_assets.pipeline.watermark import last_applied_offsets
 
-        offsets = last_applied_offsets(_load(iceberg_catalog, base_layout(spec)))
+        offsets = last_applied_offsets(_load(iceberg_catalog, base_layout(spec)), shard_of(spec))
     ledger = table_identifier(catalog, ledger_l)
     values = render_ledger_values(spec, ledger, snapshot, columns, min_dt=since, offsets=offsets)
     counts = spark.sql(render_image_mismatch_counts(values, columns)).collect()[0]
@@ -203,7 +203,7 @@ def image_mismatches(
 
 def duplicate_keys(spark: Any, catalog: str, spec: TableSpec, sample: int = 5) -> DuplicateKeys:
     table = table_identifier(catalog, base_layout(spec))
-    keys = [c.sink_name for c in spec.key_columns]
+    keys = spec.key_sink_names
     row = spark.sql(render_duplicate_key_count(table, keys)).collect()[0]
     found = int(row["keys"])
     rows: list[tuple[str, int]] = []
@@ -218,7 +218,7 @@ def duplicate_keys(spark: Any, catalog: str, spec: TableSpec, sample: int = 5) -
 def watermark_lag(spark: Any, catalog: str, iceberg_catalog: Any, spec: TableSpec) -> WatermarkLag:
     """Base's watermark against the ledger. Ledger partitions older than the upsert's lookback
     before the watermark are not read: the upsert would not read them either."""
-    state = base_state(_load(iceberg_catalog, base_layout(spec)))
+    state = base_state(_load(iceberg_catalog, base_layout(spec)), shard_of(spec))
     min_dt = None
     if state.watermark_ts is not None:
         min_dt = (state.watermark_ts - timedelta(hours=spec.base.lookback_hours)).strftime(

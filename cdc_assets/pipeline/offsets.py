@@ -56,3 +56,21 @@ def committed_offsets(table: Any, topic: str | None = None) -> dict[int, int]:
     if topic is not None and props.get(TOPIC_PROPERTY, topic) != topic:
         return {}
     return decode_offsets(props[OFFSETS_PROPERTY])
+
+
+def table_offsets(iceberg_catalog: Any, spec: Any) -> dict[Any, int]:
+    """Where a table's ledgers stand, for the audit trail: partition -> next offset, and for a
+    sharded table ``<shard>:<partition>`` -> next offset over every shard's ledger."""
+    from cdc_assets.schema.layers import ledger_layout
+
+    out: dict[Any, int] = {}
+    for view in spec.shard_specs():
+        layout = ledger_layout(view)
+        ident = f"{layout.namespace}.{layout.name}"
+        if not iceberg_catalog.table_exists(ident):
+            continue
+        offsets = committed_offsets(iceberg_catalog.load_table(ident), view.source.topic)
+        if view.shard is None:
+            return dict(offsets)
+        out.update({f"{view.shard.shard_name}:{p}": o for p, o in offsets.items()})
+    return out

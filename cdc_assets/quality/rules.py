@@ -37,6 +37,24 @@ def _verdict(failures: list[tuple[Severity, str]], ok: str, meta: dict[str, obje
     return Verdict(False, severity, "; ".join(m for _, m in failures), meta)
 
 
+def per_shard_verdict(verdicts: Mapping[str, Verdict]) -> Verdict:
+    """One verdict over a sharded table's shards, each judged on its own ledger: failed if any
+    failed (at the worst severity among them), each shard's summary named."""
+    if len(verdicts) == 1:
+        return next(iter(verdicts.values()))
+    failed = {n: v for n, v in verdicts.items() if not v.passed}
+    shown = failed or verdicts
+    summary = "; ".join(f"shard {n}: {v.summary}" for n, v in shown.items())
+    meta: dict[str, object] = {
+        "shards": {n: {"passed": v.passed, "summary": v.summary} for n, v in verdicts.items()},
+        "failed_shards": sorted(failed),
+    }
+    if not failed:
+        return Verdict(True, "ERROR", summary, meta)
+    severity: Severity = "ERROR" if any(v.severity == "ERROR" for v in failed.values()) else "WARN"
+    return Verdict(False, severity, summary, meta)
+
+
 @dataclass(frozen=True)
 class NullCounts:
     """Null counts of one table (sink column names); ``since`` for columns added later."""

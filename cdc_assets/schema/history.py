@@ -165,7 +165,10 @@ class HistoryEntry:
             iceberg_schema_ids=_loads(row["iceberg_schema_ids"]),
             snapshot_ids=_loads(row["snapshot_ids"]),
             kafka_offsets=(
-                None if offsets is None else {int(k): v for k, v in _loads(offsets).items()}
+                None
+                if offsets is None
+                # A sharded table's offsets are keyed <shard>:<partition>.
+                else {int(k) if k.isdigit() else k: v for k, v in _loads(offsets).items()}
             ),
             detected_at=row.get("detected_at"),
         )

@@ -23,7 +23,8 @@ def current_hour_key(now: datetime) -> str:
 
 
 def build_new_offsets_sensor(specs: list[TableSpec], job: AssetJob) -> dg.SensorDefinition:
-    by_topic = {s.source.topic: s for s in specs}
+    # Every shard's topic feeds its table: a grown shard runs the table's ingest.
+    by_topic = {view.source.topic: s for s in specs for view in s.shard_specs()}
 
     @dg.sensor(
         name="new_kafka_offsets",
@@ -54,7 +55,7 @@ def build_new_offsets_sensor(specs: list[TableSpec], job: AssetJob) -> dg.Sensor
             grown[topic] = current
         if not grown:
             return dg.SensorResult(run_requests=[], cursor=context.cursor)
-        tables = sorted(by_topic[t].name for t in grown)
+        tables = sorted({by_topic[t].name for t in grown})
         key = hashlib.sha256(json.dumps(grown, sort_keys=True).encode()).hexdigest()[:16]
         request = dg.RunRequest(
             run_key=f"offsets:{key}",

@@ -44,13 +44,15 @@ def build_schema_change_sensor(
     load_catalog: Callable[[], Any] | None = None,
 ) -> dg.SensorDefinition:
     """``load_catalog``: the pyiceberg catalog holding stored spec versions (None: files only)."""
-    watched = [s for s in specs if s.source.schema_changes]
+    # Per source: each shard of a sharded table is watched on its own server's topic, and the
+    # first shard to show a change evolves the table (the others then find it applied).
     by_topic: dict[str, list[TableSpec]] = {}
-    for s in watched:
-        if (t := s.source.schema_changes) is not None:
-            by_topic.setdefault(t, []).append(s)
+    for s in specs:
+        for view in s.shard_specs():
+            if (t := view.source.schema_changes) is not None:
+                by_topic.setdefault(t, []).append(view)
     topics = sorted(by_topic)
-    postgres = [s for s in specs if s.source.connector == "postgresql"]
+    postgres = [v for s in specs if s.source.connector == "postgresql" for v in s.shard_specs()]
 
     def request(table: str, create: str, audit: list[str], key: str, at: str) -> dg.RunRequest:
         return dg.RunRequest(
@@ -88,7 +90,7 @@ def build_schema_change_sensor(
             event = context.instance.get_latest_materialization_event(asset_key("cdc", spec.name))
             mat = event.asset_materialization if event is not None else None
             unknown = mat.metadata.get("unknown_fields") if mat is not None else None
-            current = current_spec(spec.name)
+            current = current_spec(spec.name).same_source_view(spec) or spec
             # Every tick, not only after the ingest reported unknown fields: a widening (say
             # numeric(12,2) -> numeric(16,2)) adds no field, only the embedded schema shows it.
             fields = newest_row_schema(kafka, current)
@@ -168,7 +170,11 @@ def build_schema_change_sensor(
                     if not verdict.changed:
                         continue  # already the spec's shape
                     if verdict.error is not None:
-                        context.log.warning(f"{table}: {verdict.describe()}; the run reports it")
+                        where = f" (shard on server {_server_of(by_topic[topic], table)})"
+                        context.log.warning(
+                            f"{table}{where if current.source.shards else ''}: "
+                            f"{verdict.describe()}; the run reports it"
+                        )
                 detected = (
                     datetime.fromtimestamp(newest.change.ts_ms / 1000, UTC).isoformat()
                     if newest.change.ts_ms
@@ -179,3 +185,7 @@ def build_schema_change_sensor(
         return dg.SensorResult(run_requests=requests, cursor=json.dumps(cursor, sort_keys=True))
 
     return schema_changes
+
+
+def _server_of(views: list[TableSpec], table: str) -> str:
+    return next((v.source.server_name for v in views if v.name == table), "?")

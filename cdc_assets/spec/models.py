@@ -425,6 +425,16 @@ class TableSpec(_Strict):
         """The shard of a per-shard view (see ``shard_specs``), None otherwise."""
         return self.source.shard
 
+    def same_source_view(self, view: TableSpec) -> TableSpec | None:
+        """This spec's view of ``view``'s shard (``view`` itself unsharded: this spec), None
+        when this spec has no such shard."""
+        if view.shard is None:
+            return None if self.source.shards else self
+        wanted = view.shard.shard_name
+        return next(
+            (v for v in self.shard_specs() if v.shard and v.shard.shard_name == wanted), None
+        )
+
     def shard_specs(self) -> list[TableSpec]:
         """One view per source of this table: the spec itself unless it has shards, else a
         view per shard whose source is that shard's server and topic. Everything that reads or
