@@ -115,7 +115,10 @@ class Settings:
         return None
 
     def source_url_of(self, source: SourceSpec) -> str | None:
-        """The JDBC URL of a spec's source database (see ``source_url``)."""
+        """The JDBC URL of a spec's source database (see ``source_url``). None for a sharded
+        spec: its shards are compared with their sources by ``source_urls_of``."""
+        if source.shards:
+            return None
         return self.source_url(source.database, source.connector, source.server_name)
 
     @property

@@ -65,14 +65,28 @@ def _source_schema(spec: TableSpec) -> dg.TableSchema:
     )
 
 
+def layer_layouts(spec: TableSpec) -> dict[str, TableLayout]:
+    """The table behind each asset layer; of a sharded table's per-shard layers (ledger,
+    bucketed) the first shard's, whose columns every shard's table shares."""
+    out: dict[str, TableLayout] = {}
+    for key, layout in all_layouts(spec).items():
+        out.setdefault(key.split(":")[0], layout)
+    return out
+
+
 def _descriptions(spec: TableSpec, layouts: dict[str, TableLayout]) -> dict[str, str]:
     src = f"{spec.source.connector} {spec.source.database}.{spec.source.table}"
     about = f" {spec.description}" if spec.description else ""
     return {
-        "raw": f"Debezium change events of {src} in Kafka topic `{spec.source.topic}`.{about}",
+        "raw": f"Debezium change events of {src} in Kafka "
+        + ("topics " if spec.source.shards else "topic ")
+        + ", ".join(f"`{t}`" for t in spec.source.topics)
+        + f".{about}",
         "cdc": (
-            f"Append-only CDC ledger `{layouts['cdc'].name}`: one row per change event of {src}, "
-            "partitioned by processing dt/hr, with the source row image kept for backfills."
+            f"Append-only CDC ledger `{layouts['cdc'].name}`"
+            + (f" (one per shard: {len(spec.source.shards)})" if spec.source.shards else "")
+            + f": one row per change event of {src}, partitioned by processing dt/hr, with the "
+            "source row image kept for backfills."
         ),
         "bucketed": (
             f"Per-run temp table `{layouts['bucketed'].name}`: the newest change per key since "
@@ -99,7 +113,7 @@ def build_table_assets(
     spec: TableSpec, catalog: str, hourly: dg.PartitionsDefinition, specs_dir: Path
 ) -> list[dg.AssetsDefinition]:
     """The five assets of one table spec; ``hourly`` is shared by every ledger."""
-    layouts = all_layouts(spec)
+    layouts = layer_layouts(spec)
     descriptions = _descriptions(spec, layouts)
     tags = {**spec.tags, "cdc/connector": spec.source.connector}
     common: dict[str, Any] = {"group_name": spec.name, "owners": list(spec.owners), "tags": tags}
@@ -108,7 +122,7 @@ def build_table_assets(
         if layer in ("raw", "schema"):
             return {
                 "dagster/column_schema": _source_schema(spec),
-                "kafka/topic": spec.source.topic,
+                "kafka/topic": ", ".join(spec.source.topics),
                 "spec_version": spec.spec_version,
             }
         layout = layouts[layer]

@@ -34,7 +34,7 @@ def cmd_specs(settings: Settings, args: argparse.Namespace) -> int:
             s.name,
             str(s.spec_version),
             f"{s.source.connector}:{s.source.database}.{s.source.table}",
-            s.source.topic,
+            ", ".join(s.source.topics),
             str(len(s.columns)),
             ", ".join(s.primary_key),
             str(s.base.buckets),

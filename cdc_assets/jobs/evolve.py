@@ -86,7 +86,8 @@ def drift_of(
         fields = newest_row_schema(kafka, current)
         if fields is not None:
             found.update(
-                source=f"schema embedded in the newest events of {current.source.topic}",
+                source="schema embedded in the newest events of "
+                + ", ".join(current.source.topics),
                 source_ddl=create_table_from_fields(current, fields),
                 audit_ddl=[],
             )

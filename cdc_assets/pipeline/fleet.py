@@ -15,7 +15,7 @@ from typing import Any
 from cdc_assets.pipeline.evolve import read_history
 from cdc_assets.pipeline.offsets import OFFSETS_PROPERTY
 from cdc_assets.pipeline.topic import observe_topic
-from cdc_assets.pipeline.watermark import base_state
+from cdc_assets.pipeline.watermark import base_state, shard_of
 from cdc_assets.quality.fleet import TableMetrics
 from cdc_assets.resources.kafka import KafkaResource
 from cdc_assets.schema.layers import base_layout, dead_letter_layout, ledger_layout
@@ -73,7 +73,7 @@ def table_metrics(
         errors.append(f"kafka: {exc}")
     try:
         ledger = _load(iceberg_catalog, ledger_layout(spec))
-        state = base_state(_load(iceberg_catalog, base_layout(spec)))
+        state = base_state(_load(iceberg_catalog, base_layout(spec)), shard_of(spec))
         waiting = unapplied_since(ledger, state.ledger_sequence)
         values["watermark_delay_seconds"] = (
             0.0 if waiting is None else max(now_s - waiting / 1000, 0.0)
@@ -119,7 +119,9 @@ def fleet_metrics(
 ) -> list[TableMetrics]:
     runs = newest_run_seconds(instance, [s.name for s in specs]) if instance is not None else {}
     now_s = datetime.now(UTC).timestamp()
+    # A sharded table: a row per shard (its own topic, ledger and upsert state).
     return [
-        table_metrics(kafka, iceberg_catalog, s, run_seconds=runs.get(s.name), now_s=now_s)
+        table_metrics(kafka, iceberg_catalog, v, run_seconds=runs.get(s.name), now_s=now_s)
         for s in specs
+        for v in s.shard_specs()
     ]

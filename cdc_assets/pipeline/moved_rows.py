@@ -89,7 +89,8 @@ def parse_old_key(spec: TableSpec, before_json: str | None) -> Key | None:
     if not isinstance(image, dict):
         return None
     plans = {p.name: p for p in plan_fields(spec) if p.key}
-    parts: list[object] = []
+    # A shard's move stays within its shard: the key leads with the shard's name.
+    parts: list[object] = [spec.shard.shard_name] if spec.shard_column and spec.shard else []
     for name in spec.primary_key:
         value, wire = image.get(name), plans[name].wire
         integer = isinstance(value, int) and not isinstance(value, bool)

@@ -92,7 +92,11 @@ def read_schema_changes(
 
 
 def newest_schema_change(kafka: KafkaResource, spec: TableSpec) -> SeenChange | None:
-    """The newest change of the spec's table on its schema-change topic (None: none retained)."""
+    """The newest change of the spec's table on its schema-change topic (None: none retained);
+    of a sharded table, the newest on any shard's."""
+    if spec.source.shards:
+        seen = [c for v in spec.shard_specs() if (c := newest_schema_change(kafka, v)) is not None]
+        return max(seen, key=lambda c: c.change.ts_ms or 0, default=None)
     topic = spec.source.schema_changes
     if topic is None:
         return None
@@ -119,8 +123,15 @@ def newest_row_schema(
     kafka: KafkaResource, spec: TableSpec, tail: int = 20
 ) -> list[Mapping[str, Any]] | None:
     """The row-image field schemas of the newest event on the spec's topic that embeds its
-    schema (None when the events carry no schema: JSON converter with schemas disabled)."""
+    schema (None when the events carry no schema: JSON converter with schemas disabled); of a
+    sharded table, the first shard's that has one."""
     from confluent_kafka import Consumer, TopicPartition
+
+    if spec.source.shards:
+        return next(
+            (f for v in spec.shard_specs() if (f := newest_row_schema(kafka, v, tail)) is not None),
+            None,
+        )
 
     topic = spec.source.topic
     consumer = Consumer(

@@ -73,9 +73,15 @@ def read_source_rows(spark: Any, url: str, spec: TableSpec) -> list[Row]:
 
 
 def read_base_rows(spark: Any, catalog: str, spec: TableSpec) -> list[Row]:
-    """Every row of base: the spec's columns, by sink name."""
+    """Every row of base: the spec's columns, by sink name (of a shard's view, that shard's
+    rows)."""
+    shard = (
+        (spec.shard_column, spec.shard.shard_name)
+        if spec.shard_column and spec.shard is not None
+        else None
+    )
     select, columns = render_base_select(
-        compared_plans(spec), table_identifier(catalog, base_layout(spec))
+        compared_plans(spec), table_identifier(catalog, base_layout(spec)), shard
     )
     return _decoded(spark.sql(select).collect(), columns)
 

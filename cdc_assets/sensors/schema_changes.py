@@ -85,8 +85,10 @@ def build_schema_change_sensor(
         kafka: KafkaResource,
         current_spec: Callable[[str], TableSpec],
     ) -> list[dg.RunRequest]:
-        out = []
+        out: list[dg.RunRequest] = []
         for spec in postgres:
+            if any(r.tags["cdc/table"] == spec.name for r in out):
+                continue  # another shard of the table evolves it this tick
             event = context.instance.get_latest_materialization_event(asset_key("cdc", spec.name))
             mat = event.asset_materialization if event is not None else None
             unknown = mat.metadata.get("unknown_fields") if mat is not None else None
@@ -144,6 +146,7 @@ def build_schema_change_sensor(
         cursor: dict[str, dict[str, int]] = json.loads(context.cursor or "{}")
         current_spec = current_specs(context)
         requests = postgres_requests(context, kafka, current_spec)
+        requested = {str(r.tags["cdc/table"]) for r in requests}
         for topic in topics:
             start = {int(p): o for p, o in cursor.get(topic, {}).items()}
             seen, next_offsets = read_schema_changes(kafka, topic, start)
@@ -157,6 +160,11 @@ def build_schema_change_sensor(
                 for spec in by_topic[topic]:
                     if matches(spec, item.change, topic):
                         by_table.setdefault(spec.name, []).append(item)
+            if set(by_table) & requested:
+                # A shard of a table this tick already evolves: its change waits for the next
+                # tick (cursor kept), which finds it applied or evolves the rest. One evolution
+                # per table at a time.
+                continue
             for table, items in sorted(by_table.items()):
                 newest = items[-1]
                 audit = [i.change.ddl for i in items]
@@ -181,6 +189,7 @@ def build_schema_change_sensor(
                     else datetime.now(UTC).isoformat()
                 )
                 requests.append(request(table, create, audit, newest.run_key, detected))
+                requested.add(table)
             cursor[topic] = {str(p): o for p, o in sorted(next_offsets.items())}
         return dg.SensorResult(run_requests=requests, cursor=json.dumps(cursor, sort_keys=True))
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from cdc_assets.schema.wire import FieldPlan
-from cdc_assets.sql.ddl import quote
+from cdc_assets.sql.ddl import literal, quote
 
 SourceDialect = Literal["mariadb", "postgres", "generic"]
 # How the value a read column returns becomes the comparison's value:
@@ -115,10 +115,13 @@ def render_source_select(
     return f"(SELECT {', '.join(parts)} FROM {table}) cdc_assets_source", columns
 
 
-def render_base_select(plans: list[FieldPlan], table: str) -> tuple[str, list[ReadColumn]]:
+def render_base_select(
+    plans: list[FieldPlan], table: str, shard: tuple[str, str] | None = None
+) -> tuple[str, list[ReadColumn]]:
     """Spark SQL reading ``plans``' sink columns from base (``table``: a Spark identifier).
     Base holds live rows only (a delete removes the row; tombstones live in a table of
-    their own), so every row counts."""
+    their own), so every row counts; of a sharded table, with ``shard`` (shard column, name),
+    the rows of that shard."""
     parts, columns = [], []
     for i, plan in enumerate(plans):
         ref = quote(plan.sink_name)
@@ -132,4 +135,5 @@ def render_base_select(plans: list[FieldPlan], table: str) -> tuple[str, list[Re
         else:
             parts.append(f"{ref} AS {alias}")
             columns.append(ReadColumn(plan.sink_name, alias, "as_is"))
-    return f"SELECT {', '.join(parts)} FROM {table}", columns
+    where = f" WHERE {quote(shard[0])} = {literal(shard[1])}" if shard is not None else ""
+    return f"SELECT {', '.join(parts)} FROM {table}{where}", columns

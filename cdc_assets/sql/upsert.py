@@ -47,7 +47,9 @@ class ChangeWindow:
 
 
 def data_names(spec: TableSpec) -> list[str]:
-    return [c.sink_name for c in spec.columns]
+    """The data columns of every layer: a sharded table's shard column, then the spec's."""
+    names = [c.sink_name for c in spec.columns]
+    return [spec.shard_column, *names] if spec.shard_column else names
 
 
 def key_names(spec: TableSpec) -> list[str]:

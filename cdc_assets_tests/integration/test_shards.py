@@ -1,0 +1,305 @@
+"""Two MariaDB shards of one table into one Iceberg table (issue 20, part 2), on real Debezium.
+
+Both servers hold ``shard_<tag>.users`` with overlapping keys. One spec lists them as shards
+(each its own connector, topic prefix and schema-change topic); base holds every shard's rows,
+told apart by the shard column that leads the key. The runs go through the project's own jobs
+(``ingest_ledgers``, ``upsert_bases`` with every asset check, ``evolve_schemas`` started by the
+``schema_changes`` sensor). An ADD COLUMN on one shard evolves the table once while the other
+shard keeps decoding; the same ALTER on the other shard then finds it applied. After each step
+every shard's rows in base equal its source, row for row.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from cdc_assets.assets.keys import node_name
+from cdc_assets.definitions import build_defs
+from cdc_assets.pipeline.source_compare import compare_source
+from cdc_assets.pipeline.tables import ensure_tables
+from cdc_assets.resources import KafkaResource
+from cdc_assets.sensors.new_offsets import current_hour_key
+from cdc_assets.settings import Settings
+from cdc_assets.spec.load import load_spec
+from cdc_assets.spec.models import TableSpec
+from cdc_assets.spec.versions import write_spec
+from cdc_assets.stack import sources
+from cdc_assets.stack.local_stack import StackState
+from cdc_assets_tests.support import extra_connector
+
+pytestmark = pytest.mark.integration
+
+SHARDS = {"a": sources.MARIADB, "b": "mariadb-b"}  # shard name -> local MariaDB server
+DELIVERY_TIMEOUT_S = 120.0
+NAME = "users_sharded"
+
+
+@dataclass
+class Shards:
+    home: Settings
+    bootstrap: str
+    tag: str
+    database: str
+    specs_dir: Path
+    urls: dict[str, str]  # shard -> JDBC URL of its database
+    kafka: KafkaResource
+    markers: Iterator[int]
+
+    def spec(self) -> TableSpec:
+        return load_spec(self.specs_dir / f"{NAME}.yaml")
+
+    def view(self, shard: str) -> TableSpec:
+        return next(v for v in self.spec().shard_specs() if v.shard and v.shard.name == shard)
+
+    def execute(self, shard: str, sql: str) -> None:
+        sources.mariadb_execute(self.home, sql, self.database, name=SHARDS[shard])
+
+    def prefix(self, shard: str) -> str:
+        return f"s{shard}{self.tag}"
+
+
+def _spec(s: Shards) -> TableSpec:
+    return TableSpec.model_validate(
+        {
+            "spec_version": 1,
+            "name": NAME,
+            "source": {
+                "connector": "mariadb",
+                "database": s.database,
+                "table": "users",
+                "shards": [
+                    {
+                        "server": s.prefix(shard),
+                        "topic": f"{s.prefix(shard)}.{s.database}.users",
+                        "name": shard,
+                    }
+                    for shard in SHARDS
+                ],
+            },
+            "columns": [
+                {"id": 1, "name": "id", "type": "bigint", "nullable": False},
+                {"id": 2, "name": "email", "type": "varchar(255)", "nullable": False},
+                {"id": 3, "name": "score", "type": "int"},
+            ],
+            "primary_key": ["id"],
+            "sink": {"namespace": f"shards_{s.tag}"},
+            "base": {"buckets": 2},
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def shards(
+    sources_home: Settings, sources_stack: StackState, spark: Any, tmp_path_factory: Any
+) -> Iterator[Shards]:
+    tag = uuid.uuid4().hex[:6]
+    database = f"shard_{tag}"
+    sources.start_mariadb(sources_home, SHARDS["b"])
+    for server in SHARDS.values():
+        sources.mariadb_execute(
+            sources_home,
+            f"CREATE DATABASE `{database}`; USE `{database}`; CREATE TABLE users ("
+            "id BIGINT NOT NULL PRIMARY KEY, email VARCHAR(255) NOT NULL, score INT);",
+            name=server,
+        )
+    s = Shards(
+        home=sources_home,
+        bootstrap=sources_stack.bootstrap_servers,
+        tag=tag,
+        database=database,
+        specs_dir=tmp_path_factory.mktemp("shard-specs"),
+        urls={k: sources.mariadb_jdbc_url(sources_home, database, v) for k, v in SHARDS.items()},
+        kafka=KafkaResource(
+            bootstrap_servers=sources_stack.bootstrap_servers, home=str(sources_home.home)
+        ),
+        markers=iter(range(9_000_000, 2**62)),
+    )
+    # Rows before the connectors start (snapshot reads, op r); key 1 is on both shards.
+    s.execute("a", "INSERT INTO users VALUES (1, 'a1@x', 10), (2, 'a2@x', 20);")
+    s.execute("b", "INSERT INTO users VALUES (1, 'b1@x', 11), (3, 'b3@x', 33);")
+    connectors = []
+    admin = s.kafka.admin()
+    try:
+        for shard, server in SHARDS.items():
+            connectors.append(
+                extra_connector.register(
+                    sources_home,
+                    s.bootstrap,
+                    "mariadb",
+                    f"{tag}c{shard}",  # hex: it seeds the connector's server id
+                    [f"{database}.users"],
+                    prefix=s.prefix(shard),
+                    mariadb_name=server,
+                    schema_changes=True,
+                )
+            )
+        spec = _spec(s)
+        write_spec(spec, s.specs_dir / f"{NAME}.yaml")
+        ensure_tables(spark, "lake", spec)
+        yield s
+    finally:
+        for extra in connectors:
+            extra_connector.remove(sources_home, extra, admin)
+
+
+def wait_delivered(s: Shards) -> None:
+    """A marker row inserted and deleted on each shard; return once both deletes are on the
+    topics (everything written before them was streamed)."""
+    pending = {}
+    for shard in SHARDS:
+        key = next(s.markers)
+        s.execute(
+            shard,
+            f"INSERT INTO users (id, email, score) VALUES ({key}, 'marker', 0);"
+            f"DELETE FROM users WHERE id = {key};",
+        )
+        pending[s.view(shard).source.topic] = key
+    consumer = Consumer(
+        {"bootstrap.servers": s.bootstrap, "group.id": f"sh-{uuid.uuid4().hex[:8]}"}
+        | {"enable.auto.commit": False}
+    )
+    consumer.assign([TopicPartition(t, 0, 0) for t in pending])
+    deadline = time.monotonic() + DELIVERY_TIMEOUT_S
+    try:
+        while pending and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error() is not None or msg.value() is None:
+                continue
+            event = json.loads(msg.value())["payload"]
+            if event.get("op") == "d" and (event.get("before") or {}).get("id") == pending.get(
+                msg.topic()
+            ):
+                del pending[msg.topic()]
+    finally:
+        consumer.close()
+    assert not pending, f"markers not delivered within {DELIVERY_TIMEOUT_S:.0f} s: {pending}"
+
+
+def defs_for(s: Shards, resources: dict[str, Any]) -> dg.Definitions:
+    settings = replace(s.home, specs_dir=s.specs_dir)
+    return build_defs(settings=settings, resource_overrides={**resources, "kafka": s.kafka})
+
+
+def _checks_passed(run: Any) -> dict[str, bool]:
+    found = {}
+    for event in run.all_events:
+        if event.event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION:
+            evaluation = event.event_specific_data
+            found[evaluation.check_name] = evaluation.passed
+    return found
+
+
+def cycle(s: Shards, resources: dict[str, Any], instance: Any) -> dict[str, Any]:
+    """The ingest and upsert jobs as the daemon runs them; every check they run passes.
+    Returns the ledger asset's metadata."""
+    wait_delivered(s)
+    defs = defs_for(s, resources)
+    ingest = defs.resolve_job_def("ingest_ledgers").execute_in_process(
+        instance=instance, partition_key=current_hour_key(datetime.now(UTC))
+    )
+    assert ingest.success
+    upsert = defs.resolve_job_def("upsert_bases").execute_in_process(instance=instance)
+    assert upsert.success
+    checks = {**_checks_passed(ingest), **_checks_passed(upsert)}
+    assert checks
+    assert all(checks.values()), checks
+    mats = ingest.asset_materializations_for_node(node_name("cdc", NAME))
+    assert mats
+    return {k: v.value for k, v in mats[-1].metadata.items()}
+
+
+def assert_mirrors(s: Shards, spark: Any, shards: list[str]) -> None:
+    for shard in shards:
+        diff = compare_source(spark, "lake", s.view(shard), s.urls[shard])
+        assert diff.equal, f"shard {shard}: {diff.summary()}"
+
+
+def tick(defs: dg.Definitions, instance: Any, cursor: list[str | None]) -> list[dg.RunRequest]:
+    sensor = defs.get_sensor_def("schema_changes")
+    context = dg.build_sensor_context(
+        instance=instance, resources={"kafka": defs.resources["kafka"]}, cursor=cursor[0]
+    )
+    result = sensor(context)
+    assert isinstance(result, dg.SensorResult)
+    cursor[0] = result.cursor
+    return list(result.run_requests or [])
+
+
+def test_two_shards_into_one_table_with_an_alter_on_each(
+    shards: Shards, spark: Any, resources: dict[str, Any]
+) -> None:
+    s = shards
+    instance = dg.DagsterInstance.ephemeral()
+    cursor: list[str | None] = [None]
+    # Same keys on both shards, changed differently; a delete on one shard only.
+    s.execute(
+        "a", "UPDATE users SET score = 12 WHERE id = 1; INSERT INTO users VALUES (4, 'a4@x', 4);"
+    )
+    s.execute("b", "DELETE FROM users WHERE id = 3; INSERT INTO users VALUES (4, 'b4@x', 44);")
+    s.execute("b", "UPDATE users SET email = 'b1-new@x' WHERE id = 1;")
+    meta = cycle(s, resources, instance)
+    assert set(meta["shards"]) == {"a", "b"}
+    assert_mirrors(s, spark, ["a", "b"])
+    rows = spark.sql(
+        f"SELECT _shard, id, email FROM lake.shards_{s.tag}.{NAME} WHERE id IN (1, 4) ORDER BY 1, 2"
+    ).collect()
+    assert [tuple(r) for r in rows] == [
+        ("a", 1, "a1@x"),
+        ("a", 4, "a4@x"),
+        ("b", 1, "b1-new@x"),
+        ("b", 4, "b4@x"),
+    ]
+    # The snapshots' CREATE TABLE records are the spec's own shape: nothing to start.
+    assert tick(defs_for(s, resources), instance, cursor) == []
+
+    # Shard b gains a column; shard a has not changed yet and keeps streaming.
+    s.execute("b", "ALTER TABLE users ADD COLUMN phone VARCHAR(32);")
+    s.execute(
+        "b",
+        "UPDATE users SET phone = '+1-555-0101' WHERE id = 1;"
+        "INSERT INTO users VALUES (6, 'b6@x', 6, '+1-555-0106');",
+    )
+    s.execute(
+        "a", "INSERT INTO users VALUES (7, 'a7@x', 7); UPDATE users SET score = 3 WHERE id = 2;"
+    )
+    wait_delivered(s)
+    defs = defs_for(s, resources)
+    (request,) = tick(defs, instance, cursor)
+    assert request.tags["cdc/table"] == NAME
+    run = defs.resolve_job_def("evolve_schemas").execute_in_process(
+        instance=instance,
+        run_config=request.run_config,
+        asset_selection=list(request.asset_selection or []),
+    )
+    assert run.success
+    assert s.spec().spec_version == 2
+    assert [c.name for c in s.spec().columns] == ["id", "email", "score", "phone"]
+    meta = cycle(s, resources, instance)
+    assert meta["dead_letters"] == 0
+    assert_mirrors(s, spark, ["b"])
+    base = f"lake.shards_{s.tag}.{NAME}"
+    phones = spark.sql(f"SELECT _shard, id, phone FROM {base} WHERE phone IS NOT NULL").collect()
+    assert sorted(tuple(r) for r in phones) == [("b", 1, "+1-555-0101"), ("b", 6, "+1-555-0106")]
+    a_rows = spark.sql(f"SELECT id, score FROM {base} WHERE _shard = 'a' ORDER BY id").collect()
+    assert [tuple(r) for r in a_rows] == [(1, 12), (2, 3), (4, 4), (7, 7)]
+
+    # The same ALTER on shard a finds the table evolved: no second evolution.
+    s.execute("a", "ALTER TABLE users ADD COLUMN phone VARCHAR(32);")
+    s.execute("a", "UPDATE users SET phone = '+44-20-0002' WHERE id = 2;")
+    s.execute("b", "UPDATE users SET phone = '+1-555-0103', score = 99 WHERE id = 6;")
+    wait_delivered(s)
+    assert tick(defs_for(s, resources), instance, cursor) == []
+    cycle(s, resources, instance)
+    assert s.spec().spec_version == 2
+    assert_mirrors(s, spark, ["a", "b"])
