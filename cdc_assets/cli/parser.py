@@ -289,6 +289,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds to wait for transactions open at the watermark (PostgreSQL) or for the "
         "table's read lock (MySQL) (default: 300)",
     )
+    boot.add_argument(
+        "--shard",
+        help="a sharded table's shard to load (its rows are replaced; the others stay): how a "
+        "shard added to a live spec gets its existing rows",
+    )
     boot.add_argument("--replace", action="store_true", help="overwrite a base that has rows")
     boot.set_defaults(fn=cmd_bootstrap)
     rollback = sub.add_parser(

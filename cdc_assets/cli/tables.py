@@ -37,7 +37,7 @@ def cmd_bootstrap(settings: Settings, args: argparse.Namespace) -> int:
     from cdc_assets.resources import build_resources
     from cdc_assets.schema.position import Position
 
-    spec = find_spec(settings, args.table)
+    spec = shard_view(find_spec(settings, args.table), args.shard)
     position = None
     if args.position is not None:
         try:
@@ -110,6 +110,22 @@ def cmd_bootstrap(settings: Settings, args: argparse.Namespace) -> int:
         markup=False,
     )
     return 0
+
+
+def shard_view(spec: Any, shard: str | None) -> Any:
+    """The spec, or its view of ``shard`` (required for a sharded spec, refused otherwise)."""
+    names = spec.source.shard_names
+    if shard is None:
+        if spec.source.shards:
+            raise CdcAssetsError(
+                f"{spec.name} has shards {', '.join(names)}: name one with --shard"
+            )
+        return spec
+    views = {v.shard.shard_name: v for v in spec.shard_specs() if v.shard is not None}
+    if shard not in views:
+        known = f"its shards are {', '.join(names)}" if names else "it has no shards"
+        raise CdcAssetsError(f"{spec.name}: no shard {shard!r}; {known}")
+    return views[shard]
 
 
 def cmd_rollback(settings: Settings, args: argparse.Namespace) -> int:

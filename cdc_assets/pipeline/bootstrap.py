@@ -29,6 +29,8 @@ from cdc_assets.pipeline.watermark import (
     UpsertState,
     base_state,
     commit_properties_only,
+    shard_of,
+    shard_states,
     snapshot_properties,
 )
 from cdc_assets.schema.layers import base_layout, ledger_layout, tombstones_layout
@@ -88,10 +90,22 @@ def read_jdbc(spark: Any, url: str, table: str, properties: dict[str, str] | Non
 
 
 def check_replaceable(iceberg_catalog: Any, spec: TableSpec, replace: bool) -> None:
-    """BootstrapError when base holds rows and replacing them was not asked for."""
+    """BootstrapError when base holds rows (of the shard, for one shard of a sharded table) and
+    replacing them was not asked for."""
+    if spec.source.shards:
+        raise BootstrapError(
+            f"{spec.name} has shards: bootstrap one shard at a time (--shard "
+            f"{'|'.join(spec.source.shard_names)}); the other shards' rows stay as they are"
+        )
     base = load_table(iceberg_catalog, base_layout(spec))
     current = base.current_snapshot()
     rows_now = int(current.summary.get("total-records", "0")) if current and current.summary else 0
+    if rows_now and spec.shard_column and spec.shard is not None:
+        from pyiceberg.expressions import EqualTo
+
+        eq: Any = EqualTo  # pydantic's mypy plugin misreads pyiceberg's predicates
+        mine = eq(spec.shard_column, spec.shard.shard_name)
+        rows_now = base.scan(row_filter=mine, selected_fields=(spec.shard_column,)).count()
     if rows_now and not replace:
         raise BootstrapError(
             f"{spec.name}: base already holds {rows_now} rows; pass replace=True (--replace) "
@@ -139,23 +153,36 @@ def bootstrap_base(
         ]
         if problems:
             raise BootstrapError(f"{spec.name}: the dump was not loaded: " + "; ".join(problems))
-        state = UpsertState(floor=position)
+        shard = shard_of(spec)
+        state = UpsertState(floor=position, shard=shard)
         props = {**state.properties(), UPSERT_KIND: "bootstrap", "cdc.bootstrap-source": source}
         props.update(properties or {})
         target = spark_identifier(catalog, base_l)
-        with (
-            spark_progress(spark, f"{spec.name}: loading base", enabled=progress),
-            snapshot_properties(spark, props),
-        ):
-            spark.sql(
-                # By name: base may already have columns of a newer spec (schema evolution).
-                f"INSERT OVERWRITE {target} ({', '.join(quote(c) for c in base_l.column_names)}) "
-                + render_bootstrap_select(spec, view, columns, position)
-            )
-        # Deletes remembered from before the dump are older than the floor: drop them.
-        spark.sql(f"DELETE FROM {spark_identifier(catalog, tombstones_layout(spec))}")
+        names = ", ".join(quote(c) for c in base_l.column_names)
+        # By name: base may already have columns of a newer spec (schema evolution).
+        select = render_bootstrap_select(spec, view, columns, position)
+        tombstones = spark_identifier(catalog, tombstones_layout(spec))
+        if shard is None:
+            with (
+                spark_progress(spark, f"{spec.name}: loading base", enabled=progress),
+                snapshot_properties(spark, props),
+            ):
+                spark.sql(f"INSERT OVERWRITE {target} ({names}) {select}")
+            # Deletes remembered from before the dump are older than the floor: drop them.
+            spark.sql(f"DELETE FROM {tombstones}")
+        else:
+            # One shard: its rows and remembered deletes go, the other shards' stay; their
+            # states ride along in the commit that records this shard's.
+            mine = f"{quote(spec.shard_column or '')} = {literal(shard)}"
+            others = [n for n in spec.source.shard_names if n != shard]
+            props = {**shard_states(load_table(iceberg_catalog, base_l), others), **props}
+            with spark_progress(spark, f"{spec.name}: loading shard {shard}", enabled=progress):
+                spark.sql(f"DELETE FROM {target} WHERE {mine}")
+                with snapshot_properties(spark, props):
+                    spark.sql(f"INSERT INTO {target} ({names}) {select}")
+            spark.sql(f"DELETE FROM {tombstones} WHERE {mine}")
         table = load_table(iceberg_catalog, base_l)
-        if base_state(table).token() != state.token():
+        if base_state(table, shard).token() != state.token():
             commit_properties_only(table, props)  # an empty dump: Spark made no commit
     finally:
         spark.catalog.dropTempView(view)

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from cdc_assets.schema.position import Position
 from cdc_assets.schema.wire import FieldPlan, plan_fields
 from cdc_assets.spec.models import TableSpec
-from cdc_assets.sql.ddl import quote, spark_type
+from cdc_assets.sql.ddl import literal, quote, spark_type
 
 _TRANSFORMS = {
     "epoch_seconds_to_timestamp": "timestamp_seconds({})",
@@ -56,10 +56,13 @@ def dump_value(plan: FieldPlan, source_column: str) -> str:
 def render_bootstrap_select(
     spec: TableSpec, view: str, columns: Mapping[str, str], position: Position
 ) -> str:
-    """SELECT of base rows from the dump view, stamped with the dump's source position."""
+    """SELECT of base rows from the dump view, stamped with the dump's source position (and,
+    for one shard of a sharded table, with the shard's name)."""
     values = [
         f"{dump_value(p, columns[p.name])} AS {quote(p.sink_name)}" for p in plan_fields(spec)
     ]
+    if spec.shard_column and spec.shard is not None:
+        values.insert(0, f"{literal(spec.shard.shard_name)} AS {quote(spec.shard_column)}")
     values += [
         "'r' AS _op",
         "CAST(NULL AS TIMESTAMP) AS _source_ts",

@@ -2,7 +2,8 @@
 
 Both servers hold ``shard_<tag>.users`` with overlapping keys. One spec lists them as shards
 (each its own connector, topic prefix and schema-change topic); base holds every shard's rows,
-told apart by the shard column that leads the key. The runs go through the project's own jobs
+told apart by the shard column that leads the key. Shard b joins the live spec and is
+bootstrapped from its source without touching shard a's rows or state. The runs go through the project's own jobs
 (``ingest_ledgers``, ``upsert_bases`` with every asset check, ``evolve_schemas`` started by the
 ``schema_changes`` sensor). An ADD COLUMN on one shard evolves the table once while the other
 shard keeps decoding; the same ALTER on the other shard then finds it applied. After each step
@@ -26,9 +27,11 @@ from confluent_kafka import Consumer, TopicPartition
 
 from cdc_assets.assets.keys import node_name
 from cdc_assets.definitions import build_defs
+from cdc_assets.pipeline.bootstrap import BootstrapError, bootstrap_from_source
 from cdc_assets.pipeline.source_compare import compare_source
 from cdc_assets.pipeline.tables import ensure_tables
-from cdc_assets.resources import KafkaResource
+from cdc_assets.pipeline.watermark import base_state
+from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.sensors.new_offsets import current_hour_key
 from cdc_assets.settings import Settings
 from cdc_assets.spec.load import load_spec
@@ -69,7 +72,7 @@ class Shards:
         return f"s{shard}{self.tag}"
 
 
-def _spec(s: Shards) -> TableSpec:
+def _spec(s: Shards, shards: list[str]) -> TableSpec:
     return TableSpec.model_validate(
         {
             "spec_version": 1,
@@ -84,7 +87,7 @@ def _spec(s: Shards) -> TableSpec:
                         "topic": f"{s.prefix(shard)}.{s.database}.users",
                         "name": shard,
                     }
-                    for shard in SHARDS
+                    for shard in shards
                 ],
             },
             "columns": [
@@ -144,7 +147,8 @@ def shards(
                     schema_changes=True,
                 )
             )
-        spec = _spec(s)
+        # The table starts with shard a; shard b joins the live spec in the test.
+        spec = _spec(s, ["a"])
         write_spec(spec, s.specs_dir / f"{NAME}.yaml")
         ensure_tables(spark, "lake", spec)
         yield s
@@ -157,7 +161,7 @@ def wait_delivered(s: Shards) -> None:
     """A marker row inserted and deleted on each shard; return once both deletes are on the
     topics (everything written before them was streamed)."""
     pending = {}
-    for shard in SHARDS:
+    for shard in [v.shard.name for v in s.spec().shard_specs() if v.shard and v.shard.name]:
         key = next(s.markers)
         s.execute(
             shard,
@@ -237,22 +241,47 @@ def tick(defs: dg.Definitions, instance: Any, cursor: list[str | None]) -> list[
 
 
 def test_two_shards_into_one_table_with_an_alter_on_each(
-    shards: Shards, spark: Any, resources: dict[str, Any]
+    shards: Shards, spark: Any, iceberg: IcebergCatalogResource, resources: dict[str, Any]
 ) -> None:
     s = shards
     instance = dg.DagsterInstance.ephemeral()
     cursor: list[str | None] = [None]
-    # Same keys on both shards, changed differently; a delete on one shard only.
     s.execute(
         "a", "UPDATE users SET score = 12 WHERE id = 1; INSERT INTO users VALUES (4, 'a4@x', 4);"
     )
+    cycle(s, resources, instance)
+    assert_mirrors(s, spark, ["a"])
+
+    # Shard b joins the live table: bootstrapped from its source (the dump stitched by a
+    # watermark), shard a's rows and upsert state untouched, then both stream.
+    base = f"lake.shards_{s.tag}.{NAME}"
+    a_before = sorted(tuple(r) for r in spark.sql(f"SELECT * FROM {base}").collect())
+    state_a = base_state(iceberg.load_catalog().load_table(f"shards_{s.tag}.{NAME}"), "a")
+    write_spec(_spec(s, ["a", "b"]), s.specs_dir / f"{NAME}.yaml")
+    ensure_tables(spark, "lake", s.spec())
+    boot = bootstrap_from_source(
+        spark, "lake", iceberg.load_catalog(), s.view("b"), s.urls["b"], progress=False
+    )
+    assert boot.rows == 2
+    after = iceberg.load_catalog().load_table(f"shards_{s.tag}.{NAME}")
+    assert base_state(after, "a").token() == state_a.token()
+    assert base_state(after, "b").floor == boot.position
+    a_rows = spark.sql(f"SELECT * FROM {base} WHERE _shard = 'a'").collect()
+    assert sorted(tuple(r) for r in a_rows) == a_before
+    assert_mirrors(s, spark, ["a", "b"])
+    with pytest.raises(BootstrapError, match="base already holds 2 rows"):
+        bootstrap_from_source(
+            spark, "lake", iceberg.load_catalog(), s.view("b"), s.urls["b"], progress=False
+        )
+
+    # Same keys on both shards, changed differently; a delete on one shard only.
     s.execute("b", "DELETE FROM users WHERE id = 3; INSERT INTO users VALUES (4, 'b4@x', 44);")
     s.execute("b", "UPDATE users SET email = 'b1-new@x' WHERE id = 1;")
     meta = cycle(s, resources, instance)
     assert set(meta["shards"]) == {"a", "b"}
     assert_mirrors(s, spark, ["a", "b"])
     rows = spark.sql(
-        f"SELECT _shard, id, email FROM lake.shards_{s.tag}.{NAME} WHERE id IN (1, 4) ORDER BY 1, 2"
+        f"SELECT _shard, id, email FROM {base} WHERE id IN (1, 4) ORDER BY 1, 2"
     ).collect()
     assert [tuple(r) for r in rows] == [
         ("a", 1, "a1@x"),
@@ -288,7 +317,6 @@ def test_two_shards_into_one_table_with_an_alter_on_each(
     meta = cycle(s, resources, instance)
     assert meta["dead_letters"] == 0
     assert_mirrors(s, spark, ["b"])
-    base = f"lake.shards_{s.tag}.{NAME}"
     phones = spark.sql(f"SELECT _shard, id, phone FROM {base} WHERE phone IS NOT NULL").collect()
     assert sorted(tuple(r) for r in phones) == [("b", 1, "+1-555-0101"), ("b", 6, "+1-555-0106")]
     a_rows = spark.sql(f"SELECT id, score FROM {base} WHERE _shard = 'a' ORDER BY id").collect()
