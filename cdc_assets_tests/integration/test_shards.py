@@ -1,13 +1,13 @@
 """Two MariaDB shards of one table into one Iceberg table (issue 20, part 2), on real Debezium.
 
-Both servers hold ``shard_<tag>.users`` with overlapping keys. One spec lists them as shards
-(each its own connector, topic prefix and schema-change topic); base holds every shard's rows,
-told apart by the shard column that leads the key. Shard b joins the live spec and is
-bootstrapped from its source without touching shard a's rows or state. The runs go through the
-project's own jobs (``ingest_ledgers``, ``upsert_bases`` with every asset check, ``evolve_schemas`` started by the
-``schema_changes`` sensor). An ADD COLUMN on one shard evolves the table once while the other
-shard keeps decoding; the same ALTER on the other shard then finds it applied. After each step
-every shard's rows in base equal its source, row for row.
+Both servers hold ``shard_<tag>.users`` with overlapping keys. One spec lists them as shards (each
+its own connector, topic prefix and schema-change topic); base holds every shard's rows, told apart
+by the shard column that leads the key. Shard b joins the live spec and is bootstrapped from its
+source without touching shard a's rows or state. The runs go through the project's own jobs
+(``ingest_ledgers``, ``upsert_bases`` with every asset check, ``evolve_schemas`` started by the
+``schema_changes`` sensor). An ADD COLUMN on one shard evolves the table once while the other shard
+keeps decoding; the same ALTER on the other shard then finds it applied. After each step every
+shard's rows in base equal its source, row for row.
 """
 
 from __future__ import annotations
