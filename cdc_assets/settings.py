@@ -121,6 +121,16 @@ class Settings:
             return None
         return self.source_url(source.database, source.connector, source.server_name)
 
+    def shard_source_urls(self, source: SourceSpec) -> dict[str, str]:
+        """Shard name -> JDBC URL of each shard of a sharded spec whose source URL is set
+        (server-qualified: ``CDC_ASSETS_SOURCE_URL_<SERVER>_<DATABASE>``)."""
+        out = {}
+        for shard in source.shards:
+            url = self.source_url(source.database, source.connector, shard.server)
+            if url is not None:
+                out[shard.shard_name] = url
+        return out
+
     @property
     def jars_dir(self) -> Path:
         return self.home / "jars"

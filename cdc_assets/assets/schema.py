@@ -36,6 +36,9 @@ class EvolveConfig(dg.Config):
     kafka_offsets: dict[str, int] = Field(
         default_factory=dict, description="ledger offsets per partition when it was seen"
     )
+    seen_on: str = Field(
+        default="", description="the server whose change it is (a sharded table's shard)"
+    )
 
 
 def evolve_run_config(table: str, **config: Any) -> dict[str, Any]:
@@ -72,8 +75,9 @@ def build_schema_asset(
                 kafka_offsets={int(p): o for p, o in config.kafka_offsets.items()} or None,
             )
         except EvolutionRejectedError as err:
+            where = f"the change seen on server {config.seen_on}: " if config.seen_on else ""
             raise dg.Failure(
-                description=str(err),
+                description=f"{where}{err}",
                 metadata={
                     "diff": dg.MetadataValue.md(f"```\n{err.plan.describe()}\n```"),
                     "reasons": [str(r) for r in err.plan.rejections],

@@ -7,7 +7,7 @@ fails, assets downstream of base in the same run are not materialized.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -49,9 +49,22 @@ def _sink(spec: TableSpec, names: list[str]) -> list[str]:
 
 
 def build_table_checks(
-    spec: TableSpec, source_url: str | None = None
+    spec: TableSpec, source_url: str | None = None, shard_urls: Mapping[str, str] | None = None
 ) -> list[dg.AssetChecksDefinition]:
-    """Every check of ``spec``; the source comparisons only where ``source_url`` is given."""
+    """Every check of ``spec``; the source comparisons only where ``source_url`` is given (for
+    a sharded spec, ``shard_urls``: shard name -> URL, each shard compared with its source)."""
+    # (the view a source comparison reads base through, its source's URL)
+    urls = dict(shard_urls or {})
+    sources: list[tuple[TableSpec, str]] = (
+        [
+            (v, urls[v.shard.shard_name])
+            for v in spec.shard_specs()
+            if v.shard is not None and v.shard.shard_name in urls
+        ]
+        if spec.source.shards
+        else ([(spec, source_url)] if source_url is not None else [])
+    )
+    source_url = sources[0][1] if sources else None
     raw = asset_key("raw", spec.name)
     cdc = asset_key("cdc", spec.name)
     base = asset_key("base", spec.name)
@@ -245,9 +258,12 @@ def build_table_checks(
     def drift_body(spark: SparkResource | None, iceberg: IcebergCatalogResource) -> Any:
         diffs = health.iceberg_differences(iceberg.load_catalog(), spec)
         source = None
-        if spark is not None and source_url is not None:
-            columns = health.source_columns(spark.get_session(), source_url, spec)
-            source = source_differences(spec, columns)
+        if spark is not None and sources:
+            source = []
+            for view, url in sources:
+                columns = health.source_columns(spark.get_session(), url, view)
+                where = f"shard {view.shard.shard_name}: " if view.shard is not None else ""
+                source += [f"{where}{d}" for d in source_differences(view, columns)]
         return check_result(
             rules.schema_drift_verdict(diffs, source), spec_version=spec.spec_version
         )
@@ -288,8 +304,7 @@ def build_table_checks(
         watermark_lag,
         schema_drift,
     ]
-    if source_url is not None:
-        url = source_url
+    if sources:
 
         @dg.asset_check(
             asset=base,
@@ -302,14 +317,18 @@ def build_table_checks(
             spark: SparkResource, iceberg: IcebergCatalogResource
         ) -> dg.AssetCheckResult:
             session = spark.get_session()
-            lag = health.watermark_lag(session, spark.catalog.name, iceberg.load_catalog(), spec)
-            return check_result(
-                rules.row_count_verdict(
-                    health.base_row_count(session, spark.catalog.name, spec),
-                    health.source_row_count(session, url, spec),
-                    lag.pending,
+            catalog = iceberg.load_catalog()
+            verdicts = {}
+            for view, url in sources:
+                lag = health.watermark_lag(session, spark.catalog.name, catalog, view)
+                verdicts[view.shard.shard_name if view.shard else view.name] = (
+                    rules.row_count_verdict(
+                        health.base_row_count(session, spark.catalog.name, view),
+                        health.source_row_count(session, url, view),
+                        lag.pending,
+                    )
                 )
-            )
+            return check_result(rules.per_shard_verdict(verdicts))
 
         checks.append(source_row_count)
     return checks

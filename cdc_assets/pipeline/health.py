@@ -41,7 +41,7 @@ from cdc_assets.sql.checks import (
     render_pending,
     render_source_count,
 )
-from cdc_assets.sql.ddl import table_identifier
+from cdc_assets.sql.ddl import literal, quote, table_identifier
 
 
 def _load(iceberg_catalog: Any, layout: TableLayout) -> Any:
@@ -335,5 +335,9 @@ def source_row_count(spark: Any, url: str, spec: TableSpec) -> int:
 
 
 def base_row_count(spark: Any, catalog: str, spec: TableSpec) -> int:
+    """Rows of base (of one shard's view: that shard's rows)."""
     table = table_identifier(catalog, base_layout(spec))
-    return int(spark.sql(f"SELECT count(*) AS n FROM {table}").collect()[0]["n"])
+    where = ""
+    if spec.shard_column and spec.shard is not None:
+        where = f" WHERE {quote(spec.shard_column)} = {literal(spec.shard.shard_name)}"
+    return int(spark.sql(f"SELECT count(*) AS n FROM {table}{where}").collect()[0]["n"])

@@ -54,14 +54,19 @@ def build_schema_change_sensor(
     topics = sorted(by_topic)
     postgres = [v for s in specs if s.source.connector == "postgresql" for v in s.shard_specs()]
 
-    def request(table: str, create: str, audit: list[str], key: str, at: str) -> dg.RunRequest:
+    def request(
+        table: str, create: str, audit: list[str], key: str, at: str, seen_on: str = ""
+    ) -> dg.RunRequest:
+        """``seen_on``: the shard's server, for a sharded table (named if evolution refuses)."""
+        extra = {"seen_on": seen_on} if seen_on else {}
         return dg.RunRequest(
             run_key=key,
             asset_selection=[asset_key("schema", table)],
             run_config=evolve_run_config(
-                table, source_ddl=create, audit_ddl=audit, trigger="push", detected_at=at
+                table, source_ddl=create, audit_ddl=audit, trigger="push", detected_at=at, **extra
             ),
-            tags={"cdc/table": table, "cdc/trigger": "schema_changes"},
+            tags={"cdc/table": table, "cdc/trigger": "schema_changes"}
+            | ({"cdc/server": seen_on} if seen_on else {}),
         )
 
     def current_specs(context: dg.SensorEvaluationContext) -> Callable[[str], TableSpec]:
@@ -188,7 +193,9 @@ def build_schema_change_sensor(
                     if newest.change.ts_ms
                     else datetime.now(UTC).isoformat()
                 )
-                requests.append(request(table, create, audit, newest.run_key, detected))
+                sharded = any(v.name == table and v.shard for v in by_topic[topic])
+                seen_on = _server_of(by_topic[topic], table) if sharded else ""
+                requests.append(request(table, create, audit, newest.run_key, detected, seen_on))
                 requested.add(table)
             cursor[topic] = {str(p): o for p, o in sorted(next_offsets.items())}
         return dg.SensorResult(run_requests=requests, cursor=json.dumps(cursor, sort_keys=True))

@@ -67,3 +67,52 @@ def test_a_change_on_any_shard_evolves_the_table_once(
     (request,) = result.run_requests or []
     assert request.tags["cdc/table"] == "users"
     assert request.asset_selection == [asset_key("schema", "users")]
+
+
+def test_an_unsafe_change_on_a_shard_is_refused_naming_its_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = sharded()
+    write_spec(spec, tmp_path / "users.yaml")
+    settings = load_settings(
+        {"CDC_ASSETS_HOME": str(tmp_path / "home"), "CDC_ASSETS_SPECS": str(tmp_path)}
+    )
+    # The embedded catalog's SQLite file; a refused change never starts Spark.
+    settings.local_catalog_file.parent.mkdir(parents=True)
+    us = next(v for v in spec.shard_specs() if v.source.server_name == "us-1")
+    # id bigint -> int on shard us-1: a narrowing of the key, which evolution refuses.
+    narrowed = us.model_copy(
+        update={
+            "columns": [
+                c.model_copy(update={"type": "int"}) if c.name == "id" else c for c in us.columns
+            ]
+        }
+    )
+    ddl = "ALTER TABLE users MODIFY id INT NOT NULL"
+    record = DebeziumEventFactory(narrowed, server_name="us-1").schema_change(ddl)
+    (change,) = parse_schema_change(record.value)
+
+    def read(kafka: Any, topic: str, start: dict[int, int]) -> tuple[list[SeenChange], Any]:
+        seen = [SeenChange("us-1", 0, 3, change)] if topic == "us-1" else []
+        return seen, {0: 4 if seen else 0}
+
+    monkeypatch.setattr(sensor_module, "read_schema_changes", read)
+    defs = build_defs(settings=settings)
+    instance = dg.DagsterInstance.ephemeral()
+    context = dg.build_sensor_context(
+        instance=instance,
+        resources={"kafka": KafkaResource(bootstrap_servers="127.0.0.1:9", home=str(tmp_path))},
+    )
+    result = defs.get_sensor_def("schema_changes")(context)
+    assert isinstance(result, dg.SensorResult)
+    (request,) = result.run_requests or []
+    assert request.tags["cdc/server"] == "us-1"
+    run = defs.resolve_job_def("evolve_schemas").execute_in_process(
+        instance=instance,
+        run_config=request.run_config,
+        asset_selection=list(request.asset_selection or []),
+        raise_on_error=False,
+    )
+    assert not run.success
+    failure = next(e for e in run.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE)
+    assert "the change seen on server us-1:" in str(failure.event_specific_data)
