@@ -301,6 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rollback.add_argument("table", help="spec name")
     rollback.add_argument("--to", required=True, help="ISO time, e.g. 2026-11-22T10:00:00+00:00")
+    rollback.add_argument("--shard", help="a sharded table's shard whose watermark moves")
     rollback.set_defaults(fn=cmd_rollback)
     return parser
 

@@ -135,7 +135,7 @@ def cmd_rollback(settings: Settings, args: argparse.Namespace) -> int:
     from cdc_assets.pipeline.offsets import encode_offsets
     from cdc_assets.resources import build_resources
 
-    spec = find_spec(settings, args.table)
+    spec = shard_view(find_spec(settings, args.table), args.shard)
     try:
         to = datetime.fromisoformat(args.to)
     except ValueError:
@@ -167,16 +167,20 @@ def cmd_redrive(settings: Settings, args: argparse.Namespace) -> int:
         console.print(f"[red]error:[/red] no table spec {args.table!r}; known: {sorted(specs)}")
         return 2
     spark = build_resources(settings)["spark"]
-    result = redrive(
-        spark.get_session(), spark.catalog.name, specs[args.table], reason_contains=args.reason
-    )
-    console.print(
-        f"{result.table}: replayed {result.replayed} dead letter(s): {result.to_ledger} to the "
-        f"ledger, {result.skipped} skipped, {result.still_dead} still failing"
-    )
-    for reason, count in sorted(result.reasons.items(), key=lambda kv: -kv[1]):
-        console.print(f"  {count:>6}  {reason}")
-    return 0 if result.still_dead == 0 else 1
+    still_dead = 0
+    # A sharded table's dead letters are per shard: each replayed into its shard's ledger.
+    for view in specs[args.table].shard_specs():
+        result = redrive(spark.get_session(), spark.catalog.name, view, reason_contains=args.reason)
+        where = f" (shard {view.shard.shard_name})" if view.shard is not None else ""
+        console.print(
+            f"{result.table}{where}: replayed {result.replayed} dead letter(s): "
+            f"{result.to_ledger} to the ledger, {result.skipped} skipped, "
+            f"{result.still_dead} still failing"
+        )
+        for reason, count in sorted(result.reasons.items(), key=lambda kv: -kv[1]):
+            console.print(f"  {count:>6}  {reason}")
+        still_dead += result.still_dead
+    return 0 if still_dead == 0 else 1
 
 
 def cmd_checks(settings: Settings, args: argparse.Namespace) -> int:

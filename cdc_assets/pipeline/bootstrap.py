@@ -271,7 +271,8 @@ def rollback_watermark(
     if to.tzinfo is None:
         to = to.replace(tzinfo=UTC)
     base = load_table(iceberg_catalog, base_layout(spec))
-    before = base_state(base)
+    shard = shard_of(spec)  # one shard of a sharded table: its own watermark
+    before = base_state(base, shard)
     ledger = spark_identifier(catalog, ledger_layout(spec))
     stamp = literal(to.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f"))
     rows = spark.sql(
@@ -293,8 +294,16 @@ def rollback_watermark(
         ledger_sequence=0,  # read redriven rows again too; applying twice changes nothing
         ledger_snapshot=before.ledger_snapshot,
         floor=before.floor,
+        shard=shard,
     )
+    others = [n for n in spec.source.shard_names if n != shard]
     commit_properties_only(
-        base, {**after.properties(), UPSERT_KIND: "rollback", "cdc.rollback-to": to.isoformat()}
+        base,
+        {
+            **shard_states(base, others),
+            **after.properties(),
+            UPSERT_KIND: "rollback",
+            "cdc.rollback-to": to.isoformat(),
+        },
     )
     return RollbackResult(spec.name, before, after, moved)

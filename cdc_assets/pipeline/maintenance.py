@@ -21,7 +21,7 @@ from typing import Any
 from cdc_assets.errors import CdcAssetsError
 from cdc_assets.pipeline.offsets import OFFSETS_PROPERTY
 from cdc_assets.pipeline.upsert import spark_identifier
-from cdc_assets.pipeline.watermark import WATERMARK, base_state, is_commit_conflict
+from cdc_assets.pipeline.watermark import WATERMARK, base_state, is_commit_conflict, state_key
 from cdc_assets.schema.layers import TableLayout, all_layouts
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.sql.ddl import literal, quote
@@ -371,7 +371,9 @@ def maintain_table(
         plan.append(
             ("rewrite_position_delete_files", layer, partial(_procedure, session, rewrite_deletes))
         )
-    for layer in ALL_LAYERS:
+    # A sharded table's ledger, bucketed and dead-letter tables are one per shard (cdc:<shard>).
+    tables = [k for layer in ALL_LAYERS for k in layouts if k.split(":")[0] == layer]
+    for layer in tables:
         expire = partial(
             _expire,
             session,
@@ -383,7 +385,7 @@ def maintain_table(
             maintenance.retain_last_snapshots,
         )
         plan.append(("expire_snapshots", layer, expire))
-    for layer in ALL_LAYERS:
+    for layer in tables:
         layout = layouts[layer]
         location = iceberg_catalog.load_table(f"{layout.namespace}.{layout.name}").location()
         orphans = render_remove_orphan_files(catalog, ident[layer], orphans_before, location)
@@ -468,10 +470,14 @@ def _expire(
     layout = layouts[layer]
     table = _load(iceberg_catalog, layout)
     lineage = _lineage(table)
-    if layer == "base":
-        protected = protected_depth(lineage, WATERMARK)
-    elif layer == "cdc":
-        read = base_state(_load(iceberg_catalog, layouts["base"])).ledger_sequence
+    kind, _, shard = layer.partition(":")
+    if kind == "base":
+        # A sharded base keeps a state per shard (every shard's ledger names them: cdc:<shard>).
+        shards: list[str | None] = [k.partition(":")[2] for k in layouts if k.startswith("cdc:")]
+        protected = max(protected_depth(lineage, state_key(WATERMARK, s)) for s in shards or [None])
+    elif kind == "cdc":
+        base = _load(iceberg_catalog, layouts["base"])
+        read = base_state(base, shard or None).ledger_sequence
         protected = protected_depth(lineage, OFFSETS_PROPERTY, unread_after=read)
     else:
         protected = 0

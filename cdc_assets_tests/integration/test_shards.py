@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,8 @@ from confluent_kafka import Consumer, TopicPartition
 from cdc_assets.assets.keys import node_name
 from cdc_assets.definitions import build_defs
 from cdc_assets.pipeline.bootstrap import BootstrapError, bootstrap_from_source
+from cdc_assets.pipeline.maintenance import maintain_table
+from cdc_assets.pipeline.offsets import table_offsets
 from cdc_assets.pipeline.source_compare import compare_source
 from cdc_assets.pipeline.tables import ensure_tables
 from cdc_assets.pipeline.watermark import base_state
@@ -97,7 +99,8 @@ def _spec(s: Shards, shards: list[str]) -> TableSpec:
             ],
             "primary_key": ["id"],
             "sink": {"namespace": f"shards_{s.tag}"},
-            "base": {"buckets": 2},
+            # Maintenance keeps no snapshot beyond what the pipeline's state needs.
+            "base": {"buckets": 2, "maintenance": {"retain_last_snapshots": 1}},
         }
     )
 
@@ -342,4 +345,22 @@ def test_two_shards_into_one_table_with_an_alter_on_each(
     assert tick(defs_for(s, resources), instance, cursor) == []
     cycle(s, resources, instance)
     assert s.spec().spec_version == 2
+    assert_mirrors(s, spark, ["a", "b"])
+
+    # Maintenance two weeks on: every snapshot old enough goes but those holding each shard's
+    # upsert state and ledger offsets; both shards then stream on from where they were.
+    catalog = iceberg.load_catalog()
+    table = f"shards_{s.tag}.{NAME}"
+    states = {k: base_state(catalog.load_table(table), k).token() for k in SHARDS}
+    offsets = table_offsets(catalog, s.spec())
+    maintained = maintain_table(
+        spark, "lake", catalog, s.spec(), now=datetime.now(UTC) + timedelta(days=14)
+    )
+    assert not maintained.failed
+    catalog = iceberg.load_catalog()
+    assert {k: base_state(catalog.load_table(table), k).token() for k in SHARDS} == states
+    assert table_offsets(catalog, s.spec()) == offsets
+    s.execute("a", "UPDATE users SET score = 5 WHERE id = 4;")
+    s.execute("b", "DELETE FROM users WHERE id = 1;")
+    cycle(s, resources, instance)
     assert_mirrors(s, spark, ["a", "b"])
