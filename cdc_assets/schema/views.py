@@ -112,6 +112,10 @@ def table_schema(spec: TableSpec, *, pipeline_columns: bool = True) -> RelationS
         )
         for c in spec.columns
     ]
+    if spec.shard_column:
+        # A sharded table's rows are told apart by their shard first: part of the key.
+        shard = SchemaColumn(spec.shard_column, "string", False, doc="the shard of the row")
+        columns.insert(0, shard)
     if pipeline_columns:
         columns += [
             SchemaColumn(c.name, type_text(spark_type(c.type)), not c.required, doc=c.doc)

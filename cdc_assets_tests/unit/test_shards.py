@@ -154,3 +154,14 @@ def test_a_check_over_shards_fails_when_one_shard_fails_and_names_it() -> None:
     assert verdict.summary == "shard us: lag 9 records"
     assert verdict.metadata["failed_shards"] == ["us"]
     assert per_shard_verdict({"only": bad}) is bad
+
+
+def test_consumers_see_the_shard_column_in_the_table_schema() -> None:
+    from cdc_assets.schema.views import table_schema
+
+    relation = table_schema(sharded(), pipeline_columns=False)
+    assert [(c.name, c.nullable) for c in relation.columns] == [
+        ("_shard", False),
+        ("id", False),
+        ("email", True),
+    ]
