@@ -141,6 +141,8 @@ class ShardSpec(_Strict):
     topic: TopicName
     # MySQL/MariaDB: the server's schema-change topic (default: the server name).
     schema_change_topic: TopicName | None = None
+    # source.order: gtid: this server's replication domain, when it differs from the spec's.
+    gtid_domain: int | None = Field(default=None, ge=0, le=2**32 - 1)
     # The shard column's value for this shard's rows and the suffix of its ledger's name
     # (default: the server name as an identifier). Fixed for the shard's life.
     name: Annotated[str, StringConstraints(pattern=r"^[a-z_][a-z0-9_]*$", max_length=40)] | None = (
@@ -246,6 +248,7 @@ class SourceSpec(_Strict):
                 "topic_": shard.topic,
                 "schema_change_topic": shard.schema_change_topic,
                 "shards": [],
+                "gtid_domain": self.gtid_domain if shard.gtid_domain is None else shard.gtid_domain,
             }
         )
         view._shard = shard

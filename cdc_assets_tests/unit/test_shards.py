@@ -165,3 +165,13 @@ def test_consumers_see_the_shard_column_in_the_table_schema() -> None:
         ("id", False),
         ("email", True),
     ]
+
+
+def test_a_shard_may_name_its_own_gtid_domain() -> None:
+    spec = sharded(
+        connector="mariadb",
+        order="gtid",
+        gtid_domain=3,
+        shards=[SHARDS[0], {**SHARDS[1], "gtid_domain": 7}],
+    )
+    assert [v.source.gtid_domain for v in spec.shard_specs()] == [3, 7]
