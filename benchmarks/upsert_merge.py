@@ -226,14 +226,28 @@ def render_base_rows(rows: int) -> str:
     return f"SELECT {', '.join(cols)} FROM range(1, {rows + 1})"
 
 
-def render_changed_keys(rows: int, changed: float, seed: int) -> str:
-    ppm = round(changed * 1_000_000)
+# Skewed workload (benchmarks/upsert_scaling.py): this share of the changed keys among the
+# newest HOT_KEYS share of the keys, as OLTP tables mostly change.
+HOT_CHANGES, HOT_KEYS = 0.9, 0.1
+
+
+def render_changed_keys(rows: int, changed: float, seed: int, skew: bool = False) -> str:
+    """The changed keys: a uniform ``changed`` share of them, or with ``skew`` as many keys
+    with HOT_CHANGES of them among the newest HOT_KEYS of the keys."""
+    pick = f"pmod(xxhash64(id, {seed}, 1), 1000000)"
+    if not skew:
+        ppm = round(changed * 1_000_000)
+        return f"SELECT id FROM range(1, {rows + 1}) WHERE {pick} < {ppm}"
+    hot_from = round(rows * (1 - HOT_KEYS))
+    hot = min(round(changed * HOT_CHANGES / HOT_KEYS * 1_000_000), 1_000_000)
+    cold = round(changed * (1 - HOT_CHANGES) / (1 - HOT_KEYS) * 1_000_000)
     return (
-        f"SELECT id FROM range(1, {rows + 1}) WHERE pmod(xxhash64(id, {seed}, 1), 1000000) < {ppm}"
+        f"SELECT id FROM range(1, {rows + 1}) WHERE "
+        f"(id > {hot_from} AND {pick} < {hot}) OR (id <= {hot_from} AND {pick} < {cold})"
     )
 
 
-def render_changes(rows: int, changed: float, seed: int, keys: int) -> str:
+def render_changes(rows: int, changed: float, seed: int, keys: int, skew: bool = False) -> str:
     """Two changes per changed key (the second a delete for DELETE_SHARE of them), in the ledger
     layout plus ``change_no`` and ``is_delete``; Kafka partition 0, offsets from ``rows`` on, all
     first changes before all second changes, keys shuffled; source positions follow the offsets
@@ -246,7 +260,7 @@ def render_changes(rows: int, changed: float, seed: int, keys: int) -> str:
         f"(ORDER BY change_no, xxhash64(id, {seed}, 3)) AS BIGINT) AS off FROM ("
         f"SELECT id, n AS change_no, "
         f"(n = 2 AND pmod(xxhash64(id, {seed}, 2), 1000) < {delete_pm}) AS is_delete "
-        f"FROM ({render_changed_keys(rows, changed, seed)}) "
+        f"FROM ({render_changed_keys(rows, changed, seed, skew)}) "
         "LATERAL VIEW explode(array(1, 2)) e AS n)"
     )
     step = 86_400_000_000 // max(2 * keys, 1)
@@ -269,6 +283,13 @@ def render_changes(rows: int, changed: float, seed: int, keys: int) -> str:
         "is_delete",
     ]
     return f"SELECT {', '.join(cols)} FROM ({ordered})"
+
+
+def last_execution_id(spark: Any) -> int:
+    """The id of the newest SQL execution of the session's app (-1: none yet)."""
+    store = spark._jsparkSession.sharedState().statusStore()
+    executions = spark._jvm.scala.jdk.javaapi.CollectionConverters.asJava(store.executionsList())
+    return max((int(e.executionId()) for e in executions), default=-1)
 
 
 # --- sampling --------------------------------------------------------------------------------
@@ -348,6 +369,8 @@ class Run:
     own_cpu_s: float = 0.0
     other_cpu_s: float = 0.0
     error: str | None = None
+    # Spark SQL execution ids of the timed action: (last before it, last at its end).
+    sql_executions: tuple[int, int] = (-1, -1)
 
 
 @dataclass
@@ -438,6 +461,7 @@ class Table:
         self.base_columns = self.layouts["base"].column_names
         self.initial: dict[str, int] = {}
         self.changes_path: Path | None = None
+        self.skew = False  # see render_changed_keys
 
     @property
     def spark(self) -> Any:
@@ -487,10 +511,11 @@ class Table:
         from cdc_assets.pipeline.watermark import snapshot_properties
 
         started = time.perf_counter()
-        path = self.scratch / f"changes_{self.layouts['base'].namespace}_{changed}"
+        kind = "skewed" if self.skew else "uniform"
+        path = self.scratch / f"changes_{self.layouts['base'].namespace}_{changed}_{kind}"
         shutil.rmtree(path, ignore_errors=True)
-        keys = self.spark.sql(render_changed_keys(self.rows, changed, self.seed)).count()
-        select_changes = render_changes(self.rows, changed, self.seed, keys)
+        keys = self.spark.sql(render_changed_keys(self.rows, changed, self.seed, self.skew)).count()
+        select_changes = render_changes(self.rows, changed, self.seed, keys, self.skew)
         self.spark.sql(select_changes).write.parquet(str(path))
         self.changes_path = path
         changes = self.spark.read.parquet(str(path))
@@ -687,12 +712,14 @@ class Table:
             prepare = {PLAIN: self.run_plain, OURS: self.run_ours, PYICEBERG: self.run_pyiceberg}
             action = prepare[case](run)
             before = self.snapshot_ids()
+            first_sql = last_execution_id(self.spark)
             began = time.perf_counter()
             with Peaks(self.bench.jvm_pid) as peaks:
                 try:
                     action()
                 finally:
                     run.seconds = time.perf_counter() - began
+            run.sql_executions = (first_sql, last_execution_id(self.spark))
             run.jvm_rss, run.py_rss = peaks.jvm_rss, peaks.py_rss
             run.own_cpu_s, run.other_cpu_s = peaks.own_cpu_s, peaks.other_cpu_s
             run.written = self.written_since(before)
