@@ -187,8 +187,12 @@ def write_plot(results: list[dict[str, Any]], path: Path) -> None:
             )
     left.set(xlabel="base rows (millions)", ylabel="seconds", title="upsert of a fixed change set")
     right.set(xlabel="base rows (millions)", ylabel="% of base data files read", title="base read")
+    sizes = sorted({r["rows"] / 1e6 for r in results})
+    right.set_ylim(0, 105)
     for ax in (left, right):
         ax.set_xscale("log")
+        ax.set_xticks(sizes, [f"{x:g}M" for x in sizes])
+        ax.minorticks_off()
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
@@ -206,6 +210,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--driver-memory", default="4g")
     parser.add_argument("--results-dir", type=Path, default=um.RESULTS)
+    parser.add_argument(
+        "--plot-only", action="store_true", help="redraw the plot from the JSON, run nothing"
+    )
     args = parser.parse_args()
     args.rows = [int(x) for x in args.rows.split(",") if x.strip()]
     args.cases = [um.SHORT[c.strip()] for c in args.cases.split(",") if c.strip()]
@@ -218,6 +225,10 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
+    if args.plot_only:
+        document = json.loads((args.results_dir / "upsert_scaling.json").read_text())
+        write_plot(document["results"], args.results_dir / "upsert_scaling.png")
+        return
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     from cdc_assets.spec import load_spec
     from cdc_assets.stack.local_stack import stack_down, stack_up
