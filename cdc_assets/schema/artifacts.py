@@ -91,7 +91,14 @@ def _mapping(column: SchemaColumn) -> tuple[str, str, Any, dict[str, Any]]:
 
 
 def _identifier(name: str) -> str:
-    return re.sub(r"\W", "_", name) if name.isidentifier() is False else name
+    """A column's field name in the generated models (the column's name stays its alias).
+    Pydantic and pandera take no field with a leading underscore (pydantic makes it a private
+    attribute): ``_shard`` becomes ``shard_``."""
+    ident = name if name.isidentifier() else re.sub(r"\W", "_", name)
+    if ident.startswith("_"):
+        stripped = ident.lstrip("_")
+        ident = f"{stripped}_" if stripped and not stripped[0].isdigit() else f"f{ident}"
+    return ident
 
 
 def avro_schema(relation: RelationSchema, version: str) -> dict[str, Any]:

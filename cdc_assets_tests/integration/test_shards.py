@@ -45,7 +45,9 @@ from cdc_assets_tests.support import extra_connector
 
 pytestmark = pytest.mark.integration
 
-SHARDS = {"a": sources.MARIADB, "b": "mariadb-b"}  # shard name -> local MariaDB server
+# shard name -> local MariaDB server: servers of the module's own, removed at its end, so the
+# stack's own server and its connector's schema-change topic never see the shards' tables.
+SHARDS = {"a": "mariadb-sa", "b": "mariadb-sb"}
 DELIVERY_TIMEOUT_S = 120.0
 NAME = "users_sharded"
 
@@ -111,32 +113,34 @@ def shards(
 ) -> Iterator[Shards]:
     tag = uuid.uuid4().hex[:6]
     database = f"shard_{tag}"
-    sources.start_mariadb(sources_home, SHARDS["b"])
-    for server in SHARDS.values():
-        sources.mariadb_execute(
-            sources_home,
-            f"CREATE DATABASE `{database}`; USE `{database}`; CREATE TABLE users ("
-            "id BIGINT NOT NULL PRIMARY KEY, email VARCHAR(255) NOT NULL, score INT);",
-            name=server,
-        )
-    s = Shards(
-        home=sources_home,
-        bootstrap=sources_stack.bootstrap_servers,
-        tag=tag,
-        database=database,
-        specs_dir=tmp_path_factory.mktemp("shard-specs"),
-        urls={k: sources.mariadb_jdbc_url(sources_home, database, v) for k, v in SHARDS.items()},
-        kafka=KafkaResource(
-            bootstrap_servers=sources_stack.bootstrap_servers, home=str(sources_home.home)
-        ),
-        markers=iter(range(9_000_000, 2**62)),
-    )
-    # Rows before the connectors start (snapshot reads, op r); key 1 is on both shards.
-    s.execute("a", "INSERT INTO users VALUES (1, 'a1@x', 10), (2, 'a2@x', 20);")
-    s.execute("b", "INSERT INTO users VALUES (1, 'b1@x', 11), (3, 'b3@x', 33);")
-    connectors = []
-    admin = s.kafka.admin()
+    connectors: list[Any] = []
     try:
+        for server in SHARDS.values():
+            sources.start_mariadb(sources_home, server)
+        for server in SHARDS.values():
+            sources.mariadb_execute(
+                sources_home,
+                f"CREATE DATABASE `{database}`; USE `{database}`; CREATE TABLE users ("
+                "id BIGINT NOT NULL PRIMARY KEY, email VARCHAR(255) NOT NULL, score INT);",
+                name=server,
+            )
+        s = Shards(
+            home=sources_home,
+            bootstrap=sources_stack.bootstrap_servers,
+            tag=tag,
+            database=database,
+            specs_dir=tmp_path_factory.mktemp("shard-specs"),
+            urls={
+                k: sources.mariadb_jdbc_url(sources_home, database, v) for k, v in SHARDS.items()
+            },
+            kafka=KafkaResource(
+                bootstrap_servers=sources_stack.bootstrap_servers, home=str(sources_home.home)
+            ),
+            markers=iter(range(9_000_000, 2**62)),
+        )
+        # Rows before the connectors start (snapshot reads, op r); key 1 is on both shards.
+        s.execute("a", "INSERT INTO users VALUES (1, 'a1@x', 10), (2, 'a2@x', 20);")
+        s.execute("b", "INSERT INTO users VALUES (1, 'b1@x', 11), (3, 'b3@x', 33);")
         for shard, server in SHARDS.items():
             connectors.append(
                 extra_connector.register(
@@ -157,7 +161,15 @@ def shards(
         yield s
     finally:
         for extra in connectors:
-            extra_connector.remove(sources_home, extra, admin)
+            extra_connector.remove(
+                sources_home,
+                extra,
+                KafkaResource(
+                    bootstrap_servers=sources_stack.bootstrap_servers, home=str(sources_home.home)
+                ).admin(),
+            )
+        for server in SHARDS.values():
+            sources.remove_mariadb(sources_home, server)
 
 
 def wait_delivered(s: Shards) -> None:
