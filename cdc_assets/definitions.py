@@ -60,14 +60,8 @@ def build_defs(
     upsert_job = build_upsert_job()
     maintenance_job = build_maintenance_job(specs)
     evolve_job = build_evolve_job()
-    # The drift job reads one source's information_schema per table: a sharded table's first
-    # shard with a URL (the checks below compare every such shard).
-    source_urls = {
-        s.name: url
-        for s in specs
-        if (url := settings.source_url_of(s.source))
-        or (url := next(iter(settings.shard_source_urls(s.source).values()), None))
-    }
+    # The drift job reads every reachable source's information_schema: each shard's.
+    source_urls = {s.name: settings.server_source_urls(s.source) for s in specs}
     drift_job = build_drift_job(specs, settings.specs_dir, source_urls)
     asset_checks = [
         check

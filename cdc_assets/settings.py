@@ -116,7 +116,7 @@ class Settings:
 
     def source_url_of(self, source: SourceSpec) -> str | None:
         """The JDBC URL of a spec's source database (see ``source_url``). None for a sharded
-        spec: its shards are compared with their sources by ``source_urls_of``."""
+        spec: its shards are compared with their sources by ``shard_source_urls``."""
         if source.shards:
             return None
         return self.source_url(source.database, source.connector, source.server_name)
@@ -130,6 +130,18 @@ class Settings:
             if url is not None:
                 out[shard.shard_name] = url
         return out
+
+    def server_source_urls(self, source: SourceSpec) -> dict[str, str]:
+        """Server -> JDBC URL of every source of a spec whose URL is set: its one server, or
+        each shard's (what pull detection reads)."""
+        if not source.shards:
+            url = self.source_url_of(source)
+            return {source.server_name: url} if url is not None else {}
+        return {
+            shard.server: url
+            for shard in source.shards
+            if (url := self.source_url(source.database, source.connector, shard.server))
+        }
 
     @property
     def jars_dir(self) -> Path:

@@ -192,6 +192,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="repeat cycles until one finds nothing new (exit 1 if --max-cycles is reached)",
     )
     sync.add_argument("--max-cycles", type=int, default=20, help="with --until-caught-up")
+    sync.add_argument(
+        "--checks",
+        action="store_true",
+        help="then run every asset check once (cycles carry only the ingest's accounting "
+        "check, as the sensors' runs do); exit 1 if one fails",
+    )
     sync.set_defaults(fn=cmd_sync)
     fleet = sub.add_parser(
         "fleet",

@@ -14,7 +14,8 @@ from cdc_assets.settings import Settings
 def cmd_sync(settings: Settings, args: argparse.Namespace) -> int:
     """The pipeline over your own spec directory, without the demo: create missing tables, then
     cycles of ingest, evolutions the schema_changes sensor asks for, and upsert (the daemon's
-    order, in this process) once, or until a cycle finds nothing new (``--until-caught-up``)."""
+    runs, in this process) once, or until a cycle finds nothing new (``--until-caught-up``);
+    with ``--checks``, every asset check once at the end."""
     from cdc_assets.jobs.inprocess import PipelineDriver
     from cdc_assets.stack.local_stack import require_bootstrap
 
@@ -50,4 +51,11 @@ def cmd_sync(settings: Settings, args: argparse.Namespace) -> int:
         state = meta.get("error") or f"{meta.get('columns')} columns"
         console.print(f"view {view}: {state}")
     console.print(report_tables(settings))
+    if args.checks:
+        outcomes = driver.run_checks()
+        failed = sorted(check for check, passed in outcomes.items() if not passed)
+        console.print(f"checks: {len(outcomes) - len(failed)} passed, {len(failed)} failed")
+        for check in failed:
+            console.print(f"[red]failed: {check}[/red]")
+        return 1 if failed else 0
     return 0

@@ -10,7 +10,7 @@ equals the current spec is a recorded no-op. A clean table gets its routine main
 run asked for it (`maintain_when_clean`).
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ from cdc_assets.pipeline.spec_store import current_spec
 from cdc_assets.resources.iceberg import IcebergCatalogResource
 from cdc_assets.resources.kafka import KafkaResource
 from cdc_assets.resources.spark import SparkResource
-from cdc_assets.schema.shape import shape_verdict
+from cdc_assets.schema.shape import leading_server, shape_verdict
 from cdc_assets.spec.connect_schema import create_table_from_fields
 from cdc_assets.spec.models import TableSpec
 
@@ -58,24 +58,38 @@ def drift_of(
     kafka: KafkaResource,
     catalog: Any,
     spark: Callable[[], Any] | None = None,
-    source_url: str | None = None,
+    source_urls: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """What the drift check reports for one table (observation metadata). The source's shape
-    comes from its information_schema when it is reachable, else from the newest events."""
+    comes from its information_schema when it is reachable, else from the newest events.
+
+    ``source_urls``: where to read an information_schema, by server (one entry for a table of
+    one source; one per shard with a URL for a sharded one). Of several shards, the one
+    ``leading_server`` picks is reported (and named in ``seen_on``)."""
     current = current_spec(catalog, specs_dir, spec.name)
     found: dict[str, Any] = {"spec_version": current.spec_version, "source": "none"}
     drift = False
     seen = newest_schema_change(kafka, current)
     live = None
-    if spark is not None and source_url is not None:
-        live = source_create_table(spark(), source_url, current)
+    if spark is not None and source_urls:
+        shapes = {
+            server: ddl
+            for server, url in source_urls.items()
+            if (ddl := source_create_table(spark(), url, current)) is not None
+        }
+        found["servers_compared"] = sorted(shapes)
+        leading = leading_server(current, shapes)
+        if leading is not None:
+            server, live = leading, shapes[leading]
     if live is not None:
         found.update(
-            source=f"information_schema of {current.source.database}",
+            source=f"information_schema of {current.source.database} on {server}",
             source_ddl=live,
             # the schema-change topic's newest DDL, where there is one, proves renames
             audit_ddl=[seen.change.ddl] if seen is not None else [],
         )
+        if current.source.shards:
+            found["seen_on"] = server
     elif seen is not None:
         found.update(
             source=f"schema-change topic {seen.topic} offset {seen.partition}:{seen.offset}",
@@ -102,9 +116,12 @@ def drift_of(
 
 
 def build_drift_job(
-    specs: list[TableSpec], specs_dir: Path, source_urls: dict[str, str] | None = None
+    specs: list[TableSpec],
+    specs_dir: Path,
+    source_urls: Mapping[str, Mapping[str, str]] | None = None,
 ) -> dg.JobDefinition:
-    """``source_urls``: spec name -> JDBC URL of the reachable sources."""
+    """``source_urls``: spec name -> server -> JDBC URL of its reachable sources (every shard
+    with a URL, for a sharded table)."""
     names = {s.name for s in specs}
 
     @dg.op(name="check_drift", out=dg.Out(dg.Nothing))
@@ -122,8 +139,8 @@ def build_drift_job(
         for spec in specs:
             if config.tables and spec.name not in config.tables:
                 continue
-            url = (source_urls or {}).get(spec.name)
-            found = drift_of(spec, specs_dir, kafka, catalog, spark.get_session, url)
+            urls = (source_urls or {}).get(spec.name)
+            found = drift_of(spec, specs_dir, kafka, catalog, spark.get_session, urls)
             context.log_event(
                 dg.AssetObservation(
                     asset_key=asset_key("schema", spec.name),

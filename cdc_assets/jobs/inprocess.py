@@ -1,23 +1,26 @@
-"""The pipeline's jobs and sensors run in this process, in the order the Dagster daemon would run
-them: used by the demo on real sources, by tests and by the freshness benchmark.
+"""The pipeline's jobs and sensors run in this process, as the Dagster daemon would run them:
+used by the demo on real sources, `cdc-assets sync` and the benchmarks.
 
-One cycle = ingest every table's new offsets into its ledger, tick the ``schema_changes`` sensor
-and run the evolutions it requests, then upsert every table. The definitions are rebuilt from the
-spec directory whenever an evolution wrote a new spec version, as a code-location reload would.
+One cycle = a tick of the ``new_kafka_offsets`` sensor and the ingest run it asks for (the tables
+whose topics grew), a tick of ``schema_changes`` and the evolutions it asks for, then one upsert
+of the tables those runs wrote to (the ``ledger_updated`` sensor's rule), with the checks each
+sensor's request carries. An idle table costs nothing but its share of the offsets request. The
+definitions are rebuilt from the spec directory whenever an evolution wrote a new spec version,
+as a code-location reload would.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import dagster as dg
 
-from cdc_assets.assets.keys import asset_key, node_name
+from cdc_assets.assets.keys import asset_key, node_name, table_of
 from cdc_assets.definitions import build_defs
-from cdc_assets.sensors.new_offsets import current_hour_key
+from cdc_assets.jobs.checks import CHECK_JOB
+from cdc_assets.sensors.runs import table_tags
 from cdc_assets.settings import Settings
 from cdc_assets.spec import load_specs
 from cdc_assets.spec.models import TableSpec
@@ -56,6 +59,8 @@ class PipelineDriver:
     resource_overrides: Mapping[str, Any] | None = None
     run_config: dict[str, Any] = field(default_factory=lambda: dict(QUIET))
     _cursors: dict[str, str | None] = field(default_factory=dict)
+    # Tables an ingest or evolution wrote to since their last upsert.
+    _pending: set[str] = field(default_factory=set)
     _defs: dg.Definitions | None = None
 
     def specs(self) -> list[TableSpec]:
@@ -77,37 +82,71 @@ class PipelineDriver:
         created: list[str] = result.output_for_node("create_spec_tables")
         return created
 
-    def ingest(self) -> dict[str, dict[str, Any]]:
-        """One ``ingest_ledgers`` run over every table; metadata of each cdc asset."""
-        specs = self.specs()
-        result = (
-            self.defs()
-            .resolve_job_def("ingest_ledgers")
-            .execute_in_process(
-                instance=self.instance,
-                run_config=self.run_config,
-                partition_key=current_hour_key(datetime.now(UTC)),
-                asset_selection=[asset_key("cdc", s.name) for s in specs],
-            )
-        )
-        return {s.name: last_metadata(result, node_name("cdc", s.name)) for s in specs}
-
-    def evolve(self) -> list[tuple[str, bool]]:
-        """One tick of the ``schema_changes`` sensor and the evolution runs it requests."""
-        defs = self.defs()
-        sensor = defs.resolve_sensor_def("schema_changes")
-        resources = dict(defs.resources or {})
+    def _tick(self, name: str, resources: Mapping[str, Any]) -> tuple[list[dg.RunRequest], Any]:
+        """One evaluation of sensor ``name`` from its stored cursor: its run requests and the
+        cursor it moved to (stored by the caller once the runs succeeded)."""
+        sensor = self.defs().resolve_sensor_def(name)
         context = dg.build_sensor_context(
-            instance=self.instance,
-            resources={"kafka": resources["kafka"]},
-            cursor=self._cursors.get("schema_changes"),
+            instance=self.instance, resources=dict(resources), cursor=self._cursors.get(name)
         )
         tick = sensor(context)
         if isinstance(tick, dg.SensorResult):
-            self._cursors["schema_changes"] = tick.cursor
-            requests = list(tick.run_requests or [])
-        else:
-            requests = []
+            return list(tick.run_requests or []), tick.cursor
+        return [], self._cursors.get(name)
+
+    def _run(
+        self,
+        job: str,
+        assets: Sequence[dg.AssetKey],
+        checks: Sequence[dg.AssetCheckKey],
+        **kwargs: Any,
+    ) -> Any:
+        """A run of ``job`` over exactly ``assets`` and ``checks`` (Dagster would otherwise add
+        every check of the selected assets), in this process."""
+        subset = (
+            self.defs()
+            .resolve_job_def(job)
+            .get_subset(asset_selection=set(assets), asset_check_selection=set(checks))
+        )
+        return subset.execute_in_process(
+            instance=self.instance, run_config=self.run_config, **kwargs
+        )
+
+    def _kafka(self) -> dict[str, Any]:
+        return {"kafka": dict(self.defs().resources or {})["kafka"]}
+
+    def ingest(self) -> dict[str, dict[str, Any]]:
+        """One tick of the ``new_kafka_offsets`` sensor and the ingest run it requests, as the
+        daemon runs it: only the tables whose topics grew, with only the accounting check (the
+        others run on the ``table_checks`` schedule, or ``run_checks``). No run when no topic
+        grew. Metadata of each table's cdc asset ({} for the tables not ingested).
+
+        The sensor's cursor moves only once the run succeeded: a failed run is asked for again
+        on the next cycle even when its topics did not grow since."""
+        out: dict[str, dict[str, Any]] = {s.name: {} for s in self.specs()}
+        requests, cursor = self._tick("new_kafka_offsets", self._kafka())
+        for request in requests:
+            result = self._run(
+                "ingest_ledgers",
+                request.asset_selection or [],
+                request.asset_check_keys or [],
+                partition_key=request.partition_key,
+                tags=dict(request.tags or {}),
+            )
+            tables = _tables(request)
+            self._pending.update(tables)
+            for table in tables:
+                out[table] = last_metadata(result, node_name("cdc", table))
+        self._cursors["new_kafka_offsets"] = cursor
+        return out
+
+    def evolve(self) -> list[tuple[str, bool]]:
+        """One tick of the ``schema_changes`` sensor and the evolution runs it requests; the
+        tables of a successful one wait for the next upsert (the ``ledger_updated`` sensor's
+        rule: a backfill leaves ledger rows only an upsert brings to base)."""
+        requests, cursor = self._tick("schema_changes", self._kafka())
+        self._cursors["schema_changes"] = cursor
+        defs = self.defs()
         done = []
         for request in requests:
             run = defs.resolve_job_def("evolve_schemas").execute_in_process(
@@ -117,33 +156,49 @@ class PipelineDriver:
                 tags=dict(request.tags or {}),
                 raise_on_error=False,
             )
+            if run.success:
+                self._pending.update(_tables(request))
             done.append((str(request.tags.get("cdc/table", "?")), run.success))
         if done:
             self.defs(reload=True)  # new spec versions: the next runs use them
         return done
 
     def upsert(self) -> dict[str, dict[str, Any]]:
-        """One ``upsert_bases`` run over every table; metadata of each base asset."""
-        specs = self.specs()
-        result = (
-            self.defs()
-            .resolve_job_def("upsert_bases")
-            .execute_in_process(
-                instance=self.instance,
-                run_config=self.run_config,
-                asset_selection=[
-                    asset_key(layer, s.name) for s in specs for layer in ("bucketed", "base")
-                ],
-            )
+        """One ``upsert_bases`` run over the tables an ingest or evolution touched since the
+        last upsert, without checks (the ``ledger_updated`` sensor's request); no run when
+        there are none. Metadata of each upserted table's base asset. A failed run leaves its
+        tables waiting for the next cycle's upsert."""
+        specs = {s.name for s in self.specs()}
+        tables = sorted(self._pending & specs)
+        if not tables:
+            return {}
+        result = self._run(
+            "upsert_bases",
+            [asset_key(layer, t) for t in tables for layer in ("bucketed", "base")],
+            [],
+            tags={**table_tags(tables), "cdc/trigger": "driver"},
         )
+        self._pending.difference_update(tables)
         out = {}
-        for s in specs:
-            meta = last_metadata(result, node_name("base", s.name))
-            meta["changed_keys"] = last_metadata(result, node_name("bucketed", s.name)).get(
+        for table in tables:
+            meta = last_metadata(result, node_name("base", table))
+            meta["changed_keys"] = last_metadata(result, node_name("bucketed", table)).get(
                 "changed_keys", 0
             )
-            out[s.name] = meta
+            out[table] = meta
         return out
+
+    def run_checks(self) -> dict[str, bool]:
+        """Every asset check of every table once (the ``table_checks`` schedule's run):
+        ``{"<asset>:<check>": passed}``."""
+        keys = list(self.defs().resolve_asset_graph().asset_check_keys)
+        if not keys:
+            return {}
+        result = self._run(CHECK_JOB, [], keys, raise_on_error=False)
+        return {
+            f"{e.asset_key.to_user_string()}:{e.check_name}": e.passed
+            for e in result.get_asset_check_evaluations()
+        }
 
     def refresh_views(self) -> dict[str, dict[str, Any]]:
         """One ``refresh_views`` run over every consumer view (none: nothing runs); metadata
@@ -183,3 +238,8 @@ class PipelineDriver:
             if cycles[-1].quiet:
                 break
         return cycles
+
+
+def _tables(request: dg.RunRequest) -> set[str]:
+    """The tables whose assets a run request selects."""
+    return {t for k in request.asset_selection or [] if (t := table_of(k)) is not None}

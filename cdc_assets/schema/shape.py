@@ -9,11 +9,11 @@ to it has changes, or has rejections: an evolution run then records and reports 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from cdc_assets.errors import CdcAssetsError
-from cdc_assets.schema.changes import EvolutionPlan
+from cdc_assets.schema.changes import DropColumn, EvolutionPlan, SoftDropColumn
 from cdc_assets.spec.ddl_import import plan_from_ddl
 from cdc_assets.spec.models import TableSpec
 
@@ -52,3 +52,36 @@ def shape_verdict(
     if types_only:
         return ShapeVerdict(plan.supported and bool(plan.changes), plan)
     return ShapeVerdict(bool(plan.changes) or not plan.supported, plan)
+
+
+def leading_server(current: TableSpec, shapes: Mapping[str, str]) -> str | None:
+    """Of several servers' CREATE TABLEs of one table (shards), the one pull detection reports:
+    a shape evolution would refuse first (the evolution then fails naming that server), else the
+    first that changed, else the first unchanged one. None when every server that differs only
+    lacks columns and they do not all lack the same ones.
+
+    A shard that only lacks columns another shard has is behind (its ALTER has not run yet),
+    not a drop: the table evolves when the first shard shows an addition, as push does."""
+    verdicts = {server: shape_verdict(current, ddl) for server, ddl in sorted(shapes.items())}
+    refused = [s for s, v in verdicts.items() if v.plan is None or not v.plan.supported]
+    changed = [s for s, v in verdicts.items() if v.changed]
+    unchanged = [s for s, v in verdicts.items() if not v.changed]
+    behind = {s for s in changed if _drops_only(verdicts[s].plan)}
+    dropped_everywhere = (
+        behind == set(verdicts) and len({_dropped(verdicts[s].plan) for s in behind}) == 1
+    )
+    if not dropped_everywhere:
+        changed = [s for s in changed if s not in behind]
+    return next(iter(refused or changed or unchanged), None)
+
+
+def _drops_only(plan: EvolutionPlan | None) -> bool:
+    return (
+        plan is not None
+        and bool(plan.changes)
+        and all(isinstance(c, DropColumn | SoftDropColumn) for c in plan.changes)
+    )
+
+
+def _dropped(plan: EvolutionPlan | None) -> frozenset[str]:
+    return frozenset(getattr(c, "name", "") for c in (plan.changes if plan else ()))

@@ -37,6 +37,7 @@ def build_drift_sensor(
             observation = event.asset_observation_data.asset_observation
             table = table_or_name(observation.asset_key)
             meta = {k: v.value for k, v in observation.metadata.items()}
+            server = str(meta.get("seen_on") or "")
             if meta.get("drift") and meta.get("source_ddl"):
                 requests.append(
                     dg.RunRequest(
@@ -48,8 +49,11 @@ def build_drift_sensor(
                             source_ddl=meta["source_ddl"],
                             audit_ddl=meta["audit_ddl"],
                             trigger="pull",
+                            # a sharded table's: named if evolution refuses the change
+                            **({"seen_on": server} if server else {}),
                         ),
-                        tags={"cdc/table": table, "cdc/trigger": "schema_drift_detected"},
+                        tags={"cdc/table": table, "cdc/trigger": "schema_drift_detected"}
+                        | ({"cdc/server": server} if server else {}),
                     )
                 )
             elif meta.get("drift"):

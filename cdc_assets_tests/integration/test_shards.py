@@ -248,6 +248,19 @@ def cycle(
     return {k: v.value for k, v in mats[-1].metadata.items()}
 
 
+def drift_observation(defs: dg.Definitions, instance: Any) -> dict[str, Any]:
+    """What a run of the drift check (pull detection) observed of the table."""
+    run = defs.resolve_job_def("check_schema_drift").execute_in_process(
+        instance=instance, run_config={"ops": {"check_drift": {"config": {"tables": [NAME]}}}}
+    )
+    (observation,) = [
+        e.event_specific_data.asset_observation  # type: ignore[union-attr]
+        for e in run.all_events
+        if e.event_type_value == "ASSET_OBSERVATION"
+    ]
+    return {k: v.value for k, v in observation.metadata.items()}
+
+
 def assert_mirrors(s: Shards, spark: Any, shards: list[str]) -> None:
     for shard in shards:
         diff = compare_source(spark, "lake", s.view(shard), s.urls[shard])
@@ -348,6 +361,12 @@ def test_two_shards_into_one_table_with_an_alter_on_each(
     assert sorted(tuple(r) for r in phones) == [("b", 1, "+1-555-0101"), ("b", 6, "+1-555-0106")]
     a_rows = spark.sql(f"SELECT id, score FROM {base} WHERE _shard = 'a' ORDER BY id").collect()
     assert [tuple(r) for r in a_rows] == [(1, 12), (2, 3), (4, 4), (7, 7)]
+    # Pull detection reads both shards' information_schema: shard a lacking phone is behind,
+    # not a drop, so nothing drifted and no evolution would start.
+    pulled = drift_observation(defs_for(s, resources), instance)
+    assert pulled["servers_compared"] == [s.prefix("a"), s.prefix("b")]
+    assert pulled["source"].endswith(f"on {s.prefix('b')}")
+    assert not pulled["drift"], pulled
 
     # The same ALTER on shard a finds the table evolved: no second evolution.
     s.execute("a", "ALTER TABLE users ADD COLUMN phone VARCHAR(32);")

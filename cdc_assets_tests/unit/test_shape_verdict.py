@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cdc_assets.schema.shape import shape_verdict
+from cdc_assets.schema.shape import leading_server, shape_verdict
 from cdc_assets.spec import load_spec_text
 
 pytestmark = pytest.mark.unit
@@ -58,3 +58,40 @@ def test_an_unreadable_shape_is_reported_by_a_run_unless_types_only() -> None:
     assert verdict.plan is None
     assert verdict.describe().startswith("cannot read the source's shape")
     assert not shape_verdict(SPEC, "CREATE TABLE users (", types_only=True).changed
+
+
+# The spec after `phone` was added on one shard; the other shards have not run the ALTER yet.
+WITH_PHONE = load_spec_text(
+    """
+spec_version: 2
+name: users
+source: {connector: mariadb, database: app, table: users, topic: a.app.users}
+columns:
+  - {id: 1, name: id, type: bigint, nullable: false}
+  - {id: 2, name: email, type: varchar(255)}
+  - {id: 3, name: score, type: bigint}
+  - {id: 4, name: phone, type: varchar(32)}
+primary_key: [id]
+sink: {namespace: app}
+""",
+    "users.yaml",
+)
+NO_SCORE = f"CREATE TABLE users ({COLUMNS}, phone VARCHAR(32), PRIMARY KEY (id))"
+
+
+def test_pull_reports_a_refused_shape_first_then_a_change_of_any_shard() -> None:
+    assert leading_server(SPEC, {"a": SAME, "b": ADDED}) == "b"
+    assert leading_server(SPEC, {"a": ADDED, "b": NARROWED, "c": SAME}) == "b"
+    assert leading_server(SPEC, {"a": SAME, "b": SAME}) == "a"
+    assert leading_server(SPEC, {"only": NARROWED}) == "only"
+
+
+def test_a_shard_that_only_lacks_columns_another_has_is_behind_not_a_drop() -> None:
+    # Shard a has not run the ALTER yet: no drift, the evolved shard b is reported.
+    assert leading_server(WITH_PHONE, {"a": SAME, "b": ADDED}) == "b"
+    assert not shape_verdict(WITH_PHONE, ADDED).changed
+    # Every shard lacks phone: that is a drop, reported.
+    assert leading_server(WITH_PHONE, {"a": SAME, "b": SAME}) == "a"
+    assert leading_server(WITH_PHONE, {"a": SAME}) == "a"
+    # Each lacks a different column: no shape to evolve towards.
+    assert leading_server(WITH_PHONE, {"a": SAME, "b": NO_SCORE}) is None
