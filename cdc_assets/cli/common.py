@@ -44,6 +44,11 @@ DAGSTER_YAML = """concurrency:
 # run every few seconds and the wait is part of every change's way into base.
 run_queue:
   dequeue_interval_seconds: 1
+# The sensors' ingest and upsert runs carry a dagster/max_retries tag: a run that fails (a broker
+# or catalog restart) is started again by the daemon, so a table whose topic then stays quiet is
+# not left behind until its next change.
+run_retries:
+  enabled: true
 # Nothing leaves this machine: no usage statistics.
 telemetry:
   enabled: false

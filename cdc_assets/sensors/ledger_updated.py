@@ -6,7 +6,7 @@ import dagster as dg
 
 from cdc_assets.assets.keys import asset_key, table_of
 from cdc_assets.jobs.asset_job import AssetJob
-from cdc_assets.sensors.runs import WAITING, table_tags, tables_in_runs
+from cdc_assets.sensors.runs import MICRO_BATCH_RETRIES, WAITING, table_tags, tables_in_runs
 
 
 def upsert_selection(asset_keys: list[dg.AssetKey]) -> list[dg.AssetKey]:
@@ -52,6 +52,7 @@ def build_ledger_updated_sensor(
                 **table_tags(tables),
                 "cdc/trigger": "ledger_updated",
                 "cdc/ingest_run": run.run_id,
+                **MICRO_BATCH_RETRIES,
             },
         )
 

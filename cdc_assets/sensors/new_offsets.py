@@ -14,7 +14,7 @@ from cdc_assets.assets.keys import asset_key
 from cdc_assets.checks.accounting import ACCOUNTING_CHECK
 from cdc_assets.jobs.asset_job import AssetJob
 from cdc_assets.resources.kafka import KafkaResource
-from cdc_assets.sensors.runs import IN_FLIGHT, table_tags, tables_in_runs
+from cdc_assets.sensors.runs import IN_FLIGHT, MICRO_BATCH_RETRIES, table_tags, tables_in_runs
 from cdc_assets.spec.models import TableSpec
 
 
@@ -66,7 +66,7 @@ def build_new_offsets_sensor(specs: list[TableSpec], job: AssetJob) -> dg.Sensor
             asset_check_keys=[
                 dg.AssetCheckKey(asset_key("cdc", t), ACCOUNTING_CHECK) for t in tables
             ],
-            tags={**table_tags(tables), "cdc/trigger": "new_offsets"},
+            tags={**table_tags(tables), "cdc/trigger": "new_offsets", **MICRO_BATCH_RETRIES},
         )
         seen.update(grown)
         return dg.SensorResult(run_requests=[request], cursor=json.dumps(seen, sort_keys=True))

@@ -42,3 +42,9 @@ def table_tags(tables: list[str]) -> dict[str, str]:
     if len(tables) == 1:
         tags["cdc/table"] = tables[0]
     return tags
+
+
+# How often the daemon starts a failed micro-batch run again (``run_retries`` in dagster.yaml).
+# The new_kafka_offsets cursor has moved past a failed ingest's offsets, so without a retry its
+# tables would wait for their topics to grow again.
+MICRO_BATCH_RETRIES = {"dagster/max_retries": "2"}

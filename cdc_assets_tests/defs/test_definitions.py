@@ -11,8 +11,10 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+import yaml
 
 from cdc_assets.assets.keys import asset_key, layer_and_table, table_of
+from cdc_assets.cli import DAGSTER_YAML
 from cdc_assets.definitions import build_defs
 from cdc_assets.jobs.ingest import deployment_start
 from cdc_assets.settings import load_settings, source_url_variable
@@ -361,6 +363,9 @@ def test_ledger_updated_sensor_leaves_out_tables_whose_upsert_is_queued(
         assert request.run_key == ingest.run_id
         # the micro-batch carries no checks: the table_checks schedule runs them
         assert request.asset_check_keys == []
+        # a failed upsert is started again by the daemon (run_retries in the Dagster home)
+        assert request.tags["dagster/max_retries"] == "2"
+        assert yaml.safe_load(DAGSTER_YAML)["run_retries"] == {"enabled": True}
 
 
 def test_base_rows_subtract_merge_on_read_deletes() -> None:
