@@ -3,17 +3,22 @@
 Each check measures with ``cdc_assets.pipeline.health`` and judges with ``rules``; which
 severity a failure gets is decided per rule there. ``primary_key_unique`` is blocking: when it
 fails, assets downstream of base in the same run are not materialized.
+
+The checks of a table but its ingest's accounting are one op (``@multi_asset_check``, each check
+a spec with its own key, a run executing the ones it selects), not an op each: at a thousand
+tables, ten thousand check ops were half of the definitions' build and much of Dagster's
+resolving them.
 """
 
-from __future__ import annotations
-
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import dagster as dg
+from dagster import AssetCheckExecutionContext
 
-from cdc_assets.assets.keys import asset_key
+from cdc_assets.assets.keys import asset_key, node_name
 from cdc_assets.checks.accounting import build_accounting_check
 from cdc_assets.checks.failsafe import failsafe
 from cdc_assets.jobs.upsert import UPSERT_JOB
@@ -24,6 +29,26 @@ from cdc_assets.resources.kafka import KafkaResource
 from cdc_assets.resources.spark import SparkResource
 from cdc_assets.schema.drift import source_differences
 from cdc_assets.spec.models import TableSpec
+
+
+@dataclass(frozen=True)
+class CheckResources:
+    """What a check reads: its run's context, Spark, the Iceberg catalog and Kafka."""
+
+    context: dg.AssetCheckExecutionContext
+    spark: SparkResource
+    iceberg: IcebergCatalogResource
+    kafka: KafkaResource
+
+    def session(self) -> Any:
+        return self.spark.get_session()
+
+    @property
+    def catalog_name(self) -> str:
+        return self.spark.catalog.name
+
+
+CheckBody = Callable[[CheckResources], dg.AssetCheckResult]
 
 
 def check_result(verdict: rules.Verdict, **extra: Any) -> dg.AssetCheckResult:
@@ -64,7 +89,6 @@ def build_table_checks(
         if spec.source.shards
         else ([(spec, source_url)] if source_url is not None else [])
     )
-    source_url = sources[0][1] if sources else None
     raw = asset_key("raw", spec.name)
     cdc = asset_key("cdc", spec.name)
     base = asset_key("base", spec.name)
@@ -79,38 +103,48 @@ def build_table_checks(
         )
     )
     allow_all_null = _sink(spec, list(limits.allow_all_null))
+    # Each check's spec and body, run by the table's one check op (see the module docstring).
+    registered: list[tuple[dg.AssetCheckSpec, CheckBody]] = []
 
-    @dg.asset_check(
+    def check(
+        *, asset: dg.AssetKey, name: str, description: str, blocking: bool = False
+    ) -> Callable[[CheckBody], CheckBody]:
+        def register(body: CheckBody) -> CheckBody:
+            check_spec = dg.AssetCheckSpec(
+                name, asset=asset, description=description, blocking=blocking
+            )
+            registered.append((check_spec, failsafe(body)))
+            return body
+
+        return register
+
+    @check(
         asset=raw,
         name="kafka_lag_retention",
         description="Records the ledger has not read, and how long before the oldest of them "
         f"falls out of Kafka's retention (error under {limits.min_retention_headroom_hours} h).",
     )
-    @failsafe
-    def kafka_lag_retention(
-        kafka: KafkaResource, iceberg: IcebergCatalogResource
-    ) -> dg.AssetCheckResult:
-        catalog = iceberg.load_catalog()
+    def kafka_lag_retention(r: CheckResources) -> dg.AssetCheckResult:
+        catalog = r.iceberg.load_catalog()
         return check_result(
             per_source(
                 spec,
                 lambda view: rules.kafka_lag_verdict(
-                    health.kafka_lag(kafka, catalog, view),
+                    health.kafka_lag(r.kafka, catalog, view),
                     min_headroom_hours=limits.min_retention_headroom_hours,
                     max_lag_records=limits.max_kafka_lag_records,
                 ),
             )
         )
 
-    @dg.asset_check(
+    @check(
         asset=cdc,
         name="dead_letter_rate",
         description=f"Dead letters per record read over the last {limits.dead_letter_commits} "
         f"ingests (warn above {limits.max_dead_letter_rate:.2%}).",
     )
-    @failsafe
-    def dead_letter_rate(iceberg: IcebergCatalogResource) -> dg.AssetCheckResult:
-        catalog = iceberg.load_catalog()
+    def dead_letter_rate(r: CheckResources) -> dg.AssetCheckResult:
+        catalog = r.iceberg.load_catalog()
 
         def judge(view: TableSpec) -> rules.Verdict:
             read, dead, commits, waiting = health.dead_letter_counts(
@@ -122,22 +156,19 @@ def build_table_checks(
 
         return check_result(per_source(spec, judge))
 
-    @dg.asset_check(
+    @check(
         asset=cdc,
         name="ledger_null_counts",
         description=f"Nulls per column in the row images of the newest "
         f"{limits.ledger_partitions} ledger partitions (NOT NULL columns must have none).",
     )
-    @failsafe
-    def ledger_null_counts(
-        spark: SparkResource, iceberg: IcebergCatalogResource
-    ) -> dg.AssetCheckResult:
-        catalog = iceberg.load_catalog()
+    def ledger_null_counts(r: CheckResources) -> dg.AssetCheckResult:
+        catalog = r.iceberg.load_catalog()
         partitions: list[str] = []
 
         def judge(view: TableSpec) -> rules.Verdict:
             counts, hours = health.ledger_null_counts(
-                spark.get_session(), spark.catalog.name, catalog, view, limits.ledger_partitions
+                r.session(), r.catalog_name, catalog, view, limits.ledger_partitions
             )
             partitions.extend(f"{dt}-{hr:02d}" for dt, hr in hours)
             return rules.null_counts_verdict(
@@ -152,17 +183,16 @@ def build_table_checks(
         verdict = per_source(spec, judge)
         return check_result(verdict, partitions=sorted(set(partitions)))
 
-    @dg.asset_check(
+    @check(
         asset=base,
         name="null_counts",
         description="Nulls per column of base: none in NOT NULL columns, at most the spec's "
         f"limits, and no column added more than {sla} min ago still null in every row "
         "changed since.",
     )
-    @failsafe
-    def null_counts(spark: SparkResource, iceberg: IcebergCatalogResource) -> dg.AssetCheckResult:
+    def null_counts(r: CheckResources) -> dg.AssetCheckResult:
         counts = health.base_null_counts(
-            spark.get_session(), spark.catalog.name, iceberg.load_catalog(), spec
+            r.session(), r.catalog_name, r.iceberg.load_catalog(), spec
         )
         return check_result(
             rules.null_counts_verdict(
@@ -175,7 +205,7 @@ def build_table_checks(
             )
         )
 
-    @dg.asset_check(
+    @check(
         asset=base,
         name="image_values",
         description="Typed values agree with the raw row images the ledger keeps: no ledger row "
@@ -184,151 +214,139 @@ def build_table_checks(
         f"{spec.base.lookback_hours} h; in an upsert run, the changes that upsert applied). "
         "Catches values lost to a spec that did not know them.",
     )
-    @failsafe
-    def image_values(  # type: ignore[no-untyped-def]
-        context,  # Dagster's check context, unannotated: failsafe's wrapper hides the type
-        spark: SparkResource,
-        iceberg: IcebergCatalogResource,
-    ) -> dg.AssetCheckResult:
+    def image_values(r: CheckResources) -> dg.AssetCheckResult:
         # Right after an upsert, the rows it applied: the run's cost follows the change set
         # (the whole window re-decoded every JSON image of the lookback, 60% of a small
         # upsert run). The scheduled and CI runs of the check still cover the whole window.
-        catalog = iceberg.load_catalog()
+        catalog = r.iceberg.load_catalog()
         return check_result(
             per_source(
                 spec,
                 lambda view: rules.image_values_verdict(
                     health.image_mismatches(
-                        spark.get_session(),
-                        spark.catalog.name,
+                        r.session(),
+                        r.catalog_name,
                         catalog,
                         view,
-                        last_upsert_only=context.run.job_name == UPSERT_JOB,
+                        last_upsert_only=r.context.run.job_name == UPSERT_JOB,
                     )
                 ),
             )
         )
 
-    @dg.asset_check(
+    @check(
         asset=base,
         name="sample_conforms",
         description=f"A sample of base ({conformance.SAMPLE_ROWS} rows) passes the pandera model "
         "of the table's schema package (types, nullability, enum values): consumers who pin "
         "the package get what it promises.",
     )
-    @failsafe
-    def sample_conforms(spark: SparkResource) -> dg.AssetCheckResult:
-        found = conformance.check_sample(spark.get_session(), spark.catalog.name, spec)
+    def sample_conforms(r: CheckResources) -> dg.AssetCheckResult:
+        found = conformance.check_sample(r.session(), r.catalog_name, spec)
         return check_result(
             rules.conformance_verdict(found.rows, found.failure_count, found.failures)
         )
 
-    @dg.asset_check(
+    @check(
         asset=base,
         name="primary_key_unique",
         blocking=True,
         description=f"Every key ({', '.join(spec.primary_key)}) is held by exactly one row of "
         "base. Blocking: a broken mirror stops downstream assets.",
     )
-    @failsafe
-    def primary_key_unique(spark: SparkResource) -> dg.AssetCheckResult:
-        dups = health.duplicate_keys(spark.get_session(), spark.catalog.name, spec)
+    def primary_key_unique(r: CheckResources) -> dg.AssetCheckResult:
+        dups = health.duplicate_keys(r.session(), r.catalog_name, spec)
         return check_result(rules.unique_key_verdict(dups, spec.primary_key))
 
-    @dg.asset_check(
+    @check(
         asset=base,
         name="watermark_lag",
         description=f"No change waits in the ledger for the upsert longer than the {sla} min "
         "SLA; reports base's lag behind the newest ledger event and behind now.",
     )
-    @failsafe
-    def watermark_lag(spark: SparkResource, iceberg: IcebergCatalogResource) -> dg.AssetCheckResult:
-        catalog = iceberg.load_catalog()
+    def watermark_lag(r: CheckResources) -> dg.AssetCheckResult:
+        catalog = r.iceberg.load_catalog()
         return check_result(
             per_source(
                 spec,
                 lambda view: rules.watermark_lag_verdict(
-                    health.watermark_lag(spark.get_session(), spark.catalog.name, catalog, view),
+                    health.watermark_lag(r.session(), r.catalog_name, catalog, view),
                     sla_minutes=sla,
                     now=datetime.now(UTC),
                 ),
             )
         )
 
-    def drift_body(spark: SparkResource | None, iceberg: IcebergCatalogResource) -> Any:
-        diffs = health.iceberg_differences(iceberg.load_catalog(), spec)
+    @check(
+        asset=base,
+        name="schema_drift",
+        description="The live Iceberg schemas of every table of this spec (ledger, bucketed, "
+        "base, dead letters, tombstones) are what the spec renders (error)"
+        + (", and the source has no column the spec lacks (warn)." if sources else "."),
+    )
+    def schema_drift(r: CheckResources) -> dg.AssetCheckResult:
+        diffs = health.iceberg_differences(r.iceberg.load_catalog(), spec)
         source = None
-        if spark is not None and sources:
+        if sources:
             source = []
             for view, url in sources:
-                columns = health.source_columns(spark.get_session(), url, view)
+                columns = health.source_columns(r.session(), url, view)
                 where = f"shard {view.shard.shard_name}: " if view.shard is not None else ""
                 source += [f"{where}{d}" for d in source_differences(view, columns)]
         return check_result(
             rules.schema_drift_verdict(diffs, source), spec_version=spec.spec_version
         )
 
-    drift_args: dict[str, Any] = {
-        "asset": base,
-        "name": "schema_drift",
-        "description": "The live Iceberg schemas of every table of this spec (ledger, "
-        "bucketed, base, dead letters, tombstones) are what the spec renders (error)"
-        + (", and the source has no column the spec lacks (warn)." if source_url else "."),
-    }
-    schema_drift: Callable[..., Any]
-    if source_url is not None:
-
-        @dg.asset_check(**drift_args)
-        @failsafe
-        def schema_drift(
-            spark: SparkResource, iceberg: IcebergCatalogResource
-        ) -> dg.AssetCheckResult:
-            return drift_body(spark, iceberg)  # type: ignore[no-any-return]
-
-    else:
-
-        @dg.asset_check(**drift_args)
-        @failsafe
-        def schema_drift(iceberg: IcebergCatalogResource) -> dg.AssetCheckResult:
-            return drift_body(None, iceberg)  # type: ignore[no-any-return]
-
-    checks: list[Any] = [
-        kafka_lag_retention,
-        build_accounting_check(spec),
-        dead_letter_rate,
-        ledger_null_counts,
-        null_counts,
-        image_values,
-        sample_conforms,
-        primary_key_unique,
-        watermark_lag,
-        schema_drift,
-    ]
     if sources:
 
-        @dg.asset_check(
+        @check(
             asset=base,
             name="source_row_count",
             description="Rows in base equal rows in the source table (warn: a busy source is "
             "ahead of base by the changes in flight).",
         )
-        @failsafe
-        def source_row_count(
-            spark: SparkResource, iceberg: IcebergCatalogResource
-        ) -> dg.AssetCheckResult:
-            session = spark.get_session()
-            catalog = iceberg.load_catalog()
+        def source_row_count(r: CheckResources) -> dg.AssetCheckResult:
+            session = r.session()
+            catalog = r.iceberg.load_catalog()
             verdicts = {}
             for view, url in sources:
-                lag = health.watermark_lag(session, spark.catalog.name, catalog, view)
+                lag = health.watermark_lag(session, r.catalog_name, catalog, view)
                 verdicts[view.shard.shard_name if view.shard else view.name] = (
                     rules.row_count_verdict(
-                        health.base_row_count(session, spark.catalog.name, view),
+                        health.base_row_count(session, r.catalog_name, view),
                         health.source_row_count(session, url, view),
                         lag.pending,
                     )
                 )
             return check_result(rules.per_shard_verdict(verdicts))
 
-        checks.append(source_row_count)
-    return checks
+    @dg.multi_asset_check(
+        specs=[check_spec for check_spec, _ in registered],
+        can_subset=True,
+        name=f"{node_name('base', spec.name)}_checks",
+        description=f"The checks of {spec.name} (one op; a run executes the selected ones).",
+    )
+    def table_checks(
+        context: AssetCheckExecutionContext,
+        spark: SparkResource,
+        iceberg: IcebergCatalogResource,
+        kafka: KafkaResource,
+    ) -> Iterator[dg.AssetCheckResult]:
+        resources = CheckResources(context, spark, iceberg, kafka)
+        for check_spec, body in registered:
+            if check_spec.key in context.selected_asset_check_keys:
+                yield _named(body(resources), check_spec.key)
+
+    return [build_accounting_check(spec), table_checks]
+
+
+def _named(result: dg.AssetCheckResult, key: dg.AssetCheckKey) -> dg.AssetCheckResult:
+    """``result`` as the result of check ``key`` (an op with several checks names each)."""
+    return dg.AssetCheckResult(
+        asset_key=key.asset_key,
+        check_name=key.name,
+        passed=result.passed,
+        severity=result.severity,
+        description=result.description,
+        metadata=result.metadata,
+    )
