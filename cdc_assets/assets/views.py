@@ -30,7 +30,7 @@ from cdc_assets.schema.views import (
     ViewDefinition,
     ViewError,
     dependency_order,
-    table_schema,
+    relation_name,
     view_reads,
 )
 from cdc_assets.settings import artifacts_root
@@ -75,7 +75,7 @@ def build_view_definitions(
 ) -> tuple[list[dg.AssetsDefinition], list[dg.AssetChecksDefinition]]:
     """An asset and a check per view. What each view reads is resolved here (an unknown table or
     view, or a cycle, fails the definitions with the file named); columns at run time."""
-    bases = {table_schema(s).name: s.name for s in specs}
+    bases = {relation_name(s): s.name for s in specs}
     ordered = dependency_order(list(bases), views)
     assets, checks = [], []
     for view in ordered:
@@ -171,7 +171,7 @@ def downstream_views(
     tables: set[str], specs: list[TableSpec], views: list[ViewDefinition]
 ) -> list[str]:
     """The views that read any of ``tables`` (spec names), directly or through other views."""
-    relation = {table_schema(s).name: s.name for s in specs}
+    relation = {relation_name(s): s.name for s in specs}
     reached = {r for r, spec in relation.items() if spec in tables}
     found: list[str] = []
     changed = True

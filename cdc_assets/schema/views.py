@@ -20,6 +20,7 @@ query that does not parse is a `ViewError` naming the view's file.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -91,6 +92,7 @@ def enum_values(source_type: str) -> tuple[str, ...] | None:
     return tuple(v.replace("''", "'") for v in _QUOTED_RE.findall(match.group(1)))
 
 
+@functools.cache  # a few dozen distinct types, asked for by every column of every spec
 def type_text(spark_sql_type: str) -> str:
     """A Spark SQL type as the derivation writes every type: sqlglot's rendering, lowercase."""
     return exp.DataType.build(spark_sql_type, dialect=DIALECT).sql(DIALECT).lower()
@@ -121,7 +123,12 @@ def table_schema(spec: TableSpec, *, pipeline_columns: bool = True) -> RelationS
             SchemaColumn(c.name, type_text(spark_type(c.type)), not c.required, doc=c.doc)
             for c in SEQUENCE_COLUMNS
         ]
-    return RelationSchema(f"{spec.sink.namespace}.{spec.sink.table or spec.name}", tuple(columns))
+    return RelationSchema(relation_name(spec), tuple(columns))
+
+
+def relation_name(spec: TableSpec) -> str:
+    """The name views read a spec's base table by: ``<namespace>.<table>``."""
+    return f"{spec.sink.namespace}.{spec.sink.table or spec.name}"
 
 
 def parse_view(view: ViewDefinition) -> exp.Query:
