@@ -10,20 +10,18 @@ from cdc_assets.spec import load_spec_text
 
 pytestmark = pytest.mark.unit
 
-SPEC = load_spec_text(
-    """
-spec_version: 1
+SPEC_YAML = """
+spec_version: {version}
 name: users
-source: {connector: mariadb, database: app, table: users, topic: a.app.users}
+source: {{connector: mariadb, database: app, table: users, topic: a.app.users}}
 columns:
-  - {id: 1, name: id, type: bigint, nullable: false}
-  - {id: 2, name: email, type: varchar(255)}
-  - {id: 3, name: score, type: bigint}
-primary_key: [id]
-sink: {namespace: app}
-""",
-    "users.yaml",
-)
+  - {{id: 1, name: id, type: bigint, nullable: false}}
+  - {{id: 2, name: email, type: varchar(255)}}
+  - {{id: 3, name: score, type: bigint}}
+{more}primary_key: [id]
+sink: {{namespace: app}}
+"""
+SPEC = load_spec_text(SPEC_YAML.format(version=1, more=""), "users.yaml")
 COLUMNS = "id BIGINT NOT NULL, email VARCHAR(255)"
 SAME = f"CREATE TABLE users ({COLUMNS}, score BIGINT, PRIMARY KEY (id))"
 ADDED = f"CREATE TABLE users ({COLUMNS}, score BIGINT, phone VARCHAR(32), PRIMARY KEY (id))"
@@ -62,19 +60,7 @@ def test_an_unreadable_shape_is_reported_by_a_run_unless_types_only() -> None:
 
 # The spec after `phone` was added on one shard; the other shards have not run the ALTER yet.
 WITH_PHONE = load_spec_text(
-    """
-spec_version: 2
-name: users
-source: {connector: mariadb, database: app, table: users, topic: a.app.users}
-columns:
-  - {id: 1, name: id, type: bigint, nullable: false}
-  - {id: 2, name: email, type: varchar(255)}
-  - {id: 3, name: score, type: bigint}
-  - {id: 4, name: phone, type: varchar(32)}
-primary_key: [id]
-sink: {namespace: app}
-""",
-    "users.yaml",
+    SPEC_YAML.format(version=2, more="  - {id: 4, name: phone, type: varchar(32)}\n"), "users.yaml"
 )
 NO_SCORE = f"CREATE TABLE users ({COLUMNS}, phone VARCHAR(32), PRIMARY KEY (id))"
 
