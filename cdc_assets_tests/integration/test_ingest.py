@@ -30,15 +30,18 @@ from cdc_assets.spec.models import TableSpec
 from cdc_assets_tests.support.bad_records import cases, users_spec
 from cdc_assets_tests.support.oracle import Outcome, expected_outcome
 
+FOREVER = {"retention.ms": "-1"}
+
 
 def isolated(spec: TableSpec, *, partitions: int = 1, kafka: KafkaResource) -> TableSpec:
     """The spec on a fresh topic and namespace, so tests never see each other's data."""
     tag = uuid.uuid4().hex[:8]
     topic = f"it.{spec.name}.{tag}"
     admin = kafka.admin()
-    admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[
-        topic
-    ].result(30)
+    # Kept forever: tests back-date records (hours of February), and the broker's retention
+    # check (every 5 minutes, 7 days by default) would otherwise delete them mid-test.
+    keep = NewTopic(topic, num_partitions=partitions, replication_factor=1, config=FOREVER)
+    admin.create_topics([keep])[topic].result(30)
     return spec.model_copy(
         update={
             "source": spec.source.model_copy(update={"topic_": topic}),
