@@ -43,6 +43,8 @@ ENV_WAREHOUSE = "CDC_ASSETS_WAREHOUSE"
 ENV_CATALOG_PROPERTIES = "CDC_ASSETS_CATALOG_PROPERTIES"
 ENV_KAFKA_BOOTSTRAP = "CDC_ASSETS_KAFKA_BOOTSTRAP"
 ENV_KAFKA_PORT = "CDC_ASSETS_KAFKA_PORT"
+# A Confluent-compatible schema registry for Avro records (unset: the local stack's, if any).
+ENV_SCHEMA_REGISTRY_URL = "CDC_ASSETS_SCHEMA_REGISTRY_URL"
 ENV_PARTITIONS_START = "CDC_ASSETS_PARTITIONS_START"
 # Cron of the `table_checks` schedule for every table, over each spec's `schedule.cron`: the
 # checks that scan whole tables run on this cadence, not after every micro-batch of the sensors.
@@ -90,6 +92,7 @@ class Settings:
     warehouse: str | None
     kafka_bootstrap: str | None
     kafka_port: int
+    schema_registry_url: str | None = None
     partitions_start: str | None = None  # None: jobs.ingest.deployment_start
     source_urls: dict[str, str] = field(default_factory=dict)  # variable name -> JDBC URL
     spark_remote: str | None = None
@@ -175,6 +178,7 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         warehouse=env.get(ENV_WAREHOUSE) or None,
         kafka_bootstrap=env.get(ENV_KAFKA_BOOTSTRAP) or None,
         kafka_port=int(env.get(ENV_KAFKA_PORT, "0")),
+        schema_registry_url=env.get(ENV_SCHEMA_REGISTRY_URL) or None,
         partitions_start=env.get(ENV_PARTITIONS_START) or None,
         source_urls={k: v for k, v in env.items() if k.startswith(ENV_SOURCE_URL_PREFIX) and v},
         spark_remote=env.get(ENV_SPARK_REMOTE) or None,

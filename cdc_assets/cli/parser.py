@@ -66,6 +66,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="with up: also a Spark standalone master and two workers on loopback, with the Spark "
         "Connect server as their driver (or CDC_ASSETS_CLUSTER=1)",
     )
+    stack.add_argument(
+        "--registry",
+        action="store_true",
+        help="with up: also a schema registry (Apicurio, Confluent-compatible API) for Avro "
+        "records; the pipeline then decodes registry-framed values with it",
+    )
     stack.set_defaults(fn=cmd_stack)
     specs = sub.add_parser(
         "specs", help="validate, import (from DDL or a live source) and diff table specs"

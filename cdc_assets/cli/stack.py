@@ -41,9 +41,15 @@ def cmd_stack(settings: Settings, args: argparse.Namespace) -> int:
 
     if args.action == "up":
         state = local_stack.stack_up(
-            settings, sources=args.sources, spark_connect=args.spark_connect, cluster=args.cluster
+            settings,
+            sources=args.sources,
+            spark_connect=args.spark_connect,
+            cluster=args.cluster,
+            registry=args.registry,
         )
         console.print(f"stack up: kafka {state.bootstrap_servers} (pid {state.kafka_pid})")
+        if args.registry:
+            console.print(f"schema registry {local_stack.running_registry(settings)}")
         console.print(local_stack.lake_description(settings))
         if args.spark_connect or args.cluster or settings.cluster:
             from cdc_assets.stack import spark_cluster, spark_connect

@@ -38,6 +38,7 @@ from cdc_assets.pipeline.offsets import (
     encode_offsets,
 )
 from cdc_assets.resources.kafka import KafkaResource, PartitionOffsets
+from cdc_assets.resources.schema_registry import TopicSchemas, value_subject
 from cdc_assets.schema.layers import dead_letter_layout, ledger_layout, order_mismatch
 from cdc_assets.schema.wire import plan_fields
 from cdc_assets.spec.models import TableSpec
@@ -58,6 +59,7 @@ from cdc_assets.sql.decode import (
     sequence_columns,
     unavailable_list,
 )
+from cdc_assets.sql.registry_wire import decoded_json, framing_error, value_text
 
 # The Kafka header Debezium puts on the create of a primary-key change: the row's previous key
 # as JSON, e.g. {"order_id":42}.
@@ -170,13 +172,15 @@ def _missing_function(detail: str) -> str:
     )
 
 
-def classify_records(records: Any, spec: TableSpec) -> Any:
+def classify_records(records: Any, spec: TableSpec, schemas: TopicSchemas | None = None) -> Any:
     """Every Kafka record with ``_status``/``_stage``/``_reason`` and its decoded ledger columns.
 
     ``records`` has Kafka source columns (key, value, partition, offset, timestamp, and headers
-    when read from Kafka). Persist the result before filtering it: it is read several times, and
-    a filter pushed down through the decode stages would make the optimizer inline every stage
-    into every condition.
+    when read from Kafka). A value in a schema registry's wire format is decoded with the
+    writer schemas of ``schemas`` (none given: every such value is a dead letter saying no
+    registry is configured). Persist the result before filtering it: it is read several times,
+    and a filter pushed down through the decode stages would make the optimizer inline every
+    stage into every condition.
     """
     from pyspark.sql import functions as F
 
@@ -195,7 +199,16 @@ def classify_records(records: Any, spec: TableSpec) -> Any:
         F.col("timestamp").alias("_kafka_ts"),
         old_key.alias("_old_key"),
     )
-    df = df.select("*", F.expr(envelope_call("value_bin", plans)).alias("_envelope"))
+    schemas = schemas or TopicSchemas(None, value_subject(spec.source.topic))
+    df = df.select("*", F.expr(decoded_json("value_bin", schemas.schemas)).alias("_avro_json"))
+    df = df.select(
+        "*",
+        F.expr(
+            framing_error("value_bin", "_avro_json", schemas.schemas, schemas.url, schemas.subject)
+        ).alias("_framing_error"),
+        F.expr(value_text("value_bin", "_avro_json")).alias("value_json"),
+    )
+    df = df.select("*", F.expr(envelope_call("value_json", plans)).alias("_envelope"))
     df = df.select("*", *[F.col(f"_envelope.{name}").alias(name) for name, _ in ENVELOPE_FIELDS])
     df = df.select("*", F.expr("CASE WHEN op = 'd' THEN before ELSE after END").alias("image"))
     for stage in decode_stages(plans, envelope_value):
@@ -415,7 +428,8 @@ def _ingest_once(
 
     hold("ingest_before_read")  # tests: the broker restarts between planning and reading
     records = read_kafka(spark, kafka, spec.source.topic, start, end)
-    batch = prepare(classify_records(records, spec), spec)
+    schemas = kafka.topic_schemas(spec.source.topic)  # before the read: every id it may meet
+    batch = prepare(classify_records(records, spec, schemas), spec)
     with cached_batch(spark, batch, sum(end[p] - start[p] for p in end)) as classified:
         _summarise(classified, result)
         hold("ingest_before_commit")  # tests: an evolution runs between decode and commit
@@ -541,7 +555,8 @@ def rebuild_hour(
     result = IngestResult(spec.name, "rebuild", start, end, hours=[partition_key])
     records = read_kafka(spark, kafka, topic, start, end)
     in_hour = (F.col("_kafka_ts") >= F.lit(h0)) & (F.col("_kafka_ts") < F.lit(h1))
-    in_hour_batch = prepare(classify_records(records, spec), spec).filter(in_hour)
+    schemas = kafka.topic_schemas(topic)
+    in_hour_batch = prepare(classify_records(records, spec, schemas), spec).filter(in_hour)
     with cached_batch(spark, in_hour_batch, sum(end[p] - start[p] for p in end)) as classified:
         _summarise(classified, result)
         result.hours = [partition_key]

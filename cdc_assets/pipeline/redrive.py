@@ -23,6 +23,11 @@ from cdc_assets.pipeline.ingest import (
 )
 from cdc_assets.pipeline.offsets import KIND_PROPERTY, REDRIVE_KIND
 from cdc_assets.pipeline.watermark import snapshot_properties
+from cdc_assets.resources.schema_registry import (
+    TopicSchemas,
+    configured_registry,
+    topic_schemas,
+)
 from cdc_assets.schema.layers import ledger_layout
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.sql.ddl import literal, quote
@@ -41,10 +46,22 @@ class RedriveResult:
 
 
 def redrive(
-    spark: Any, catalog: str, spec: TableSpec, *, reason_contains: str | None = None
+    spark: Any,
+    catalog: str,
+    spec: TableSpec,
+    *,
+    reason_contains: str | None = None,
+    schemas: TopicSchemas | None = None,
 ) -> RedriveResult:
-    """Replay the table's dead letters (optionally only those whose reason contains a text)."""
+    """Replay the table's dead letters (optionally only those whose reason contains a text).
+
+    Values in a schema registry's wire format are decoded again with ``schemas`` (default: the
+    topic's writer schemas in the configured registry, `configured_registry`).
+    """
     from pyspark.sql import functions as F
+
+    if schemas is None:
+        schemas = topic_schemas(configured_registry(), spec.source.topic)
 
     started = time.monotonic()
     dlt = dead_letter_identifier(catalog, spec)
@@ -58,7 +75,7 @@ def redrive(
         F.col("kafka_ts").alias("timestamp"),
     )
     result = RedriveResult(spec.name)
-    with cached_batch(spark, prepare(classify_records(records, spec), spec)) as classified:
+    with cached_batch(spark, prepare(classify_records(records, spec, schemas), spec)) as classified:
         for row in classified.groupBy("_status", "_reason").count().collect():
             result.replayed += row["count"]
             if row["_status"] == LEDGER:

@@ -23,7 +23,11 @@ def build_resources(settings: Settings) -> dict[str, Any]:
             remote=settings.spark_remote or _local_spark_connect(settings),
             home=str(settings.home),
         ),
-        "kafka": KafkaResource(bootstrap_servers=settings.kafka_bootstrap, home=str(settings.home)),
+        "kafka": KafkaResource(
+            bootstrap_servers=settings.kafka_bootstrap,
+            home=str(settings.home),
+            schema_registry_url=settings.schema_registry_url,
+        ),
     }
 
 

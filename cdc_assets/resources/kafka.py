@@ -10,6 +10,7 @@ from dagster import ConfigurableResource
 from pydantic import Field
 
 from cdc_assets.errors import StackError
+from cdc_assets.resources.schema_registry import TopicSchemas, topic_schemas
 from cdc_assets.settings import load_settings
 
 
@@ -37,6 +38,11 @@ class KafkaResource(ConfigurableResource):  # type: ignore[type-arg]
         default_factory=dict, description="extra librdkafka settings (security, timeouts, ...)"
     )
     timeout_s: float = 15.0
+    schema_registry_url: str | None = Field(
+        default=None,
+        description="Confluent-compatible schema registry (Avro records); unset means the local "
+        "stack's registry when it runs one, else none",
+    )
 
     def resolved_bootstrap(self) -> str:
         if self.bootstrap_servers:
@@ -47,6 +53,18 @@ class KafkaResource(ConfigurableResource):  # type: ignore[type-arg]
 
     def client_conf(self) -> dict[str, str | int | float | bool]:
         return {"bootstrap.servers": self.resolved_bootstrap(), **self.client_config}
+
+    def resolved_registry(self) -> str | None:
+        """The schema registry's URL: the configured one, else the local stack's, else None."""
+        if self.schema_registry_url:
+            return self.schema_registry_url
+        from cdc_assets.stack.local_stack import running_registry
+
+        return running_registry(replace(load_settings(), home=Path(self.home)))
+
+    def topic_schemas(self, topic: str) -> TopicSchemas:
+        """The writer schemas of the topic's value subject (see `schema_registry`)."""
+        return topic_schemas(self.resolved_registry(), topic)
 
     def admin(self) -> Any:
         from confluent_kafka.admin import AdminClient

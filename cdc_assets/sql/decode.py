@@ -338,12 +338,14 @@ def _value_reasons(plans: list[FieldPlan]) -> list[tuple[str, str]]:
 
 
 def classify(spec: TableSpec, plans: list[FieldPlan]) -> str:
-    """One CASE over the columns ``value_bin``, the envelope columns (`ENVELOPE_FIELDS`) and the
-    decoded fields, giving ``struct<status, stage, reason>``: the first
-    rule that matches decides, and the chain is evaluated once per record."""
+    """One CASE over the columns ``value_bin`` (the raw value), ``_framing_error`` (see
+    `registry_wire.framing_error`), the envelope columns (`ENVELOPE_FIELDS`) and the decoded
+    fields, giving ``struct<status, stage, reason>``: the first rule that matches decides, and
+    the chain is evaluated once per record."""
     table = spec.source.table
     rules: list[tuple[str, str, str, str]] = [
         ("value_bin IS NULL", SKIP, "", literal("tombstone")),
+        ("_framing_error IS NOT NULL", DEAD, "decode", "_framing_error"),
         ("NOT value_utf8_ok", DEAD, "decode", literal("value is not valid UTF-8")),
         (
             "NOT json_ok",

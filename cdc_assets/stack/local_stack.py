@@ -19,6 +19,7 @@ from cdc_assets.stack import (
     kafka_broker,
     local_process,
     object_store,
+    schema_registry,
     source_stack,
     spark_cluster,
     spark_connect,
@@ -151,7 +152,12 @@ class StackStatus:
 
 
 def stack_up(
-    settings: Settings, *, sources: bool = False, spark_connect: bool = False, cluster: bool = False
+    settings: Settings,
+    *,
+    sources: bool = False,
+    spark_connect: bool = False,
+    cluster: bool = False,
+    registry: bool = False,
 ) -> StackState:
     """Start the local stack, or return the running one; a dead broker is cleaned and restarted.
 
@@ -160,7 +166,8 @@ def stack_up(
     source_stack.status).
     ``spark_connect`` also starts a Spark Connect server, which runs then use (spark_connect).
     ``cluster`` (or ``CDC_ASSETS_CLUSTER=1``) also starts a Spark standalone master and two
-    workers and makes the Connect server their driver (spark_cluster)."""
+    workers and makes the Connect server their driver (spark_cluster).
+    ``registry`` also starts the schema registry (schema_registry), for Avro records."""
     cluster = cluster or settings.cluster
     settings.stack_dir.mkdir(parents=True, exist_ok=True)
     with _locked(settings):
@@ -178,6 +185,8 @@ def stack_up(
                     f"{ENV_KAFKA_PORT} asks for {settings.kafka_port}: run `cdc-assets stack down` "
                     "first"
                 )
+            if registry:
+                schema_registry.start(settings)
             if sources:
                 source_stack.up(settings, existing.bootstrap_servers)
             if spark_connect or cluster:
@@ -218,6 +227,8 @@ def stack_up(
         state = read_state(settings)
         if state is None:
             raise StackError(f"{stack_state.state_path(settings)} lost the broker while it started")
+        if registry:
+            schema_registry.start(settings)
         if sources:
             source_stack.up(settings, state.bootstrap_servers)
         if spark_connect or cluster:
@@ -251,6 +262,7 @@ def stack_down(settings: Settings, *, purge: bool = False) -> None:
         spark_connect.stop_server(settings)
         spark_cluster.stop_cluster(settings)
         object_store.stop(settings)
+        schema_registry.stop(settings)
         source_stack.down(settings)
         _stop_brokers(settings, _broker_files(settings))
         if purge:
@@ -518,3 +530,10 @@ def _human_bytes(size: int) -> str:
 def _locked(settings: Settings) -> Any:
     # Serialises up/down of one stack across processes; the broker itself is not affected.
     return stack_state.file_lock(settings.stack_dir / LOCK_FILE)
+
+
+def running_registry(settings: Settings) -> str | None:
+    """The Confluent-compatible URL of the local stack's schema registry while it runs, else
+    None (see `stack.schema_registry`)."""
+    registry = schema_registry.running(settings)
+    return registry.url if registry is not None else None
