@@ -261,6 +261,26 @@ def register_connectors(settings: Settings, bootstrap: str, port: int) -> list[s
     return names
 
 
+AVRO_CONVERTER = "io.apicurio.registry.utils.converter.AvroConverter"
+
+
+def avro_converters(registry_native_url: str) -> dict[str, str]:
+    """Connector settings that make one connector write keys and values as Avro through a
+    registry (Apicurio's converter, its v2 API), in the Confluent wire format the ingest decodes:
+    the schema id in the payload (not in headers), 4 bytes, and the content id that the
+    registry's Confluent-compatible API serves. Other connectors keep the worker's JSON."""
+    out = {}
+    for side in ("key", "value"):
+        prefix = f"{side}.converter"
+        out[prefix] = AVRO_CONVERTER
+        out[f"{prefix}.apicurio.registry.url"] = registry_native_url
+        out[f"{prefix}.apicurio.registry.auto-register"] = "true"
+        out[f"{prefix}.apicurio.registry.headers.enabled"] = "false"
+        out[f"{prefix}.apicurio.registry.as-confluent"] = "true"
+        out[f"{prefix}.apicurio.registry.use-id"] = "contentId"
+    return out
+
+
 def heartbeat_topic(config: dict[str, str]) -> str:
     """Where a connector writes its heartbeats (Debezium's default naming)."""
     prefix = config.get("topic.heartbeat.prefix", "__debezium-heartbeat")
