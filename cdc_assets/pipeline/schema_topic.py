@@ -9,7 +9,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from cdc_assets.resources.kafka import KafkaResource
-from cdc_assets.spec.connect_schema import row_fields
+from cdc_assets.resources.schema_registry import (
+    TopicSchemas,
+    decode_framed,
+    framed_schema_id,
+    writer_schema,
+)
+from cdc_assets.spec.connect_schema import avro_row_fields, row_fields
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.spec.schema_change import SchemaChange, parse_schema_change
 
@@ -60,6 +66,7 @@ def read_schema_changes(
     )
     seen: list[SeenChange] = []
     next_offsets = dict(start)
+    schemas: TopicSchemas | None = None
     try:
         meta = consumer.list_topics(topic, timeout=kafka.timeout_s).topics.get(topic)
         if meta is None or meta.error is not None:
@@ -83,7 +90,11 @@ def read_schema_changes(
                     continue
                 offset = at + 1
                 read += 1
-                for change in parse_schema_change(msg.value()):
+                value = msg.value()
+                if framed_schema_id(value) is not None:  # a connector writing Avro
+                    schemas = schemas or kafka.topic_schemas(topic)
+                    value = decode_framed(value, schemas)
+                for change in parse_schema_change(value):
                     seen.append(SeenChange(topic, partition, at, change))
             next_offsets[partition] = offset
     finally:
@@ -123,8 +134,9 @@ def newest_row_schema(
     kafka: KafkaResource, spec: TableSpec, tail: int = 20
 ) -> list[Mapping[str, Any]] | None:
     """The row-image field schemas of the newest event on the spec's topic that embeds its
-    schema (None when the events carry no schema: JSON converter with schemas disabled); of a
-    sharded table, the first shard's that has one."""
+    schema, or whose Avro writer schema the registry holds (None when the events carry no
+    schema: JSON converter with schemas disabled); of a sharded table, the first shard's that
+    has one."""
     from confluent_kafka import Consumer, TopicPartition
 
     if spec.source.shards:
@@ -138,6 +150,7 @@ def newest_row_schema(
         {**kafka.client_conf(), "group.id": "cdc-assets-row-schema", "enable.auto.commit": False}
     )
     newest: tuple[int, list[Mapping[str, Any]]] | None = None
+    schemas: TopicSchemas | None = None
     try:
         meta = consumer.list_topics(topic, timeout=kafka.timeout_s).topics.get(topic)
         if meta is None or meta.error is not None:
@@ -159,7 +172,13 @@ def newest_row_schema(
                 if msg.error() is not None or at is None:
                     continue
                 offset = at + 1
-                fields = row_fields(msg.value())
+                value = msg.value()
+                if framed_schema_id(value) is not None:  # Avro: the writer schema of its id
+                    schemas = schemas or kafka.topic_schemas(topic)
+                    writer = writer_schema(value, schemas)
+                    fields = avro_row_fields(writer) if writer is not None else None
+                else:
+                    fields = row_fields(value)
                 stamp = msg.timestamp()[1]
                 if fields and (newest is None or stamp >= newest[0]):
                     newest = (stamp, fields)

@@ -10,6 +10,7 @@ record is dead-lettered for an outage.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -94,3 +95,39 @@ def configured_registry() -> str | None:
 
     settings = load_settings()
     return settings.schema_registry_url or running_registry(settings)
+
+
+def framed_schema_id(value: bytes | None) -> int | None:
+    """The writer schema id of a registry-framed value (magic byte 0), else None."""
+    if value is None or len(value) < 5 or value[0] != 0:
+        return None
+    return int.from_bytes(value[1:5], "big")
+
+
+_PARSED: dict[str, Any] = {}
+
+
+def decode_framed(value: bytes | None, schemas: TopicSchemas) -> Any | None:
+    """A framed value decoded in Python (records the sensors read one at a time: schema-change
+    events), or None when its id is not a version of the subject or the payload does not read."""
+    import io
+
+    import fastavro
+
+    schema_id = framed_schema_id(value)
+    text = schemas.schemas.get(schema_id) if schema_id is not None else None
+    if value is None or text is None:
+        return None
+    if text not in _PARSED:
+        _PARSED[text] = fastavro.parse_schema(json.loads(text))
+    try:
+        return fastavro.schemaless_reader(io.BytesIO(value[5:]), _PARSED[text], None)
+    except Exception:
+        return None
+
+
+def writer_schema(value: bytes | None, schemas: TopicSchemas) -> dict[str, Any] | None:
+    """The parsed writer schema of a framed value whose id is a version of the subject."""
+    schema_id = framed_schema_id(value)
+    text = schemas.schemas.get(schema_id) if schema_id is not None else None
+    return json.loads(text) if text is not None else None

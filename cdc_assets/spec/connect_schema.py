@@ -173,3 +173,65 @@ def differs(spec: TableSpec, fields: list[Mapping[str, Any]]) -> bool:
     return any(
         column_type(live[str(f["field"])].type, f) != live[str(f["field"])].type for f in fields
     )
+
+
+# Avro types -> Connect types, for fields without a ``connect.type`` of their own.
+_AVRO_TO_CONNECT = {
+    "int": "int32",
+    "long": "int64",
+    "float": "float32",
+    "double": "float64",
+    "boolean": "boolean",
+    "string": "string",
+    "bytes": "bytes",
+    "record": "struct",
+    "array": "array",
+    "map": "map",
+    "enum": "string",
+    "fixed": "bytes",
+}
+
+
+def _connect_field(name: str, avro: Any) -> dict[str, Any]:
+    """One Connect field schema from the Avro type Kafka Connect's Avro converter wrote."""
+    optional = False
+    if isinstance(avro, list):
+        branches = [b for b in avro if b != "null"]
+        optional = len(branches) < len(avro)
+        avro = branches[0] if len(branches) == 1 else {"type": "string"}
+    if isinstance(avro, str):
+        avro = {"type": avro}
+    field: dict[str, Any] = {
+        "field": name,
+        "optional": optional,
+        "type": avro.get("connect.type") or _AVRO_TO_CONNECT.get(str(avro.get("type")), "string"),
+    }
+    if avro.get("connect.name"):
+        field["name"] = avro["connect.name"]
+    if avro.get("connect.parameters"):
+        field["parameters"] = dict(avro["connect.parameters"])
+    if avro.get("logicalType") == "decimal" and "parameters" not in field:
+        field["name"] = "org.apache.kafka.connect.data.Decimal"
+        field["parameters"] = {
+            "scale": str(avro.get("scale", 0)),
+            "connect.decimal.precision": str(avro.get("precision", "")),
+        }
+    return field
+
+
+def avro_row_fields(writer_schema: Mapping[str, Any]) -> list[Mapping[str, Any]] | None:
+    """The row image's field schemas (as `row_fields` gives them) of a Debezium envelope's Avro
+    writer schema: what a connector's newest schema version says the table looks like."""
+    if writer_schema.get("type") != "record":
+        return None
+    named: dict[str, Mapping[str, Any]] = {}
+    for field in writer_schema.get("fields") or []:
+        branches = field.get("type")
+        for branch in branches if isinstance(branches, list) else [branches]:
+            if isinstance(branch, dict) and branch.get("type") == "record":
+                named[str(field.get("name"))] = branch
+    for image in ("after", "before"):
+        record = named.get(image)
+        if record is not None and record.get("fields"):
+            return [_connect_field(str(f["name"]), f["type"]) for f in record["fields"]]
+    return None

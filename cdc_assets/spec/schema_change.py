@@ -94,15 +94,19 @@ def _table_id(text: str) -> tuple[str, str]:
     return (parts[0], parts[-1]) if len(parts) > 1 else ("", parts[0])
 
 
-def parse_schema_change(value: bytes | str | None) -> list[SchemaChange]:
-    """The table changes of one schema-change record ([] for anything else: the topic also
-    holds records without ``tableChanges``, such as SET statements)."""
+def parse_schema_change(value: bytes | str | Mapping[str, Any] | None) -> list[SchemaChange]:
+    """The table changes of one schema-change record, its JSON text or its decoded value (an
+    Avro record); [] for anything else: the topic also holds records without ``tableChanges``,
+    such as SET statements."""
     if value is None:
         return []
-    try:
-        record = json.loads(value)
-    except (ValueError, UnicodeDecodeError):
-        return []
+    if isinstance(value, Mapping):
+        record: Any = value
+    else:
+        try:
+            record = json.loads(value)
+        except (ValueError, UnicodeDecodeError):
+            return []
     if isinstance(record, dict) and "payload" in record and "schema" in record:
         record = record["payload"]
     if not isinstance(record, dict):

@@ -5,7 +5,9 @@ A connector of this module per database runs Apicurio's Avro converter for keys 
 connectors start arrive as snapshot reads, later updates, deletes and inserts stream; the
 ingest decodes every record with the writer schemas of the registry, and base must equal the
 source table row for row (the project's source comparison, every column typed). PostgreSQL's
-TOASTed note, unchanged by an update, arrives as Debezium's placeholder in Avro too.
+TOASTed note, unchanged by an update, arrives as Debezium's placeholder in Avro too. Push
+detection reads the tables' shapes from the Avro records as well (MariaDB's schema-change topic,
+PostgreSQL's newest writer schema).
 """
 
 from __future__ import annotations
@@ -18,11 +20,13 @@ from typing import Any
 
 import pytest
 
+from cdc_assets.pipeline.schema_topic import newest_row_schema, newest_schema_change
 from cdc_assets.pipeline.source_compare import compare_source
 from cdc_assets.pipeline.source_schema import import_source_spec
 from cdc_assets.pipeline.tables import ensure_tables
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.settings import Settings
+from cdc_assets.spec.connect_schema import differs
 from cdc_assets.spec.information_schema import SourceTable
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.stack import connect, schema_registry, sources
@@ -69,6 +73,7 @@ def avro(
                 server,
                 TAG,
                 [table],
+                schema_changes=server == "mariadb",
                 overrides=connect.avro_converters(registry.native_url),
             )
         yield kafka, started
@@ -118,6 +123,15 @@ def test_debezium_avro_converges_to_the_source(
         topic = kafka.topic_schemas(spec.source.topic)
         assert topic.schemas, f"{server}: no writer schema registered for {topic.subject}"
         _converges(spark, iceberg, kafka, spec, urls[server])
+    # push detection reads the table's shape from Avro too: MariaDB's schema-change topic (its
+    # snapshot's CREATE TABLE), PostgreSQL's newest writer schema
+    created = newest_schema_change(kafka, specs["mariadb"])
+    assert created is not None
+    assert "CREATE TABLE" in created.change.ddl.upper()
+    fields = newest_row_schema(kafka, specs["postgres"])
+    assert fields is not None
+    assert not differs(specs["postgres"], fields)
+    assert [f["field"] for f in fields] == [c.name for c in specs["postgres"].columns]
 
     new = FIRST + 21
     maria(

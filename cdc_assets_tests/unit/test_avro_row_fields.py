@@ -1,0 +1,52 @@
+"""A connector's Avro writer schema tells the table's shape as its embedded JSON schema does."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cdc_assets.demo.events import DebeziumEventFactory, random_row
+from cdc_assets.demo.events.avro import avro_schema
+from cdc_assets.spec import load_specs
+from cdc_assets.spec.connect_schema import avro_row_fields, pg_type, row_fields
+from cdc_assets.spec.schema_change import parse_schema_change
+from cdc_assets_tests.conftest import PROJECT_ROOT
+
+pytestmark = pytest.mark.unit
+
+SPECS = {s.name: s for s in load_specs(PROJECT_ROOT / "table_specs")}
+
+
+@pytest.mark.parametrize("table", sorted(SPECS))
+def test_avro_row_fields_match_the_embedded_schema(table: str) -> None:
+    import random
+
+    spec = SPECS[table]
+    factory = DebeziumEventFactory(spec, embed_schema=True)
+    record = factory.create(random_row(spec, random.Random(1)))
+    assert record.value is not None
+    embedded = row_fields(record.value)
+    from_avro = avro_row_fields(avro_schema(json.loads(record.value)["schema"]))
+    assert embedded is not None
+    assert from_avro is not None
+
+    def shape(fields: list) -> list:  # type: ignore[type-arg]
+        return [(f["field"], bool(f.get("optional")), pg_type(f)) for f in fields]
+
+    assert shape(from_avro) == shape(embedded)
+
+
+def test_a_schema_without_row_images_has_no_row_fields() -> None:
+    assert avro_row_fields({"type": "record", "name": "x", "fields": []}) is None
+    assert avro_row_fields({"type": "string"}) is None
+
+
+def test_a_decoded_schema_change_record_parses_like_its_json() -> None:
+    spec = SPECS["users"]
+    factory = DebeziumEventFactory(spec)
+    record = factory.schema_change("ALTER TABLE users ADD COLUMN phone varchar(20)")
+    assert record.value is not None
+    as_json = parse_schema_change(record.value)
+    assert as_json
+    assert parse_schema_change(json.loads(record.value)) == as_json
