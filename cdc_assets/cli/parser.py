@@ -72,6 +72,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="with up: also a schema registry (Apicurio, Confluent-compatible API) for Avro "
         "records; the pipeline then decodes registry-framed values with it",
     )
+    stack.add_argument(
+        "--avro",
+        default="",
+        metavar="SERVERS",
+        help="with up --sources: comma-separated servers (mariadb, postgres) whose connectors "
+        "write Avro through the schema registry (started for them) instead of JSON",
+    )
     stack.set_defaults(fn=cmd_stack)
     specs = sub.add_parser(
         "specs", help="validate, import (from DDL or a live source) and diff table specs"

@@ -46,9 +46,10 @@ def cmd_stack(settings: Settings, args: argparse.Namespace) -> int:
             spark_connect=args.spark_connect,
             cluster=args.cluster,
             registry=args.registry,
+            avro=tuple(s.strip() for s in args.avro.split(",") if s.strip()),
         )
         console.print(f"stack up: kafka {state.bootstrap_servers} (pid {state.kafka_pid})")
-        if args.registry:
+        if args.registry or args.avro:
             console.print(f"schema registry {local_stack.running_registry(settings)}")
         console.print(local_stack.lake_description(settings))
         if args.spark_connect or args.cluster or settings.cluster:

@@ -246,10 +246,18 @@ def placeholder_values(settings: Settings, bootstrap: str) -> dict[str, str]:
     }
 
 
-def register_connectors(settings: Settings, bootstrap: str, port: int) -> list[str]:
-    """PUT every connector's config (idempotent) and wait until each task is RUNNING."""
+def register_connectors(
+    settings: Settings, bootstrap: str, port: int, *, avro: dict[str, str] | None = None
+) -> list[str]:
+    """PUT every connector's config (idempotent) and wait until each task is RUNNING.
+    ``avro`` maps server kinds (``mariadb``, ``postgres``) to the registry (its v2 API) whose
+    Avro converter their connector uses; the others write JSON."""
     definitions = connector_configs(placeholder_values(settings, bootstrap))
     for definition in definitions:
+        config = definition["config"]
+        kind = "postgres" if "postgresql" in config["connector.class"].lower() else "mariadb"
+        if avro and kind in avro:
+            config.update(avro_converters(avro[kind]))
         _request_retrying(
             port, "PUT", f"/connectors/{definition['name']}/config", definition["config"]
         )

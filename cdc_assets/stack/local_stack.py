@@ -158,6 +158,7 @@ def stack_up(
     spark_connect: bool = False,
     cluster: bool = False,
     registry: bool = False,
+    avro: tuple[str, ...] = (),
 ) -> StackState:
     """Start the local stack, or return the running one; a dead broker is cleaned and restarted.
 
@@ -167,7 +168,9 @@ def stack_up(
     ``spark_connect`` also starts a Spark Connect server, which runs then use (spark_connect).
     ``cluster`` (or ``CDC_ASSETS_CLUSTER=1``) also starts a Spark standalone master and two
     workers and makes the Connect server their driver (spark_cluster).
-    ``registry`` also starts the schema registry (schema_registry), for Avro records."""
+    ``registry`` also starts the schema registry (schema_registry), for Avro records; the
+    connectors of the servers named in ``avro`` (``mariadb``, ``postgres``) then write Avro
+    through it (the registry is started for them)."""
     cluster = cluster or settings.cluster
     settings.stack_dir.mkdir(parents=True, exist_ok=True)
     with _locked(settings):
@@ -185,10 +188,9 @@ def stack_up(
                     f"{ENV_KAFKA_PORT} asks for {settings.kafka_port}: run `cdc-assets stack down` "
                     "first"
                 )
-            if registry:
-                schema_registry.start(settings)
+            converters = _avro_connectors(settings, registry, avro)
             if sources:
-                source_stack.up(settings, existing.bootstrap_servers)
+                source_stack.up(settings, existing.bootstrap_servers, avro=converters)
             if spark_connect or cluster:
                 _start_spark_connect(settings, cluster=cluster)
             return existing
@@ -227,13 +229,24 @@ def stack_up(
         state = read_state(settings)
         if state is None:
             raise StackError(f"{stack_state.state_path(settings)} lost the broker while it started")
-        if registry:
-            schema_registry.start(settings)
+        converters = _avro_connectors(settings, registry, avro)
         if sources:
-            source_stack.up(settings, state.bootstrap_servers)
+            source_stack.up(settings, state.bootstrap_servers, avro=converters)
         if spark_connect or cluster:
             _start_spark_connect(settings, cluster=cluster)
         return state
+
+
+def _avro_connectors(settings: Settings, registry: bool, avro: tuple[str, ...]) -> dict[str, str]:
+    """Start the registry when asked for (or needed by Avro connectors); the registry URL of
+    each server kind whose connector writes Avro."""
+    unknown = sorted(set(avro) - {"mariadb", "postgres"})
+    if unknown:
+        raise StackError(f"--avro names {', '.join(unknown)}; known servers: mariadb, postgres")
+    if not (registry or avro):
+        return {}
+    started = schema_registry.start(settings)
+    return {kind: started.native_url for kind in avro}
 
 
 def _start_spark_connect(settings: Settings, *, cluster: bool = False) -> int:

@@ -52,11 +52,12 @@ class SourcesStatus:
         return lines
 
 
-def up(settings: Settings, bootstrap: str) -> SourcesUp:
-    """Start (or keep) both databases and the worker, register the connectors, wait for them."""
+def up(settings: Settings, bootstrap: str, *, avro: dict[str, str] | None = None) -> SourcesUp:
+    """Start (or keep) both databases and the worker, register the connectors, wait for them.
+    ``avro``: server kind -> registry URL (v2 API) of the connectors that write Avro."""
     ports = sources.start_sources(settings)
     connect_port = connect.start_worker(settings, bootstrap)
-    names = connect.register_connectors(settings, bootstrap, connect_port)
+    names = connect.register_connectors(settings, bootstrap, connect_port, avro=avro)
     return SourcesUp(ports["mariadb"], ports["postgres"], connect_port, names)
 
 
