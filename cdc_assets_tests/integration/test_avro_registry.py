@@ -102,7 +102,10 @@ def _base(iceberg: IcebergCatalogResource, spec: TableSpec) -> list[dict[str, An
     return sorted(rows, key=lambda r: tuple(r[k] for k in keys))
 
 
-@pytest.mark.parametrize("table", ["users", "orders"])  # MySQL family and PostgreSQL
+# The PostgreSQL shape: decimals of both kinds, time types, TOAST placeholders, and deletes that
+# carry the key alone (a second writer schema version on the topic). The MySQL family's Avro
+# comes from real Debezium in test_sources_avro.py.
+@pytest.mark.parametrize("table", ["orders"])
 def test_avro_topic_matches_the_oracle_of_its_json_twin(
     it_settings: Settings,
     spark: Any,

@@ -122,7 +122,7 @@ def test_debezium_avro_converges_to_the_source(
         # the connector's records are registry-framed Avro, not JSON
         topic = kafka.topic_schemas(spec.source.topic)
         assert topic.schemas, f"{server}: no writer schema registered for {topic.subject}"
-        _converges(spark, iceberg, kafka, spec, urls[server])
+        _converges(spark, iceberg, kafka, spec, urls[server])  # the snapshot's reads
     # push detection reads the table's shape from Avro too: MariaDB's schema-change topic (its
     # snapshot's CREATE TABLE), PostgreSQL's newest writer schema
     created = newest_schema_change(kafka, specs["mariadb"])
