@@ -77,7 +77,8 @@ def main() -> None:
 
         def topic_spec(fmt: str, run: int) -> Any:
             tag = uuid.uuid4().hex[:6]
-            source = spec0.source.model_copy(update={"topic_": f"bench.{fmt}.{tag}"})
+            name = fmt.replace("+", "_")
+            source = spec0.source.model_copy(update={"topic_": f"bench.{name}.{tag}"})
             sink = spec0.sink.model_copy(update={"namespace": f"bench_{tag}_{run}"})
             return spec0.model_copy(update={"source": source, "sink": sink})
 
