@@ -4,6 +4,7 @@ schema seen in events" of the pull side when the source database is not reachabl
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -185,3 +186,20 @@ def newest_row_schema(
     finally:
         consumer.close()
     return None if newest is None else newest[1]
+
+
+def row_schema_versions(
+    kafka: KafkaResource, spec: TableSpec
+) -> list[tuple[int, list[Mapping[str, Any]]]] | None:
+    """The row fields of every writer schema version of the spec's value subject, oldest first,
+    as (schema id, fields); None when the topic has no subject in a registry (JSON, or no
+    registry configured) or the table is sharded (each shard has a subject of its own)."""
+    if spec.source.shards:
+        return None
+    schemas = kafka.topic_schemas(spec.source.topic)
+    out = []
+    for schema_id, text in schemas.schemas.items():  # in version order
+        fields = avro_row_fields(json.loads(text))
+        if fields is not None:
+            out.append((schema_id, fields))
+    return out or None

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -28,11 +28,18 @@ from cdc_assets.pipeline.schema_topic import (
     matches,
     newest_row_schema,
     read_schema_changes,
+    row_schema_versions,
 )
 from cdc_assets.pipeline.spec_store import Stored, current_of, stored_specs
 from cdc_assets.resources.kafka import KafkaResource
+from cdc_assets.resources.schema_registry import value_subject
 from cdc_assets.schema.shape import shape_verdict
-from cdc_assets.spec.connect_schema import create_table_from_fields, differs, names_differ
+from cdc_assets.spec.connect_schema import (
+    create_table_from_fields,
+    differs,
+    names_differ,
+    next_version,
+)
 from cdc_assets.spec.load import load_spec
 from cdc_assets.spec.models import TableSpec
 
@@ -100,7 +107,18 @@ def build_schema_change_sensor(
             current = current_spec(spec.name).same_source_view(spec) or spec
             # Every tick, not only after the ingest reported unknown fields: a widening (say
             # numeric(12,2) -> numeric(16,2)) adds no field, only the embedded schema shows it.
-            fields = newest_row_schema(kafka, current)
+            # Avro through a registry: the subject's versions, applied one at a time in order.
+            versions = row_schema_versions(kafka, current)
+            label, schema_id = "row-schema", None
+            if versions is not None:
+                picked = next_version(current, versions)
+                if picked is None:
+                    continue
+                schema_id = picked[0]
+                label = f"registry-schema-{schema_id}"
+                fields: list[Mapping[str, Any]] | None = picked[1]
+            else:
+                fields = newest_row_schema(kafka, current)
             if fields is None:
                 if unknown is not None and unknown.value:
                     context.log.warning(
@@ -111,6 +129,11 @@ def build_schema_change_sensor(
             if not differs(current, fields):
                 continue
             create = create_table_from_fields(current, fields)
+            if schema_id is not None:
+                # the evolution's history keeps the source DDL: the writer schema it came from
+                # sits beside the Iceberg schema ids it produced
+                subject = value_subject(current.source.topic)
+                create = f"-- schema registry subject {subject}, schema id {schema_id}\n{create}"
             if not names_differ(current, fields):
                 verdict = shape_verdict(current, create, types_only=True)
                 if not verdict.changed:
@@ -127,7 +150,7 @@ def build_schema_change_sensor(
                     spec.name,
                     create,
                     [],
-                    f"{spec.name}:row-schema:{digest}",
+                    f"{spec.name}:{label}:{digest}",
                     datetime.fromtimestamp(event.timestamp, UTC).isoformat()
                     if event is not None
                     else datetime.now(UTC).isoformat(),

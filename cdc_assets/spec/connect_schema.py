@@ -235,3 +235,20 @@ def avro_row_fields(writer_schema: Mapping[str, Any]) -> list[Mapping[str, Any]]
         if record is not None and record.get("fields"):
             return [_connect_field(str(f["name"]), f["type"]) for f in record["fields"]]
     return None
+
+
+def next_version(
+    spec: TableSpec, versions: list[tuple[int, list[Mapping[str, Any]]]]
+) -> tuple[int, list[Mapping[str, Any]]] | None:
+    """Of a topic's writer schema versions (oldest first, as (schema id, row fields)), the one
+    to evolve to next: the first after the newest version with the spec's shape that differs
+    from it. So versions registered between two looks are applied one at a time, in order,
+    never collapsed into the newest. When no version has the spec's shape (a spec from the
+    information_schema whose types the schemas only approximate), the newest; None when there
+    is nothing to apply."""
+    if not versions:
+        return None
+    same = [i for i, (_, fields) in enumerate(versions) if not differs(spec, fields)]
+    if not same:
+        return versions[-1]
+    return next(((s, f) for s, f in versions[same[-1] + 1 :] if differs(spec, f)), None)

@@ -18,10 +18,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, overload
 
+import dagster as dg
 import pytest
 
+from cdc_assets.definitions import build_defs
 from cdc_assets.demo.events import DebeziumEventFactory, KafkaRecord, produce, workload
 from cdc_assets.demo.events.avro import RegistryFraming
+from cdc_assets.pipeline.evolve import read_history
 from cdc_assets.pipeline.ingest import ingest_incremental
 from cdc_assets.pipeline.offsets import committed_offsets
 from cdc_assets.pipeline.redrive import redrive
@@ -32,7 +35,9 @@ from cdc_assets.resources.schema_registry import SchemaRegistryError
 from cdc_assets.schema.layers import base_layout, dead_letter_layout, ledger_layout
 from cdc_assets.settings import Settings
 from cdc_assets.spec import load_specs
-from cdc_assets.spec.models import TableSpec
+from cdc_assets.spec.load import load_spec
+from cdc_assets.spec.models import ColumnSpec, TableSpec
+from cdc_assets.spec.versions import write_spec
 from cdc_assets.stack import schema_registry
 from cdc_assets.stack.kafka_broker import pick_free_port
 from cdc_assets.stack.local_stack import StackState
@@ -204,3 +209,73 @@ def test_bad_framed_records_are_dead_letters_then_redriven(
     assert committed_offsets(iceberg.load_catalog().load_table(table)) == before
     second = ingest_incremental(spark, "lake", iceberg.load_catalog(), with_registry, spec)
     assert (second.read, second.ledger, second.dead) == (1, 1, 0)
+
+
+def test_registry_versions_evolve_the_spec_one_at_a_time_in_order(
+    it_settings: Settings,
+    spark: Any,
+    iceberg: IcebergCatalogResource,
+    kafka: KafkaResource,
+    resources: dict[str, Any],
+    registry: schema_registry.Registry,
+    tmp_path: Path,
+) -> None:
+    """A PostgreSQL table in Avro: two writer schema versions registered before the sensor
+    looks (a column added, then a widening) are proposed and applied one after the other, the
+    older first, each named by its schema id; never collapsed into the newest."""
+    from cdc_assets_tests.integration.test_evolve import later
+    from cdc_assets_tests.integration.test_schema_evolution_flow import (
+        _cursors,
+        _tick,
+        with_column,
+        with_type,
+    )
+
+    _cursors.clear()
+    v1 = isolated(
+        next(s for s in load_specs(it_settings.specs_dir) if s.name == "orders"), kafka=kafka
+    )
+    specs_dir = tmp_path / "specs"
+    specs_dir.mkdir()
+    write_spec(v1, specs_dir / "orders.yaml")
+    settings = replace(it_settings, specs_dir=specs_dir)
+    ensure_tables(spark, "lake", v1)
+    topic, bootstrap = v1.source.topic, kafka.resolved_bootstrap()
+    v2 = with_column(v1, ColumnSpec(id=12, name="coupon", type="text"), "note")
+    v3 = with_type(v2, "amount", "numeric(16,2)")
+    for stage, shape in enumerate((v1, v2, v3)):
+        events = workload(shape, random.Random(60 + stage), keys=15, events=40, embed_schema=True)
+        produce(_framed(later(events, stage), registry.url, topic), topic, bootstrap)
+    ids = list(kafka.topic_schemas(topic).schemas)
+    assert len(ids) >= 3
+    instance = dg.DagsterInstance.ephemeral()
+    applied = []
+    for expected_version in (2, 3):
+        defs = build_defs(
+            specs=[load_spec(specs_dir / "orders.yaml")],
+            settings=settings,
+            resource_overrides=resources,
+        )
+        (request,) = _tick(defs, "schema_changes", instance, resources).run_requests
+        assert "registry-schema-" in str(request.run_key)
+        applied.append(int(str(request.run_key).split("registry-schema-")[1].split(":")[0]))
+        run = defs.resolve_job_def("evolve_schemas").execute_in_process(
+            instance=instance,
+            run_config=request.run_config,
+            asset_selection=list(request.asset_selection or []),
+        )
+        assert run.success
+        assert load_spec(specs_dir / "orders.yaml").spec_version == expected_version
+    evolved = load_spec(specs_dir / "orders.yaml")
+    assert evolved.columns_by_name["coupon"].type == "text"
+    assert evolved.columns_by_name["amount"].type == "decimal(16,2)"
+    assert applied == sorted(applied)  # the older version first
+    mine = f"subject {topic}-value,"
+    history = [
+        h for h in read_history(iceberg.load_catalog(), "orders") if mine in (h.source_ddl or "")
+    ]
+    for entry, schema_id in zip(sorted(history, key=lambda h: h.to_version), applied, strict=True):
+        assert f"schema id {schema_id}\n" in (entry.source_ddl or "")
+        assert entry.iceberg_schema_ids  # the Iceberg schema each version produced
+    defs = build_defs(specs=[evolved], settings=settings, resource_overrides=resources)
+    assert not _tick(defs, "schema_changes", instance, resources).run_requests

@@ -9,7 +9,7 @@ import pytest
 from cdc_assets.demo.events import DebeziumEventFactory, random_row
 from cdc_assets.demo.events.avro import avro_schema
 from cdc_assets.spec import load_specs
-from cdc_assets.spec.connect_schema import avro_row_fields, pg_type, row_fields
+from cdc_assets.spec.connect_schema import avro_row_fields, next_version, pg_type, row_fields
 from cdc_assets.spec.schema_change import parse_schema_change
 from cdc_assets_tests.conftest import PROJECT_ROOT
 
@@ -50,3 +50,22 @@ def test_a_decoded_schema_change_record_parses_like_its_json() -> None:
     as_json = parse_schema_change(record.value)
     assert as_json
     assert parse_schema_change(json.loads(record.value)) == as_json
+
+
+def _fields(spec_columns: list[tuple[str, str]]) -> list[dict[str, object]]:
+    return [{"field": n, "type": t, "optional": True} for n, t in spec_columns]
+
+
+def test_registry_versions_are_applied_one_at_a_time_in_order() -> None:
+    spec = SPECS["orders"]
+    now = [(c.name, "string") for c in spec.columns if not c.dropped]
+    v1 = (1, _fields(now))
+    v2 = (2, _fields([*now, ("phone", "string")]))
+    v3 = (3, _fields([*now, ("phone", "string"), ("vip", "boolean")]))
+    assert next_version(spec, [v1, v2, v3]) == v2  # not the newest: v2 first
+    assert next_version(spec, [v1]) is None  # nothing newer than the spec's shape
+    assert next_version(spec, []) is None
+    # no version has the spec's shape (say, the spec came from the information_schema): newest
+    assert next_version(spec, [v2, v3]) == v3
+    # a version after the spec's that returns to an older shape is still applied in order
+    assert next_version(spec, [v2, v1, v3]) == v3
