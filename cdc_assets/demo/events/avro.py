@@ -15,6 +15,7 @@ import struct
 from typing import Any
 
 from cdc_assets.demo.events.values import KafkaRecord
+from cdc_assets.sql.registry_wire import without_logical_types
 
 _PRIMITIVES = {
     "int8": "int",
@@ -114,17 +115,6 @@ def avro_datum(connect_schema: dict[str, Any], value: Any) -> Any:
     return value
 
 
-def _without_logical(schema: Any) -> Any:
-    if isinstance(schema, list):
-        return [_without_logical(s) for s in schema]
-    if not isinstance(schema, dict):
-        return schema
-    out = {k: _without_logical(v) for k, v in schema.items() if k != "logicalType"}
-    if "fields" in schema:
-        out["fields"] = [{**f, "type": _without_logical(f["type"])} for f in schema["fields"]]
-    return out
-
-
 def _rows_optional(envelope: dict[str, Any]) -> dict[str, Any]:
     """The envelope's Connect schema with every field of its row images optional."""
     fields = []
@@ -163,7 +153,7 @@ class RegistryFraming:
         if sid not in self._parsed:
             # Encoded without logical types: the datum carries the exact bytes and numbers the
             # JSON converter wrote, which is the same binary encoding.
-            self._parsed[sid] = fastavro.parse_schema(_without_logical(schema))
+            self._parsed[sid] = fastavro.parse_schema(without_logical_types(schema))
         return sid, self._parsed[sid]
 
     def frame(self, record: KafkaRecord) -> KafkaRecord:
