@@ -113,7 +113,10 @@ def wait_held(child: subprocess.Popen[str], hold_dir: Path) -> None:
         time.sleep(0.2)
 
 
-@pytest.mark.parametrize("change", ["add", "widen", "both"])
+# "add" alone and "widen" alone are each half of "both" (the row-image catch-up, the redrive of
+# the wide values); the unit tests of the catch-up rules take them one at a time. One race run
+# costs about a minute of the suite, so the integration test races the case that covers both.
+@pytest.mark.parametrize("change", ["both"])
 def test_an_ingest_committing_after_the_evolution_loses_no_value(
     change: str,
     it_settings: Settings,
