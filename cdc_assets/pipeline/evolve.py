@@ -12,8 +12,9 @@ base rows that hold those same changes, so values that arrived before the switch
 
 from __future__ import annotations
 
+import itertools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
@@ -90,12 +91,28 @@ __all__ = [
 # --- phase 1: Iceberg schemas ------------------------------------------------------------------
 
 
-def iceberg_type(sink: SinkType) -> Any:
-    """The pyiceberg type of a sink type."""
+def iceberg_type(sink: SinkType, ids: Iterator[int] | None = None) -> Any:
+    """The pyiceberg type of a sink type. Nested fields get ids from ``ids``, placeholders that
+    the table's schema update replaces with fresh ones (Iceberg assigns nested field ids once,
+    and keeps them through renames, widenings and added siblings)."""
     from pyiceberg import types as it
 
+    ids = ids if ids is not None else itertools.count(1_000_000)
     if sink.name == "decimal":
         return it.DecimalType(sink.precision or 0, sink.scale or 0)
+    if sink.element is not None:
+        return it.ListType(next(ids), iceberg_type(sink.element, ids), element_required=False)
+    if sink.value is not None:
+        return it.MapType(
+            next(ids), it.StringType(), next(ids), iceberg_type(sink.value, ids), False
+        )
+    if sink.fields:
+        return it.StructType(
+            *(
+                it.NestedField(next(ids), n, iceberg_type(t, ids), required=False)
+                for n, t in sink.fields
+            )
+        )
     simple = {
         "boolean": it.BooleanType,
         "int": it.IntegerType,
@@ -111,12 +128,30 @@ def iceberg_type(sink: SinkType) -> Any:
     return simple[sink.name]()
 
 
+def sink_text(field_type: Any) -> str:
+    """A pyiceberg type as the sink type text the specs use (pyiceberg prints nested types with
+    their field ids and optionality, which a spec does not state)."""
+    from pyiceberg import types as it
+
+    if isinstance(field_type, it.ListType):
+        return f"list<{sink_text(field_type.element_type)}>"
+    if isinstance(field_type, it.MapType):
+        return f"map<{sink_text(field_type.key_type)},{sink_text(field_type.value_type)}>"
+    if isinstance(field_type, it.StructType):
+        return (
+            "struct<"
+            + ",".join(f"{f.name}:{sink_text(f.field_type)}" for f in field_type.fields)
+            + ">"
+        )
+    return str(field_type)
+
+
 def live_table(table: Any) -> LiveTable:
     """A pyiceberg table as the alteration planner sees it."""
     schema = table.schema()
     return LiveTable(
         fields=tuple(
-            LiveField(f.name, str(f.field_type), f.required, f.doc) for f in schema.fields
+            LiveField(f.name, sink_text(f.field_type), f.required, f.doc) for f in schema.fields
         ),
         identifier_fields=tuple(sorted(schema.identifier_field_names())),
         properties=dict(table.properties),
@@ -147,15 +182,27 @@ def _plan(table: Any, target: TableLayout, previous: TableLayout) -> TableAltera
 
 
 def _apply(table: Any, change: TableAlteration) -> None:
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import NestedField
+
     with table.transaction() as tx:
         if change.changes_schema:
             with tx.update_schema() as update:
                 for col in change.adds:
                     update.add_column(col.name, iceberg_type(col.type), doc=col.doc)
                 for u in change.updates:
+                    nested = u.type is not None and u.type.is_nested
+                    if u.type is not None and nested:
+                        # Added nested fields and widened nested types, by name: pyiceberg's
+                        # union gives new fields fresh ids and keeps the existing ones.
+                        update.union_by_name(
+                            Schema(NestedField(1, u.name, iceberg_type(u.type), required=False))
+                        )
+                    if nested and not u.make_optional and u.doc is None:
+                        continue
                     update.update_column(
                         u.name,
-                        field_type=None if u.type is None else iceberg_type(u.type),
+                        field_type=None if u.type is None or nested else iceberg_type(u.type),
                         required=False if u.make_optional else None,
                         doc=u.doc,
                     )

@@ -54,8 +54,20 @@ def decode(column: ReadColumn, value: Any) -> object:
         return instant_from_seconds(Decimal(str(value)))
     if how == "epoch_micros":
         return instant_from_micros(int(value))
+    return _plain(value)
+
+
+def _plain(value: Any) -> object:
+    """A Spark value as plain Python: a struct (Row) as a dict, arrays and maps element by
+    element, bytes as bytes."""
     if isinstance(value, bytearray):
         return bytes(value)
+    if hasattr(value, "asDict"):
+        return {k: _plain(v) for k, v in value.asDict().items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
     return value
 
 

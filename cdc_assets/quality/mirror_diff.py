@@ -82,6 +82,12 @@ def normalize(sink: SinkType, value: object) -> object:
     if value is None:
         return None
     name = sink.name
+    if sink.element is not None and isinstance(value, list | tuple):
+        return [normalize(sink.element, v) for v in value]
+    if sink.value is not None and isinstance(value, dict):
+        return {k: normalize(sink.value, v) for k, v in value.items()}
+    if sink.fields and isinstance(value, dict):
+        return {n: normalize(t, value.get(n)) for n, t in sink.fields}
     if name == "decimal" and isinstance(value, Decimal | int) and not isinstance(value, bool):
         number = Decimal(value)
         try:
@@ -99,9 +105,14 @@ def normalize(sink: SinkType, value: object) -> object:
 
 
 def same(a: object, b: object) -> bool:
-    """Equal in type and value (``True`` is not ``1``; naive and aware datetimes differ)."""
+    """Equal in type and value (``True`` is not ``1``; naive and aware datetimes differ), element
+    by element and field by field for nested values."""
     if a is None or b is None:
         return a is b
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
     return type(a) is type(b) and a == b
 
 

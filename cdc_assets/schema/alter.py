@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from cdc_assets.schema.drift import normalise_type
 from cdc_assets.schema.layers import Column, TableLayout
-from cdc_assets.schema.types import SinkType, can_promote, parse_sink_type
+from cdc_assets.schema.types import SinkType, parse_sink_type, promotion_problems
 
 # Iceberg keeps the format version in the metadata, not among the table properties.
 METADATA_PROPERTIES = ("format-version",)
@@ -188,8 +188,9 @@ def _column_update(got: LiveField, col: Column, problems: list[str]) -> ColumnUp
         except ValueError:
             problems.append(f"column {col.name} has type {got.type}, which is not a sink type")
             return None
-        if not can_promote(old, col.type):
-            problems.append(f"column {col.name}: {old} -> {col.type} is not a widening")
+        reasons = promotion_problems(old, col.type, col.name)
+        if reasons:
+            problems.extend(f"column {r}" for r in reasons)
             return None
         new_type = col.type
     make_optional = got.required and not col.required

@@ -16,7 +16,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from cdc_assets.schema.views import RelationSchema, SchemaColumn
+from sqlglot import exp
+
+from cdc_assets.schema.views import DIALECT, RelationSchema, SchemaColumn
 
 GENERATOR = "cdc-assets"
 _DECIMAL_RE = re.compile(r"^decimal\((\d+),\s*(\d+)\)$")
@@ -80,14 +82,65 @@ def names(relation: str) -> tuple[str, str]:
 
 
 def _mapping(column: SchemaColumn) -> tuple[str, str, Any, dict[str, Any]]:
-    if column.type in _SIMPLE:
-        return _SIMPLE[column.type]
-    match = _DECIMAL_RE.match(column.type)
+    return _type_mapping(column.type, column.name)
+
+
+def _optional(avro: Any, schema: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    # Nested fields and list elements are always optional (see schema.types.SinkType).
+    return ["null", avro], {"anyOf": [schema, {"type": "null"}]}
+
+
+def _nested_mapping(dtype: exp.DataType, path: str) -> tuple[str, str, Any, dict[str, Any]]:
+    """Python annotation, pandera dtype, Avro type and JSON Schema of an array, map or struct
+    (pandas holds nested values as Python objects)."""
+    kind = dtype.this
+    if kind == exp.DataType.Type.ARRAY:
+        python, _, avro, schema = _type_mapping(dtype.expressions[0].sql(DIALECT).lower(), path)
+        avro, schema = _optional(avro, schema)
+        return (
+            f"list[{python} | None]",
+            "object",
+            {"type": "array", "items": avro},
+            {
+                "type": "array",
+                "items": schema,
+            },
+        )
+    if kind == exp.DataType.Type.MAP:
+        python, _, avro, schema = _type_mapping(dtype.expressions[1].sql(DIALECT).lower(), path)
+        avro, schema = _optional(avro, schema)
+        return (
+            f"dict[str, {python} | None]",
+            "object",
+            {"type": "map", "values": avro},
+            {
+                "type": "object",
+                "additionalProperties": schema,
+            },
+        )
+    fields, properties = [], {}
+    for column_def in dtype.expressions:
+        name = column_def.name
+        field_type = column_def.args["kind"].sql(DIALECT).lower()
+        _, _, avro, schema = _type_mapping(field_type, f"{path}_{name}")
+        avro, schema = _optional(avro, schema)
+        fields.append({"name": name, "type": avro, "default": None})
+        properties[name] = schema
+    record = {"type": "record", "name": f"{_identifier(path)}_record", "fields": fields}
+    return "dict[str, object]", "object", record, {"type": "object", "properties": properties}
+
+
+def _type_mapping(type_text: str, path: str) -> tuple[str, str, Any, dict[str, Any]]:
+    if type_text in _SIMPLE:
+        return _SIMPLE[type_text]
+    match = _DECIMAL_RE.match(type_text)
     if match:
         precision, scale = int(match.group(1)), int(match.group(2))
         avro = {"type": "bytes", "logicalType": "decimal", "precision": precision, "scale": scale}
         return "decimal.Decimal", "object", avro, {"type": "string", "format": "decimal"}
-    raise ArtifactError(f"column {column.name}: no artifact mapping for type {column.type}")
+    if type_text.startswith(("array<", "map<", "struct<")):
+        return _nested_mapping(exp.DataType.build(type_text, dialect=DIALECT), path)
+    raise ArtifactError(f"column {path}: no artifact mapping for type {type_text}")
 
 
 def _identifier(name: str) -> str:

@@ -33,7 +33,7 @@ from cdc_assets.schema.changes import (
     SoftDropColumn,
     WidenType,
 )
-from cdc_assets.schema.types import SinkType, can_promote
+from cdc_assets.schema.types import SinkType, can_promote, promotion_problems
 from cdc_assets.spec.models import ColumnSpec, SinkMapping, TableSpec
 
 # Changing these points the spec at another source or Iceberg table: a new onboarding.
@@ -331,6 +331,10 @@ class _Classifier:
             if can_promote(old_sink, new_sink):
                 widen = WidenType(c.id, p.name, old_sink, new_sink, p.type, p.sink.type)
                 self.changes.append(widen)
+            elif old_sink.is_nested or new_sink.is_nested:
+                # Nested types: one reason per field that cannot change, naming its path.
+                reasons = promotion_problems(old_sink, new_sink, p.name)
+                self.reject(p.name, "; ".join(reasons))
             else:
                 self.reject(p.name, _narrowing_reason(c.type, p.type, old_sink, new_sink))
         elif (c.type, c.sink.type) != (p.type, p.sink.type):

@@ -34,6 +34,8 @@ def pandas_dtype(sink: SinkType) -> str:
     """The pandera dtype expression (Python source) of a sink type."""
     if sink.name == "decimal":
         return f"pandas_engine.Decimal({sink.precision}, {sink.scale})"
+    if sink.is_nested:
+        return '"object"'  # lists, dicts: Python objects in pandas
     return _PANDAS_DTYPES[sink.name]
 
 

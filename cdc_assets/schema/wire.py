@@ -44,6 +44,7 @@ class Wire(StrEnum):
     BYTES_BASE64 = "bytes_base64"
     BYTES_BASE64_URL = "bytes_base64_url"
     BYTES_HEX = "bytes_hex"
+    JSON_ARRAY = "json_array"  # JSON array, each element in the element's own encoding
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,24 @@ class FieldPlan:
     nullable: bool = True
     key: bool = False
     transform: str | None = None
+    element: FieldPlan | None = None  # of a JSON_ARRAY: how each element decodes
+
+    @property
+    def parses_document(self) -> bool:
+        """A JSON column stored as a nested type: its text is parsed as a JSON document."""
+        return self.sink.is_nested and self.source.kind in ("JSON", "JSONB")
+
+    @property
+    def decode_as(self) -> str:
+        """What a dead letter says the value could not be decoded as."""
+        if self.parses_document or self.wire is Wire.JSON_ARRAY:
+            return str(self.sink if self.parses_document else self.natural)
+        return self.wire.value
+
+    @property
+    def splits_set(self) -> bool:
+        """A SET column stored as ``list<string>``: its comma-joined text is split."""
+        return self.sink.is_nested and self.source.kind == "SET"
 
 
 _BINARY_WIRE = {
@@ -96,6 +115,8 @@ def _temporal_wire(source: SourceType, mode: str) -> Wire | None:
 def _wire_for(spec: TableSpec, source: SourceType) -> tuple[Wire, int | None]:
     dbz = spec.source.debezium
     kind = source.kind
+    if kind == "ARRAY":
+        return Wire.JSON_ARRAY, None
     temporal = _temporal_wire(source, spec.source.time_precision_mode)
     if temporal is not None:
         return temporal, None
@@ -135,15 +156,37 @@ def _natural(wire: Wire, source: SourceType) -> SinkType:
     """The type a wire value decodes to; equal to the default sink type except for doubles."""
     if wire is Wire.DECIMAL_NUMBER:
         return SinkType("double")
+    if wire is Wire.JSON_ARRAY and source.element is not None:
+        return SinkType("list", element=default_sink_type(source.element))
     if wire is Wire.DECIMAL_STRING and (source.precision is None or source.precision > 38):
         return SinkType("string")
     return default_sink_type(source)
 
 
+def _element_plan(spec: TableSpec, name: str, sink_name: str, source: SourceType) -> FieldPlan:
+    wire, scale = _wire_for(spec, source)
+    natural = _natural(wire, source)
+    return FieldPlan(
+        name=name,
+        sink_name=sink_name,
+        wire=wire,
+        natural=natural,
+        sink=natural,
+        source=source,
+        scale=scale,
+    )
+
+
 def plan_column(spec: TableSpec, column: ColumnSpec) -> FieldPlan:
     source = column.source_type(spec.source.connector)
     wire, scale = _wire_for(spec, source)
+    element = None
+    if source.element is not None:
+        # The element's intermediate columns are named after the column's with an ``_e`` suffix:
+        # its raw text is the lambda variable of the ``transform`` over the array.
+        element = _element_plan(spec, column.name, f"{column.sink_name}_e", source.element)
     return FieldPlan(
+        element=element,
         name=column.name,
         sink_name=column.sink_name,
         wire=wire,

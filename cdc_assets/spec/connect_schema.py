@@ -60,12 +60,19 @@ def pg_type(field: Mapping[str, Any]) -> str:
         length = params.get("__debezium.source.column.length")
         scale = params.get("__debezium.source.column.scale")
         text = str(source).lower()
+        if text.startswith("_"):  # an array's element type, as PostgreSQL names arrays
+            return f"{text[1:]}[]"
         if length and text in ("varchar", "char", "bpchar", "numeric", "bit", "varbit"):
             text = text.replace("bpchar", "char")
             size = f"{length},{scale}" if scale and text == "numeric" else str(length)
             return f"{text}({size})"
         return text
     name = field.get("name")
+    if field.get("type") == "array" and isinstance(field.get("items"), Mapping):
+        return pg_type(field["items"]) + "[]"
+    if name == "io.debezium.data.Enum" and params.get("allowed"):
+        labels = ",".join("'" + v.replace("'", "''") + "'" for v in params["allowed"].split(","))
+        return f"enum({labels})"
     if name == "org.apache.kafka.connect.data.Decimal":
         scale = params.get("scale", "0")
         precision = params.get("connect.decimal.precision")
@@ -206,6 +213,10 @@ def _connect_field(name: str, avro: Any) -> dict[str, Any]:
         "optional": optional,
         "type": avro.get("connect.type") or _AVRO_TO_CONNECT.get(str(avro.get("type")), "string"),
     }
+    if avro.get("type") == "array":
+        items = _connect_field("", avro.get("items", "string"))
+        items.pop("field")
+        field["items"] = items
     if avro.get("connect.name"):
         field["name"] = avro["connect.name"]
     if avro.get("connect.parameters"):

@@ -68,7 +68,13 @@ def columns_query(table: TableSpec | SourceTable) -> str:
             "character_maximum_length AS char_len, numeric_precision AS num_precision, "
             "numeric_scale AS num_scale, datetime_precision AS dt_precision, "
             "is_nullable AS nullable, column_default AS dflt, "
-            f"coalesce(col_description({relation}, ordinal_position::int), '') AS comment "
+            f"coalesce(col_description({relation}, ordinal_position::int), '') AS comment, "
+            # An enum type's labels, in their order (a user-defined type that is not an enum
+            # has none).
+            "(SELECT string_agg(quote_literal(e.enumlabel), ',' ORDER BY e.enumsortorder) "
+            "FROM pg_enum e JOIN pg_type t ON t.oid = e.enumtypid "
+            "JOIN pg_namespace tn ON tn.oid = t.typnamespace "
+            "WHERE t.typname = udt_name AND tn.nspname = udt_schema) AS enum_labels "
             "FROM information_schema.columns "
             f"WHERE table_schema = {_lit(src.pg_schema)} "
             f"AND table_name = {_lit(src.table)} ORDER BY ordinal_position"
@@ -137,6 +143,11 @@ def _pg_type(row: Mapping[str, Any]) -> str:
         return f"{data_type}({row['char_len']})"
     if data_type == "numeric" and row.get("num_precision") is not None:
         return f"numeric({row['num_precision']},{row.get('num_scale') or 0})"
+    if data_type == "user-defined" and row.get("enum_labels"):
+        return f"enum({row['enum_labels']})"
+    if data_type == "array" and str(row["udt_name"]).startswith("_"):
+        # The element type's name with an underscore: _int4 is integer[].
+        return f"{str(row['udt_name'])[1:]}[]"
     if data_type == "user-defined" or data_type == "array":
         return str(row["udt_name"])
     return data_type

@@ -16,10 +16,12 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StringConstraint
 
 from cdc_assets.errors import ShardedSpecError, UnsupportedTypeError
 from cdc_assets.schema.types import (
+    DOCUMENT_LEAF_TYPES,
     SinkType,
     SourceType,
     can_override,
     default_sink_type,
+    leaves,
     parse_sink_type,
     parse_source_type,
 )
@@ -533,11 +535,23 @@ def _check_sink_mapping(where: str, col: ColumnSpec, source: SourceType) -> None
             override = parse_sink_type(col.sink.type)
         except ValueError as err:
             raise _fail(f"{where}.sink.type", str(err)) from None
-        if not can_override(default, override):
+        odd = [t for t in leaves(override) if t.name not in DOCUMENT_LEAF_TYPES]
+        if override.is_nested and source.kind in ("JSON", "JSONB") and odd:
+            raise _fail(
+                f"{where}.sink.type",
+                f"{override}: a JSON document's values can be read as "
+                f"{', '.join(DOCUMENT_LEAF_TYPES)}, not {odd[0]}",
+            )
+        if not can_override(default, override, source):
+            extra = ""
+            if source.kind in ("JSON", "JSONB"):
+                extra = ", or a nested type (list<..>, struct<..>, map<string,..>)"
+            elif source.kind == "SET":
+                extra = ", or list<string>"
             raise _fail(
                 f"{where}.sink.type",
                 f"{col.type!r} maps to {default} and cannot be stored as {override}; "
-                f"valid: {default}, a widening of it, or string",
+                f"valid: {default}, a widening of it, or string{extra}",
             )
 
 
@@ -552,6 +566,12 @@ def _check_primary_key(spec: TableSpec) -> None:
             raise _fail(f"primary_key[{i}]", f"{key!r} is not a column; columns: {known}")
         if col.nullable:
             raise _fail(f"primary_key[{i}]", f"key column {key!r} must be nullable: false")
+        if col.sink_type(connector).is_nested:
+            raise _fail(
+                f"primary_key[{i}]",
+                f"key column {key!r} has nested type {col.sink_type(connector)}; "
+                "a key must be a primitive",
+            )
         if col.sink_type(connector).is_floating:
             raise _fail(
                 f"primary_key[{i}]",

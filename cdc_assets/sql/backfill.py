@@ -64,6 +64,11 @@ def _rejected(plan: FieldPlan) -> str:
     return f"({raw(plan)} IS NOT NULL AND ({reasons or 'false'}))"
 
 
+def _comparable(plan: FieldPlan, ref: str) -> str:
+    """A value in a form ``<=>`` compares: Spark compares no maps, so nested values as JSON."""
+    return f"to_json({ref})" if plan.sink.is_nested else ref
+
+
 def _newly_unavailable(plan: FieldPlan) -> str:
     name = literal(plan.sink_name)
     listed = f"array_contains(split(coalesce(__old_unavailable, ''), ','), {name})"
@@ -120,7 +125,8 @@ def render_ledger_values(
         f"{', '.join(_old(i) for i in range(len(plans)))}, {', '.join(values)} FROM ({sql}) AS v"
     )
     changed = [
-        f"({quote(p.sink_name)} IS NOT NULL AND NOT ({quote(p.sink_name)} <=> {_old(i)}))"
+        f"({quote(p.sink_name)} IS NOT NULL AND NOT ({_comparable(p, quote(p.sink_name))} "
+        f"<=> {_comparable(p, _old(i))}))"
         for i, p in enumerate(plans)
     ]
     changed += [f"__unavailable{i}" for i in range(len(plans))]

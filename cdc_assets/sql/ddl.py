@@ -25,6 +25,12 @@ def spark_type(sink: SinkType) -> str:
     """The Spark SQL type name of a sink type."""
     if sink.name == "decimal":
         return f"DECIMAL({sink.precision},{sink.scale})"
+    if sink.element is not None:
+        return f"ARRAY<{spark_type(sink.element)}>"
+    if sink.value is not None:
+        return f"MAP<STRING, {spark_type(sink.value)}>"
+    if sink.fields:
+        return "STRUCT<" + ", ".join(f"{quote(n)}: {spark_type(t)}" for n, t in sink.fields) + ">"
     return _SPARK_TYPES[sink.name]
 
 

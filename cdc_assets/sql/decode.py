@@ -11,9 +11,10 @@ from __future__ import annotations
 import base64
 from collections.abc import Callable
 
+from cdc_assets.schema.types import SinkType
 from cdc_assets.schema.wire import TOAST_PLACEHOLDER, FieldPlan, Wire
 from cdc_assets.spec.models import TableSpec
-from cdc_assets.sql.ddl import literal, spark_type
+from cdc_assets.sql.ddl import literal, quote, spark_type
 
 SOURCE_STRUCT = (
     "struct<ts_ms:bigint,snapshot:string,db:string,schema:string,table:string,file:string,"
@@ -120,6 +121,9 @@ def decode_stages(
 
 def _placeholders(plan: FieldPlan) -> list[str]:
     data = TOAST_PLACEHOLDER.encode()
+    if plan.wire is Wire.JSON_ARRAY:
+        # An unchanged TOASTed array arrives as a one-element array of the placeholder.
+        return [f'["{TOAST_PLACEHOLDER}"]']
     if plan.wire is Wire.BYTES_BASE64:
         return [base64.b64encode(data).decode()]
     if plan.wire is Wire.BYTES_BASE64_URL:
@@ -242,6 +246,12 @@ def decode_natural(plan: FieldPlan) -> str:
     }
     if w in simple:
         return simple[w]
+    if w is Wire.JSON_ARRAY:
+        assert plan.element is not None
+        # Every element as raw text (a JSON scalar reads as its text), each decoded as a column
+        # of the element's type would be: the lambda variable is the element's raw column name.
+        each = decode_natural(plan.element)
+        return f"transform(from_json({r}, 'array<string>'), {raw(plan.element)} -> {each})"
     if w is Wire.UNSIGNED_LONG:
         # bigint.unsigned.handling.mode=long wraps values >= 2^63 into negative longs.
         v = f"CAST({_long(r)} AS DECIMAL(20,0))"
@@ -257,8 +267,88 @@ def decode_natural(plan: FieldPlan) -> str:
     raise ValueError(f"no decoder for wire encoding {w}")
 
 
+def _shadow_type(sink: SinkType) -> SinkType:
+    """``sink`` with every primitive replaced by string: how the same JSON parses when no value
+    can fail its type (Spark reads any JSON scalar as its text)."""
+    if sink.element is not None:
+        return SinkType("list", element=_shadow_type(sink.element))
+    if sink.value is not None:
+        return SinkType("map", value=_shadow_type(sink.value))
+    if sink.fields:
+        return SinkType("struct", fields=tuple((n, _shadow_type(t)) for n, t in sink.fields))
+    return SinkType("string")
+
+
+def _lost(typed: str, shadow: str, sink: SinkType, depth: int = 0) -> str:
+    """True when a value present in ``shadow`` became null in ``typed``: a JSON value that does
+    not fit its declared type, which ``from_json`` would otherwise turn into a silent null."""
+    if sink.element is not None or sink.value is not None:
+        t, s, b = f"__t{depth}", f"__s{depth}", f"__b{depth}"
+        inner = _lost(t, s, sink.element or sink.value, depth + 1)  # type: ignore[arg-type]
+        pairs = f"{typed}, {shadow}"
+        if sink.value is not None:
+            pairs = f"map_values({typed}), map_values({shadow})"
+        zipped = f"zip_with({pairs}, ({t}, {s}) -> {inner})"
+        return f"({shadow} IS NOT NULL AND exists({zipped}, {b} -> {b}))"
+    if sink.fields:
+        parts = [
+            _lost(f"{typed}.{quote(n)}", f"{shadow}.{quote(n)}", t, depth) for n, t in sink.fields
+        ]
+        return f"({typed} IS NULL AND {shadow} IS NOT NULL OR " + " OR ".join(parts) + ")"
+    return f"({shadow} IS NOT NULL AND {typed} IS NULL)"
+
+
+def parse_document(text: str, sink: SinkType) -> str:
+    """A JSON document's text parsed into ``sink`` (a nested type)."""
+    return f"from_json({text}, {literal(spark_type(sink))})"
+
+
+def _shape_lost(text: str, sink: SinkType, depth: int = 0) -> str:
+    """True when the JSON ``text`` does not have the shape of ``sink``: an object where a struct
+    or map is declared, an array where a list is, level by level. ``from_json`` reads a struct
+    from a document of another shape as a struct of nulls, which would pass for a value."""
+    if not sink.is_nested:
+        return "false"
+    e = f"__e{depth}"
+    if sink.element is not None:
+        outline = parse_document(text, SinkType("list", element=SinkType("string")))
+        cond = f"{outline} IS NULL"
+        if sink.element.is_nested:
+            inner = _shape_lost(e, sink.element, depth + 1)
+            cond += f" OR exists({outline}, {e} -> {e} IS NOT NULL AND ({inner}))"
+        return f"({cond})"
+    cond = f"json_object_keys({text}) IS NULL"
+    outline_type: SinkType
+    if sink.value is not None:
+        outline_type = SinkType("map", value=SinkType("string"))
+        if sink.value.is_nested:
+            values = f"map_values({parse_document(text, outline_type)})"
+            inner = _shape_lost(e, sink.value, depth + 1)
+            cond += f" OR exists({values}, {e} -> {e} IS NOT NULL AND ({inner}))"
+        return f"({cond})"
+    outline_type = SinkType("struct", fields=tuple((n, SinkType("string")) for n, _ in sink.fields))
+    for name, field_type in sink.fields:
+        if field_type.is_nested:
+            part = f"{parse_document(text, outline_type)}.{quote(name)}"
+            cond += f" OR ({part} IS NOT NULL AND {_shape_lost(part, field_type, depth + 1)})"
+    return f"({cond})"
+
+
+def document_lost(text: str, parsed: str, sink: SinkType) -> str:
+    """True when the document ``text`` does not parse into ``sink``: not JSON, another shape, or
+    a value that does not fit its field's type (found by parsing once more with every primitive
+    read as text, and looking for values present there and null in ``parsed``)."""
+    shadow = parse_document(text, _shadow_type(sink))
+    lost = _lost(parsed, shadow, sink)
+    return f"({parsed} IS NULL OR {_shape_lost(text, sink)} OR coalesce({lost}, false))"
+
+
 def _decodable(plan: FieldPlan) -> str:
     """True when the raw text is readable in its wire encoding, before any range/fit check."""
+    if plan.wire is Wire.JSON_ARRAY:
+        return f"(NOT {document_lost(raw(plan), ref(plan, 'n'), plan.natural)})"
+    if plan.parses_document:
+        return f"(NOT {document_lost(ref(plan, 'n'), ref(plan, 'v'), plan.sink)})"
     if plan.wire in _DECIMAL_WIRES:
         return f"({ref(plan, 'u')} IS NOT NULL)"
     if plan.wire is Wire.DECIMAL_STRING:
@@ -290,6 +380,12 @@ def to_sink(plan: FieldPlan) -> str:
     natural = ref(plan, "n")
     if plan.sink == plan.natural:
         return natural
+    if plan.parses_document:
+        return parse_document(natural, plan.sink)
+    if plan.splits_set:
+        # MySQL sends a SET as its members joined by commas; the empty set as ''.
+        empty = "CAST(array() AS ARRAY<STRING>)"
+        return f"CASE WHEN {natural} = '' THEN {empty} ELSE split({natural}, ',') END"
     return f"CAST({natural} AS {spark_type(plan.sink)})"
 
 
@@ -323,7 +419,7 @@ def _value_reasons(plans: list[FieldPlan]) -> list[tuple[str, str]]:
         out.append(
             (
                 f"{image_ops} AND {present} AND NOT {decodable}",
-                literal(f"column {p.name!r}: cannot decode as {p.wire.value}"),
+                literal(f"column {p.name!r}: cannot decode as {p.decode_as}"),
             )
         )
         fits = _fits(p)

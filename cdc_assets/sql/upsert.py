@@ -351,10 +351,14 @@ def _order_columns(alias: str) -> list[str]:
 
 def as_text(sink: SinkType, ref: str) -> str:
     """A value as text that ``_from_text`` turns back into the same value (same session)."""
+    if sink.is_nested:
+        return f"to_json({ref})"
     return f"base64({ref})" if sink.name == "binary" else f"CAST({ref} AS STRING)"
 
 
 def _from_text(sink: SinkType, ref: str) -> str:
+    if sink.is_nested:
+        return f"from_json({ref}, {literal(spark_type(sink))})"
     return f"unbase64({ref})" if sink.name == "binary" else f"CAST({ref} AS {spark_type(sink)})"
 
 

@@ -189,9 +189,23 @@ def time_text(micros: int) -> str:
     return f"{sign}{hours:02d}:{rest // 60:02d}:{rest % 60:02d}.{fraction:06d}"
 
 
+def _element_text(value: object) -> object:
+    """An array element as the ingest reads it: a JSON string as itself, any other JSON value
+    as its text (so a number in a text array is that number's text)."""
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(value, separators=(",", ":"))
+
+
 def decode_natural(plan: FieldPlan, raw: object) -> object:
     """A non-null raw JSON value as its natural Python value; raises UndecodableError."""
     wire, natural = plan.wire, plan.natural.name
+    if wire is Wire.JSON_ARRAY:
+        assert plan.element is not None
+        if not isinstance(raw, list):
+            raise UndecodableError
+        texts = [_element_text(e) for e in raw]
+        return [None if t is None else decode_natural(plan.element, t) for t in texts]
     if wire in (Wire.INT, Wire.LONG):
         return _json_int(raw, INT32 if natural == "int" else INT64)
     if wire is Wire.UNSIGNED_LONG:
@@ -297,6 +311,8 @@ def is_toast(plan: FieldPlan, raw: object) -> bool:
     """True when a raw value is Debezium's placeholder for a value it did not send."""
     if raw == TOAST_PLACEHOLDER:
         return True
+    if plan.wire is Wire.JSON_ARRAY:
+        return raw == [TOAST_PLACEHOLDER]
     placeholder = TOAST_PLACEHOLDER.encode("utf-8")
     if plan.wire is Wire.BYTES_BASE64:
         return raw == base64.b64encode(placeholder).decode("ascii")
@@ -354,11 +370,17 @@ def _image_columns(
         try:
             natural = decode_natural(plan, raw)
         except UndecodableError:
-            return dead("convert", f"column {plan.name!r}: cannot decode as {plan.wire.value}")
+            return dead("convert", f"column {plan.name!r}: cannot decode as {plan.decode_as}")
         try:
             check_fits(plan, natural)
         except DoesNotFitError:
             return dead("convert", f"column {plan.name!r}: value does not fit {plan.source.text}")
+        if plan.parses_document:
+            try:
+                values[plan.sink_name] = to_sink(plan, natural)
+            except ValueError:  # not JSON, or a document that does not fit the declared type
+                return dead("convert", f"column {plan.name!r}: cannot decode as {plan.decode_as}")
+            continue
         try:
             values[plan.sink_name] = to_sink(plan, natural)
         except OverflowError:

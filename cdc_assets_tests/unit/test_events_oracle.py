@@ -88,6 +88,15 @@ def expected_sink(plan: FieldPlan, natural: object, connector: str) -> object:
     if plan.transform is not None:
         assert isinstance(natural, int)
         return _epoch_sink(plan.transform, natural)
+    if plan.element is not None:
+        assert isinstance(natural, list)
+        return [None if v is None else _natural_sink(plan.element, v, connector) for v in natural]
+    if plan.parses_document:
+        # The generator's documents hold exactly these fields' kinds; "label" is not declared.
+        doc = json.loads(str(natural))
+        return {n: doc.get(n) for n, _ in plan.sink.fields}
+    if plan.splits_set:
+        return [m for m in str(natural).split(",") if m]
     value = _natural_sink(plan, natural, connector)
     if plan.sink.name == "string" and plan.natural.name != "string":
         return str(value).lower() if isinstance(value, bool) else str(value)
@@ -95,6 +104,12 @@ def expected_sink(plan: FieldPlan, natural: object, connector: str) -> object:
 
 
 def assert_same(expected: object, actual: object, where: str) -> None:
+    if isinstance(expected, list):
+        assert isinstance(actual, list), (where, expected, actual)
+        assert len(expected) == len(actual), (where, expected, actual)
+        for e, a in zip(expected, actual, strict=True):
+            assert_same(e, a, where)
+        return
     if isinstance(expected, float):
         assert isinstance(actual, float), (where, actual)
         assert math.isclose(expected, actual, rel_tol=1e-6, abs_tol=1e-9), (where, actual)
@@ -277,6 +292,12 @@ POSTGRES_COLUMNS = [
     ("at", "timestamp"),
     ("at3", "timestamp(3)"),
     ("zoned", "timestamptz"),
+    ("tags", "text[]"),
+    ("scores", "integer[]"),
+    ("big_ids", "bigint[]"),
+    ("ratios", "double precision[]"),
+    ("flags", "boolean[]"),
+    ("days", "date[]"),
 ]
 SETTINGS = [
     {},
@@ -322,7 +343,22 @@ def kitchen_sink(connector: str, debezium: dict[str, str]) -> TableSpec:
             "type": "bigint",
             "sink": {"name": "epoch_us_at", "transform": "epoch_micros_to_timestamp"},
         },
+        {
+            "id": extra + 5,
+            "name": "doc_struct",
+            "type": "jsonb" if connector == "postgresql" else "json",
+            "sink": {"type": "struct<color:string,size:long,tags:list<string>,gift:boolean>"},
+        },
     ]
+    if connector != "postgresql":
+        columns.append(
+            {
+                "id": extra + 6,
+                "name": "toppings",
+                "type": "set('ham','egg','chive')",
+                "sink": {"type": "list<string>"},
+            }
+        )
     return TableSpec.model_validate(
         {
             "spec_version": 1,

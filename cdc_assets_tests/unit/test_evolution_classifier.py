@@ -52,6 +52,11 @@ def evolve(*old: dict[str, Any], new: tuple[dict[str, Any], ...], **kw: Any) -> 
     )
 
 
+def doc(struct: str) -> dict[str, Any]:
+    return col(5, "doc", "json", sink={"type": struct})
+
+
+DOC = doc("struct<color:string,size:int>")
 A = col(2, "a")
 B = col(3, "b", "varchar(10)")
 AMOUNT = col(4, "amount", "decimal(12,2)")
@@ -415,6 +420,42 @@ ROWS: list[tuple[str, Any, tuple[str, ...]]] = [
         "buckets change",
         evolve(A, new=(A,), new_base={"buckets": 32}),
         ("SetTableSetting:base", "reject::base partitioning bucket(16, id) -> bucket(32, id)"),
+    ),
+    # Nested types: a JSON column read as a struct (schema on read), a PostgreSQL array.
+    (
+        "nested field added",
+        evolve(DOC, new=(doc("struct<color:string,size:int,gift:boolean>"),)),
+        ("WidenType:doc",),
+    ),
+    (
+        "nested field widened",
+        evolve(DOC, new=(doc("struct<color:string,size:long>"),)),
+        ("WidenType:doc",),
+    ),
+    (
+        "nested field removed",
+        evolve(DOC, new=(doc("struct<color:string>"),)),
+        ("reject:doc:doc.size: a nested field cannot be removed",),
+    ),
+    (
+        "nested field narrowed",
+        evolve(doc("struct<color:string,size:long>"), new=(DOC,)),
+        ("reject:doc:doc.size: long -> int is not a widening",),
+    ),
+    (
+        "nested field changes category",
+        evolve(DOC, new=(doc("struct<color:list<string>,size:int>"),)),
+        ("reject:doc:doc.color: string -> list<string> changes the type category",),
+    ),
+    (
+        "array element widened",
+        evolve(col(2, "n", "integer[]"), new=(col(2, "n", "bigint[]"),), connector="postgresql"),
+        ("WidenType:n",),
+    ),
+    (
+        "array element narrowed",
+        evolve(col(2, "n", "bigint[]"), new=(col(2, "n", "integer[]"),), connector="postgresql"),
+        ("reject:n:n.element: long -> int is not a widening",),
     ),
 ]
 

@@ -116,7 +116,7 @@ CASES = [
         _set("columns.1.type", "geometry"),
         "columns[1].type: unsupported source type 'geometry' for mysql (parsed as GEOMETRY); "
         "supported: integers, decimals, floats, booleans, character and binary types, json, "
-        "uuid, enum, date, time, datetime and timestamp types",
+        "uuid, enum, set, date, time, datetime and timestamp types, and arrays",
     ),
     (
         "narrowing type override",
@@ -128,7 +128,8 @@ CASES = [
         "unknown sink type",
         _set("columns.1.sink", {"type": "money"}),
         "columns[1].sink.type: unknown sink type 'money'; valid: boolean, int, long, float, "
-        "double, date, timestamp, timestamptz, string, binary, decimal(p,s)",
+        "double, date, timestamp, timestamptz, string, binary, decimal(p,s), list<t>, "
+        "struct<name:t,...>, map<string,t>",
     ),
     (
         "unknown transform",

@@ -71,7 +71,9 @@ def test_declared_length_and_precision_are_kept() -> None:
     assert (dec.precision, dec.scale) == (12, 2)
 
 
-@pytest.mark.parametrize("source", ["geometry", "int[]", "not a type ("])
+@pytest.mark.parametrize(
+    "source", ["geometry", "numeric(10,2)[]", "timestamptz[]", "int[][]", "not a type ("]
+)
 def test_unsupported_source_types(source: str) -> None:
     with pytest.raises(UnsupportedTypeError):
         parse_source_type(source, "postgresql")

@@ -16,6 +16,8 @@ from cdc_assets.spec.models import TableSpec
 def _toastable(plan: FieldPlan) -> bool:
     if plan.key:
         return False
+    if plan.element is not None:
+        return True  # a PostgreSQL array is stored out of line once large
     if plan.natural.name == "binary":
         return plan.source.kind != "BIT"
     return plan.source.kind in TEXTUAL_KINDS and (plan.source.length or 1_000) >= 64

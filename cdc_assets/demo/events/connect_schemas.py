@@ -108,6 +108,11 @@ def field_schema(spec: TableSpec, plan: FieldPlan) -> dict[str, object]:
         schema = {"type": "string" if as_text else "bytes"}
     elif wire in (Wire.BYTES_BASE64_URL, Wire.BYTES_HEX, Wire.DECIMAL_STRING):
         schema = {"type": "string"}
+    elif wire is Wire.JSON_ARRAY and plan.element is not None:
+        items = field_schema(spec, plan.element)
+        items.pop("field", None)
+        items["optional"] = True  # PostgreSQL array elements may be null
+        schema = {"type": "array", "items": items}
     elif kind in _STRING_NAMES:
         schema = _named("string", _STRING_NAMES[kind])
         if kind in ("ENUM", "SET"):

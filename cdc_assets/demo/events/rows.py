@@ -186,6 +186,13 @@ def _random_value(plan: FieldPlan, rng: random.Random) -> object:
     kind, natural = plan.source.kind, plan.natural.name
     if plan.transform is not None:
         return _random_epoch(plan, rng)
+    if plan.element is not None:
+        # PostgreSQL arrays: empty ones, and null elements now and then.
+        element = plan.element
+        return [
+            None if rng.random() < 0.1 else _random_value(element, rng)
+            for _ in range(rng.randint(0, 4))
+        ]
     if natural == "boolean":
         return rng.random() < 0.5
     if kind in _INT_RANGES:

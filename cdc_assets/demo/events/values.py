@@ -269,7 +269,12 @@ def encode_value(plan: FieldPlan, value: object, *, connector: str | None = None
     if value is None:
         return None
     if isinstance(value, str) and value == TOAST:
-        return toast_wire_value(plan.wire)
+        # An unchanged TOASTed array arrives as an array of the placeholder.
+        return [TOAST] if plan.wire is Wire.JSON_ARRAY else toast_wire_value(plan.wire)
+    if plan.wire is Wire.JSON_ARRAY:
+        assert plan.element is not None
+        assert isinstance(value, list | tuple)
+        return [encode_value(plan.element, v, connector=connector) for v in value]
     if plan.wire is Wire.ZONED_TIMESTAMP:
         return _iso_datetime(_as_datetime(value), _zoned_width(plan, connector))
     if plan.wire is Wire.ISO_STRING:
