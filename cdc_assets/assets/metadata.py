@@ -8,6 +8,8 @@ from typing import Any
 
 import dagster as dg
 
+from cdc_assets.pipeline.iceberg_types import sink_text
+
 # Snapshot summary fields (Iceberg's names) reported under our names.
 COMMIT_FIELDS = {
     "added-records": "rows_written",
@@ -24,7 +26,7 @@ def live_column_schema(table: Any) -> dg.TableSchema:
         columns=[
             dg.TableColumn(
                 name=f.name,
-                type=str(f.field_type),
+                type=sink_text(f.field_type),
                 description=f.doc,
                 constraints=dg.TableColumnConstraints(nullable=not f.required),
             )

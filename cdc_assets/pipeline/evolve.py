@@ -12,9 +12,8 @@ base rows that hold those same changes, so values that arrived before the switch
 
 from __future__ import annotations
 
-import itertools
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
@@ -22,6 +21,7 @@ from typing import Any, TypeVar
 from cdc_assets.errors import EvolutionError
 from cdc_assets.pipeline.failpoint import failpoint
 from cdc_assets.pipeline.health import iceberg_differences
+from cdc_assets.pipeline.iceberg_types import iceberg_type, sink_text
 from cdc_assets.pipeline.offsets import KIND_PROPERTY, table_offsets
 from cdc_assets.pipeline.redrive import redrive
 from cdc_assets.pipeline.upsert import _redriven_files, load_table, spark_identifier
@@ -54,7 +54,6 @@ from cdc_assets.schema.layers import (
     bucketed_layout,
     ledger_layout,
 )
-from cdc_assets.schema.types import SinkType
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.sql.backfill import (
     backfill_min_dt,
@@ -89,61 +88,6 @@ __all__ = [
 
 
 # --- phase 1: Iceberg schemas ------------------------------------------------------------------
-
-
-def iceberg_type(sink: SinkType, ids: Iterator[int] | None = None) -> Any:
-    """The pyiceberg type of a sink type. Nested fields get ids from ``ids``, placeholders that
-    the table's schema update replaces with fresh ones (Iceberg assigns nested field ids once,
-    and keeps them through renames, widenings and added siblings)."""
-    from pyiceberg import types as it
-
-    ids = ids if ids is not None else itertools.count(1_000_000)
-    if sink.name == "decimal":
-        return it.DecimalType(sink.precision or 0, sink.scale or 0)
-    if sink.element is not None:
-        return it.ListType(next(ids), iceberg_type(sink.element, ids), element_required=False)
-    if sink.value is not None:
-        return it.MapType(
-            next(ids), it.StringType(), next(ids), iceberg_type(sink.value, ids), False
-        )
-    if sink.fields:
-        return it.StructType(
-            *(
-                it.NestedField(next(ids), n, iceberg_type(t, ids), required=False)
-                for n, t in sink.fields
-            )
-        )
-    simple = {
-        "boolean": it.BooleanType,
-        "int": it.IntegerType,
-        "long": it.LongType,
-        "float": it.FloatType,
-        "double": it.DoubleType,
-        "date": it.DateType,
-        "timestamp": it.TimestampType,
-        "timestamptz": it.TimestamptzType,
-        "string": it.StringType,
-        "binary": it.BinaryType,
-    }
-    return simple[sink.name]()
-
-
-def sink_text(field_type: Any) -> str:
-    """A pyiceberg type as the sink type text the specs use (pyiceberg prints nested types with
-    their field ids and optionality, which a spec does not state)."""
-    from pyiceberg import types as it
-
-    if isinstance(field_type, it.ListType):
-        return f"list<{sink_text(field_type.element_type)}>"
-    if isinstance(field_type, it.MapType):
-        return f"map<{sink_text(field_type.key_type)},{sink_text(field_type.value_type)}>"
-    if isinstance(field_type, it.StructType):
-        return (
-            "struct<"
-            + ",".join(f"{f.name}:{sink_text(f.field_type)}" for f in field_type.fields)
-            + ">"
-        )
-    return str(field_type)
 
 
 def live_table(table: Any) -> LiveTable:
@@ -362,7 +306,9 @@ def _require_live_columns(iceberg_catalog: Any, spec: TableSpec, columns: Sequen
         ("bucketed", bucketed_layout(spec)),
         ("base", base_layout(spec)),
     ):
-        live = {f.name: str(f.field_type) for f in _load(iceberg_catalog, layout).schema().fields}
+        live = {
+            f.name: sink_text(f.field_type) for f in _load(iceberg_catalog, layout).schema().fields
+        }
         wrong = [
             f"{c.name} ({live.get(c.name, 'missing')}, spec: {c.type})"
             for c in layout.columns

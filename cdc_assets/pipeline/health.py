@@ -7,6 +7,7 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from cdc_assets.pipeline.iceberg_types import sink_text
 from cdc_assets.pipeline.offsets import (
     COUNTS_PROPERTY,
     OFFSETS_PROPERTY,
@@ -282,7 +283,7 @@ def dead_letter_counts(
 
 
 def _type_name(iceberg_type: Any) -> str:
-    return str(iceberg_type)
+    return sink_text(iceberg_type)
 
 
 def _partitioning(table: Any) -> str:
