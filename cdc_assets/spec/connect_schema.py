@@ -97,7 +97,9 @@ _EXACT_PLAIN = {"int16", "int32", "int64", "float32", "float64"}
 
 
 def _normalized(type_text: str) -> str:
-    text = " ".join(type_text.lower().split()).replace(", ", ",")
+    text = " ".join(type_text.lower().split()).replace(", ", ",").replace(" (", "(")
+    if text.endswith("[]"):
+        return _normalized(text[:-2]) + "[]"
     head, paren, rest = text.partition("(")
     return _ALIASES.get(head.strip(), head.strip()) + paren + rest
 
@@ -107,9 +109,13 @@ def _is_exact(field: Mapping[str, Any]) -> bool:
     params = field.get("parameters") or {}
     if params.get("__debezium.source.column.type"):
         return True
+    if field.get("type") == "array" and isinstance(field.get("items"), Mapping):
+        return _is_exact(field["items"])  # integer[] -> bigint[] shows, text[] stays as written
     name = field.get("name")
     if name == "org.apache.kafka.connect.data.Decimal":
         return bool(params.get("connect.decimal.precision"))
+    if name == "io.debezium.data.Enum":
+        return bool(params.get("allowed"))  # the labels, in order: an added label shows
     return name is None and str(field.get("type")) in _EXACT_PLAIN
 
 

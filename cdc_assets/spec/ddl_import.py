@@ -450,8 +450,11 @@ def _type_key(text: str, connector: str) -> tuple[object, ...]:
     t = parse_source_type(text, connector)
     if connector == "mariadb" and t.kind == "LONGTEXT":
         # MariaDB's JSON is an alias of LONGTEXT: its catalog and Debezium report that name.
-        return ("JSON", None, None, None)
-    return (t.kind, t.length, t.precision, t.scale)
+        return ("JSON", None, None, None, (), None)
+    # An enum's or set's labels and an array's element are part of the type: a label added at
+    # the source is a change of the column's type (its sink type stays string).
+    element = _type_key(t.element.text, connector) if t.element is not None else None
+    return (t.kind, t.length, t.precision, t.scale, t.values, element)
 
 
 def _validated(data: dict[str, Any], source: str) -> TableSpec:

@@ -73,8 +73,9 @@ def _mariadb_column(plan: FieldPlan, ref: str) -> tuple[str, Decode]:
         return f"DATE_FORMAT({ref}, '%Y-%m-%d')", "date"
     if kind == "TIME":
         return f"CAST({ref} AS CHAR)", "clock"
-    if kind in ("CHAR", "NCHAR"):
-        # As MariaDB returns it (trailing blanks stripped): Spark would pad a CHAR(n) result.
+    if kind in ("CHAR", "NCHAR", "SET", "ENUM"):
+        # As MariaDB returns it (trailing blanks stripped): Spark would pad a CHAR(n) result,
+        # and reads SET and ENUM columns as CHAR of their longest value.
         return f"CAST({ref} AS CHAR)", "as_is"
     return ref, "as_is"
 

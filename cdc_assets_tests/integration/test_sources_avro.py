@@ -5,7 +5,8 @@ A connector of this module per database runs Apicurio's Avro converter for keys 
 connectors start arrive as snapshot reads, later updates, deletes and inserts stream; the
 ingest decodes every record with the writer schemas of the registry, and base must equal the
 source table row for row (the project's source comparison, every column typed). PostgreSQL's
-TOASTed note, unchanged by an update, arrives as Debezium's placeholder in Avro too. Push
+TOASTed note, unchanged by an update, arrives as Debezium's placeholder in Avro too. Then the
+randomized workload runs on both servers, and base equals the source again. Push
 detection reads the tables' shapes from the Avro records as well (MariaDB's schema-change topic,
 PostgreSQL's newest writer schema).
 """
@@ -20,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from cdc_assets.demo.workload import WorkloadGenerator, script
 from cdc_assets.pipeline.schema_topic import newest_row_schema, newest_schema_change
 from cdc_assets.pipeline.source_compare import compare_source
 from cdc_assets.pipeline.source_schema import import_source_spec
@@ -48,7 +50,10 @@ pytestmark = pytest.mark.integration
 TAG = uuid.uuid4().hex[:6]
 FIRST = 830_000
 SEEDED = range(FIRST + 1, FIRST + 21)
-WAIT_S = 90.0
+WAIT_S = 120.0
+SEED = 20_261_126
+WORKLOAD_KEYS = 7_000_000_000  # above every key other modules write
+WORKLOAD_STATEMENTS = 1_500
 
 
 @pytest.fixture(scope="module")
@@ -151,5 +156,20 @@ def test_debezium_avro_converges_to_the_source(
         INSERT INTO public.orders VALUES {order_values(new, random.Random(9))};
         """,
     )
+    for server, spec in specs.items():
+        _converges(spark, iceberg, kafka, spec, urls[server])
+
+    # The randomized workload (inserts, updates, deletes, key changes, transactions rolled back
+    # to a savepoint) on both servers at once, captured in Avro; base equals the source again.
+    generators = {
+        server: WorkloadGenerator([spec], seed=SEED + n, key_base=WORKLOAD_KEYS)
+        for n, (server, spec) in enumerate(specs.items())
+    }
+    for server, generator in generators.items():
+        text = script(generator.statements(WORKLOAD_STATEMENTS))
+        if server == "mariadb":
+            sources.mariadb_execute(sources_home, text)
+        else:
+            sources.postgres_execute(sources_home, text, "shop")
     for server, spec in specs.items():
         _converges(spark, iceberg, kafka, spec, urls[server])

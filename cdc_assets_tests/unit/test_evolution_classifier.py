@@ -448,6 +448,11 @@ ROWS: list[tuple[str, Any, tuple[str, ...]]] = [
         ("reject:doc:doc.color: string -> list<string> changes the type category",),
     ),
     (
+        "enum label added",
+        evolve(col(2, "e", "enum('a','b')"), new=(col(2, "e", "enum('a','b','c')"),)),
+        ("ChangeSourceType:e",),
+    ),
+    (
         "array element widened",
         evolve(col(2, "n", "integer[]"), new=(col(2, "n", "bigint[]"),), connector="postgresql"),
         ("WidenType:n",),

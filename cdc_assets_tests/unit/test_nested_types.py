@@ -22,7 +22,7 @@ from cdc_assets.schema.types import (
     promotion_problems,
 )
 from cdc_assets.schema.wire import Wire, plan_fields
-from cdc_assets.spec.connect_schema import avro_row_fields, pg_type
+from cdc_assets.spec.connect_schema import avro_row_fields, column_type, pg_type
 from cdc_assets.spec.information_schema import _pg_type
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.sql.ddl import spark_type
@@ -211,7 +211,7 @@ def test_nested_values_compare_element_by_element() -> None:
     assert not same([1, 2], [1, 2, 3])
 
 
-def test_importers_name_arrays_and_enums() -> None:
+def test_importers_name_arrays_and_enums_and_see_their_changes() -> None:
     assert _pg_type({"data_type": "ARRAY", "udt_name": "_int4"}) == "int4[]"
     enum_row = {"data_type": "USER-DEFINED", "udt_name": "mood", "enum_labels": "'ok','sad'"}
     assert _pg_type(enum_row) == "enum('ok','sad')"
@@ -223,6 +223,11 @@ def test_importers_name_arrays_and_enums() -> None:
         "parameters": {"allowed": "ok,it's"},
     }
     assert pg_type(enum_field) == "enum('ok','it''s')"
+    assert column_type("enum ('ok','sad')", enum_field | {"parameters": {"allowed": "ok,sad"}}) == (
+        "enum ('ok','sad')"
+    )
+    assert column_type("int4[]", {"type": "array", "items": {"type": "int64"}}) == "bigint[]"
+    assert column_type("varchar[]", {"type": "array", "items": {"type": "string"}}) == "varchar[]"
     propagated = {"type": "array", "parameters": {"__debezium.source.column.type": "_TEXT"}}
     assert pg_type(propagated) == "text[]"
     avro = {
