@@ -30,8 +30,9 @@ import pytest
 
 from cdc_assets.demo.events import produce, workload
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource, build_resources
-from cdc_assets.schema.layers import ledger_layout
+from cdc_assets.schema.layers import base_layout, ledger_layout
 from cdc_assets.settings import ENV_HOME, Settings
+from cdc_assets.spec import load_specs
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.stack import catalog_server, object_store, sources, spark_cluster, spark_connect
 from cdc_assets.stack import state as stack_state
@@ -88,6 +89,7 @@ from cdc_assets.definitions import build_defs
 from cdc_assets.pipeline.session_kind import is_connect
 from cdc_assets.resources import build_resources
 from cdc_assets.settings import load_settings
+from cdc_assets.spec import load_specs
 from cdc_assets.spec.models import TableSpec
 
 spec = TableSpec.model_validate_json(open(sys.argv[1]).read())
@@ -239,61 +241,6 @@ def test_the_profile_runs_a_cluster_a_catalog_server_and_an_object_store(
     assert spark_connect.running_port(cluster_home) == entry["port"]
 
 
-def test_jobs_run_on_both_workers_into_the_catalog_server_and_object_store(
-    cluster_home: Settings,
-    cluster: spark_cluster.Cluster,
-    lake: tuple[KafkaResource, IcebergCatalogResource],
-    tmp_path: Path,
-) -> None:
-    """Two rounds of the jobs; between them the Connect server is restarted (a new driver, the
-    cluster's executors gone with the old one), which must change nothing."""
-    kafka, iceberg = lake
-    spec = _fresh(cluster_home, kafka)
-    _produce(spec, kafka, 5, keys=60, events=400)
-    result = run_phases(cluster_home, spec, "onboard,ingest,upsert", tmp_path)
-    assert result["connect"] is True
-    assert result["upsert"] is True, result
-    assert result["catalog"] == iceberg.uri
-    assert_base_matches(spec, iceberg, expected_base(spec, kafka))
-
-    executors = _get(_app_url(cluster_home) + "/allexecutors")
-    worked = [e for e in executors if e["id"] != "driver" and e["totalTasks"] > 0]
-    assert len(worked) >= 2, [(e["id"], e["hostPort"], e["totalTasks"]) for e in executors]
-    assert all(e["hostPort"].startswith("127.0.0.1:") for e in worked)
-    driver = next(e for e in executors if e["id"] == "driver")
-    assert driver["totalTasks"] == 0  # the work happened on the workers, not in the driver
-
-    # The Connect server restarted between runs: the next run finds the new one.
-    before = stack_state.section(cluster_home, "spark_connect")["pid"]
-    spark_connect.stop_server(cluster_home)
-    stack_up(cluster_home, cluster=True)
-    assert stack_state.section(cluster_home, "spark_connect")["pid"] != before
-    _produce(spec, kafka, 6, keys=60, events=400)
-    assert run_phases(cluster_home, spec, "ingest,upsert", tmp_path)["upsert"] is True
-    assert_base_matches(spec, iceberg, expected_base(spec, kafka))
-    assert_ledger_exact(spec, iceberg, kafka)
-
-    # The tables are rows of the catalog server and their files objects of the store.
-    table = iceberg.load_catalog().load_table(f"{spec.sink.namespace}.{spec.name}")
-    assert table.location() == f"s3://warehouse/{spec.sink.namespace}/{spec.name}"
-    listed = sources.postgres_execute(
-        cluster_home,
-        "SELECT table_namespace || '.' || table_name FROM iceberg_tables;",
-        catalog_server.DATABASE,
-    ).split()
-    assert f"{spec.sink.namespace}.{spec.name}" in listed
-    store = object_store.running(cluster_home)
-    assert store is not None
-    from pyarrow import fs
-
-    files = object_store.filesystem(store).get_file_info(
-        fs.FileSelector(f"warehouse/{spec.sink.namespace}/{spec.name}", recursive=True)
-    )
-    assert any(f.path.endswith(".parquet") for f in files)
-    assert any(f.path.endswith(".metadata.json") for f in files)
-    assert not (cluster_home.local_warehouse / spec.sink.namespace).exists()
-
-
 def _outage(stop: Callable[[], None], start: Callable[[], Any], seconds: float) -> Any:
     def fault(_executor: str) -> None:
         stop()
@@ -316,7 +263,6 @@ def test_a_server_stopped_mid_run_leaves_nothing_half_committed(
     the next run converges: base equals the replay and the ledger holds each record once."""
     kafka, iceberg = lake
     spec = _fresh(cluster_home, kafka)
-    assert run_phases(cluster_home, spec, "onboard", tmp_path)["onboard"] is True
     _produce(spec, kafka, 31, keys=400, events=6000)
     if server == "object store":
         fault = _outage(
@@ -328,7 +274,8 @@ def test_a_server_stopped_mid_run_leaves_nothing_half_committed(
             lambda: sources.start_postgres(cluster_home),
             10,
         )
-    first = during_run(cluster_home, spec, "ingest,upsert", tmp_path, fault)
+    # Onboarding (DDL only) runs no executor task: the outage starts within the ingest.
+    first = during_run(cluster_home, spec, "onboard,ingest,upsert", tmp_path, fault)
     print(f"{server} outage mid-run: {first}")  # shown with -s: which way the run went
     # A run that failed says why; one that succeeded is already right.
     assert first.get("upsert") is True or first.get("error"), first
@@ -362,15 +309,17 @@ def test_a_worker_killed_mid_phase_loses_nothing(
     kafka, iceberg = lake
     spec = _fresh(cluster_home, kafka)
     _produce(spec, kafka, 8, keys=400, events=6000)
-    before = "onboard" if phase == "ingest" else "onboard,ingest"
-    assert run_phases(cluster_home, spec, before, tmp_path)[before.split(",")[-1]] is True
+    if phase == "upsert":
+        assert run_phases(cluster_home, spec, "onboard,ingest", tmp_path)["ingest"] is True
     victims: list[str] = []
 
     def kill(executor: str) -> None:
         victims.append(executor)
         os.killpg(_executor_workers(cluster, cluster_home)[executor], signal.SIGKILL)
 
-    outcome = during_run(cluster_home, spec, phase, tmp_path, kill)
+    # Onboarding (DDL only) runs no executor task: the kill lands in the ingest.
+    phases = "onboard,ingest" if phase == "ingest" else "upsert"
+    outcome = during_run(cluster_home, spec, phases, tmp_path, kill)
     assert outcome[phase] is True, outcome
     lost = [e["id"] for e in _get(_app_url(cluster_home) + "/allexecutors") if not e["isActive"]]
     assert victims[0] in lost
@@ -526,8 +475,10 @@ print(json.dumps(out))
 def test_the_demo_every_check_maintenance_and_redrive_run_unchanged(
     cluster_home: Settings, tmp_path: Path
 ) -> None:
-    """What CI runs on the embedded stack (the generated-events demo, then every asset check),
-    then the maintenance job of every table and a redrive, on the cluster profile."""
+    """What CI runs on the embedded stack (the generated-events demo, then every asset check) on
+    the cluster profile: the work runs on both workers, the tables land in the catalog server
+    and the object store; then the Connect server is restarted, and the maintenance job of every
+    table and a redrive run through the new one."""
     specs = tmp_path / "specs"
     shutil.copytree(PROJECT_ROOT / "table_specs", specs)
     env = {
@@ -559,6 +510,44 @@ def test_the_demo_every_check_maintenance_and_redrive_run_unchanged(
     assert "jdbc:postgresql://127.0.0.1:" in done.stdout
     assert "s3://warehouse/" in done.stdout
 
+    # Its Spark work ran on the workers' executors, none in the driver (the Connect server).
+    executors = _get(_app_url(cluster_home) + "/allexecutors")
+    worked = [e for e in executors if e["id"] != "driver" and e["totalTasks"] > 0]
+    assert len(worked) >= 2, [(e["id"], e["hostPort"], e["totalTasks"]) for e in executors]
+    assert all(e["hostPort"].startswith("127.0.0.1:") for e in worked)
+    driver = next(e for e in executors if e["id"] == "driver")
+    assert driver["totalTasks"] == 0
+
+    # The tables are rows of the catalog server and their files objects of the store.
+    users = next(spec for spec in load_specs(specs) if spec.name == "users")
+    layout = base_layout(users)
+    iceberg = build_resources(cluster_home)["iceberg"]
+    table = iceberg.load_catalog().load_table(f"{layout.namespace}.{layout.name}")
+    assert table.location() == f"s3://warehouse/{layout.namespace}/{layout.name}"
+    listed = sources.postgres_execute(
+        cluster_home,
+        "SELECT table_namespace || '.' || table_name FROM iceberg_tables;",
+        catalog_server.DATABASE,
+    ).split()
+    assert f"{layout.namespace}.{layout.name}" in listed
+    store = object_store.running(cluster_home)
+    assert store is not None
+    from pyarrow import fs
+
+    files = object_store.filesystem(store).get_file_info(
+        fs.FileSelector(f"warehouse/{layout.namespace}/{layout.name}", recursive=True)
+    )
+    assert any(f.path.endswith(".parquet") for f in files)
+    assert any(f.path.endswith(".metadata.json") for f in files)
+    assert not (cluster_home.local_warehouse / layout.namespace).exists()
+
+    # The Connect server restarted between runs: maintenance and the redrive below run through
+    # the new one, on the tables the old one wrote.
+    before = stack_state.section(cluster_home, "spark_connect")["pid"]
+    spark_connect.stop_server(cluster_home)
+    stack_up(cluster_home, cluster=True)
+    assert stack_state.section(cluster_home, "spark_connect")["pid"] != before
+
     maintained = subprocess.run(
         [sys.executable, "-c", MAINTAIN],
         cwd=PROJECT_ROOT,
@@ -586,6 +575,7 @@ from cdc_assets.pipeline.bootstrap import bootstrap_base, read_files, read_jdbc
 from cdc_assets.resources import build_resources
 from cdc_assets.schema.position import Position
 from cdc_assets.settings import load_settings
+from cdc_assets.spec import load_specs
 from cdc_assets.spec.models import TableSpec
 
 spec = TableSpec.model_validate_json(open(sys.argv[1]).read())
