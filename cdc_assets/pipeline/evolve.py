@@ -437,7 +437,9 @@ def backfill_from_ledger(
        it under ``spec``.
     2. Base rows that hold one of those changes (same key, same source position) get it too; so
        does a bucketed run that is built but not merged yet (its summary is kept, so the merge
-       still recognises it). A row whose newest change predates the column stays null.
+       still recognises it). A row whose newest change predates the column stays null; one
+       whose newest change did not carry the column (a TOAST placeholder) gets the value of the
+       key's newest earlier change that did, as the upsert carries it.
     3. Dead letters rejected for one of the columns (a value too wide for the old type) are
        replayed under ``spec``; those that decode now reach base with the next upsert.
 

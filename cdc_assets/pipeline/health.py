@@ -148,6 +148,7 @@ def image_mismatches(
     from cdc_assets.schema.recover import value_columns
     from cdc_assets.sql.backfill import (
         backfill_min_dt,
+        nested_columns,
         render_image_mismatch_counts,
         render_image_mismatch_examples,
         render_ledger_values,
@@ -168,14 +169,17 @@ def image_mismatches(
         offsets = last_applied_offsets(_load(iceberg_catalog, base_layout(spec)), shard_of(spec))
     ledger = table_identifier(catalog, ledger_l)
     values = render_ledger_values(spec, ledger, snapshot, columns, min_dt=since, offsets=offsets)
-    counts = spark.sql(render_image_mismatch_counts(values, columns)).collect()[0]
+    nested = nested_columns(spec)
+    counts = spark.sql(render_image_mismatch_counts(values, columns, nested)).collect()[0]
     compared = int(spark.sql(f"SELECT count(*) AS n FROM ({values}) AS v").collect()[0]["n"])
     per_column = {c: int(counts[c]) for c in columns}
     ledger_examples: list[str] = []
     if any(per_column.values()):
         ledger_examples = [
             f"ledger p{r['_kafka_partition']}@{r['_kafka_offset']}: {r['mismatch']}"
-            for r in spark.sql(render_image_mismatch_examples(values, columns, examples)).collect()
+            for r in spark.sql(
+                render_image_mismatch_examples(values, columns, examples, nested)
+            ).collect()
         ]
     base = table_identifier(catalog, base_layout(spec))
     base_count = int(

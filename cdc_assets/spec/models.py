@@ -535,14 +535,6 @@ def _check_sink_mapping(where: str, col: ColumnSpec, source: SourceType) -> None
             override = parse_sink_type(col.sink.type)
         except ValueError as err:
             raise _fail(f"{where}.sink.type", str(err)) from None
-        if "map<" in str(override):
-            # Spark compares no maps (not with =, not with <=>), and the upsert, the backfill
-            # and the image check compare values.
-            raise _fail(
-                f"{where}.sink.type",
-                f"{override}: map types are not supported yet; declare the keys as a struct, "
-                "or store the document as string",
-            )
         odd = [t for t in leaves(override) if t.name not in DOCUMENT_LEAF_TYPES]
         if override.is_nested and source.kind in ("JSON", "JSONB") and odd:
             raise _fail(

@@ -6,7 +6,9 @@ Values are decoded from ``_row_json`` by the ingest's own decoding SQL (`cdc_ass
 under the new spec, so a backfilled value equals what the ingest writes from then on. A value the
 ingest would reject (a dead letter under the new spec) is left out and counted. Base rows are
 matched by key and by the exact source position of the change they hold, so a row whose newest
-change predates the column keeps its null: there is nothing to recover for it.
+change predates the column keeps its null: there is nothing to recover for it. A change that did
+not carry the column (PostgreSQL's TOAST placeholder) holds the value the key's newest earlier
+change in the ledger carried, as the upsert keeps it.
 """
 
 from __future__ import annotations
@@ -25,7 +27,14 @@ from cdc_assets.sql.decode import (
     ledger_value,
     raw,
 )
-from cdc_assets.sql.upsert import APPLIED_OPS, SEQ_PARTS, key_names
+from cdc_assets.sql.upsert import (
+    APPLIED_OPS,
+    MOVED_CREATE,
+    SEQ_PARTS,
+    _unavailable,
+    key_names,
+    order_struct,
+)
 
 # Ops whose ledger row keeps a row image (a truncate has none).
 IMAGE_OPS = ("c", "u", "r", "d")
@@ -67,6 +76,18 @@ def _rejected(plan: FieldPlan) -> str:
 def _comparable(plan: FieldPlan, ref: str) -> str:
     """A value in a form ``<=>`` compares: Spark compares no maps, so nested values as JSON."""
     return f"to_json({ref})" if plan.sink.is_nested else ref
+
+
+def nested_columns(spec: TableSpec) -> frozenset[str]:
+    """Sink names of the spec's nested columns (compared as JSON text)."""
+    return frozenset(p.sink_name for p in plan_fields(spec) if p.sink.is_nested)
+
+
+def _differ(a: str, b: str, nested: bool) -> str:
+    """``a`` is set and is not ``b`` (null-safe; nested values compared as their JSON)."""
+    if nested:
+        return f"({a} IS NOT NULL AND NOT (to_json({a}) <=> to_json({b})))"
+    return f"({a} IS NOT NULL AND NOT ({a} <=> {b}))"
 
 
 def _newly_unavailable(plan: FieldPlan) -> str:
@@ -151,29 +172,36 @@ def render_ledger_counts(values: str) -> str:
     )
 
 
-def _image_differs(i: int, column: str) -> str:
-    return f"({quote(column)} IS NOT NULL AND NOT ({quote(column)} <=> {_old(i)}))"
+def _image_differs(i: int, column: str, nested: frozenset[str]) -> str:
+    return _differ(quote(column), _old(i), column in nested)
 
 
 def _shown(expr: str) -> str:
     return f"coalesce(substr(cast({expr} AS STRING), 1, 40), 'null')"
 
 
-def render_image_mismatch_counts(values: str, columns: Sequence[str]) -> str:
+def render_image_mismatch_counts(
+    values: str, columns: Sequence[str], nested: frozenset[str] = frozenset()
+) -> str:
     """One row: per column (of a `render_ledger_values` query over ``columns``), the ledger rows
-    whose row image holds a value the typed column lacks or holds otherwise."""
-    counts = [f"count_if({_image_differs(i, c)}) AS {quote(c)}" for i, c in enumerate(columns)]
+    whose row image holds a value the typed column lacks or holds otherwise. ``nested``: the
+    columns of nested types (`nested_columns`)."""
+    counts = [
+        f"count_if({_image_differs(i, c, nested)}) AS {quote(c)}" for i, c in enumerate(columns)
+    ]
     return f"SELECT {', '.join(counts)} FROM ({values}) AS m"
 
 
-def render_image_mismatch_examples(values: str, columns: Sequence[str], limit: int = 5) -> str:
+def render_image_mismatch_examples(
+    values: str, columns: Sequence[str], limit: int = 5, nested: frozenset[str] = frozenset()
+) -> str:
     """Up to ``limit`` such ledger rows: Kafka coordinates and what differs, as text."""
     parts = ", ".join(
-        f"CASE WHEN {_image_differs(i, c)} THEN concat({literal(c + ': image ')}, "
+        f"CASE WHEN {_image_differs(i, c, nested)} THEN concat({literal(c + ': image ')}, "
         f"{_shown(quote(c))}, ' row ', {_shown(_old(i))}) END"
         for i, c in enumerate(columns)
     )
-    any_differs = " OR ".join(_image_differs(i, c) for i, c in enumerate(columns))
+    any_differs = " OR ".join(_image_differs(i, c, nested) for i, c in enumerate(columns))
     return (
         "SELECT _kafka_partition, _kafka_offset, "
         f"concat_ws('; ', {parts}) AS mismatch FROM ({values}) AS m "
@@ -217,20 +245,39 @@ def _position_source(
     offsets: Mapping[int, tuple[int, int]] | None = None,
 ) -> str:
     keys = key_names(spec)
-    picked = [*keys, *SEQ_PARTS, "_kafka_partition", "_kafka_offset", *columns]
-    unique = list(dict.fromkeys(picked))
-    where = [
-        f"l._op IN ({', '.join(literal(o) for o in ROW_OPS)})",
-        "(" + " OR ".join(f"l.{quote(c)} IS NOT NULL" for c in columns) + ")",
-    ]
+    coordinates = list(dict.fromkeys([*keys, *SEQ_PARTS, "_kafka_partition", "_kafka_offset"]))
+    where = [f"l._op IN ({', '.join(literal(o) for o in APPLIED_OPS)})"]
     if min_dt is not None:
         where.append(f"l.dt >= {literal(min_dt)}")
     if offsets is not None:
         where.append(offset_filter(offsets))
-    return (
-        f"SELECT {', '.join('l.' + quote(c) for c in unique)} "
-        f"FROM {ledger} VERSION AS OF {snapshot_id} AS l WHERE {' AND '.join(where)}"
+    # The value a row holds for a column its change did not carry (a TOAST placeholder, listed
+    # in _unavailable) is the one the key's newest earlier change carried: the upsert keeps it
+    # so. Wrapped in a struct, a carried null is a value and an uncarried column is no value.
+    # A delete, or a create that moved the row in from another key, starts a new life of the
+    # key: nothing is carried across it (a moved row's values come from its old key).
+    partition = ", ".join(f"l.{quote(k)}" for k in keys)
+    order = f"ORDER BY {order_struct('l')} ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW"
+    barrier = f"l._op = 'd' OR ({MOVED_CREATE.format(a='l')})"
+    life = f"sum(CASE WHEN {barrier} THEN 1 ELSE 0 END) OVER (PARTITION BY {partition} {order})"
+    lived = (
+        f"SELECT l.*, {life} AS __life FROM {ledger} VERSION AS OF {snapshot_id} AS l "
+        f"WHERE {' AND '.join(where)}"
     )
+    carried = [
+        f"last(CASE WHEN l._op <> 'd' AND NOT {_unavailable('l', c)} THEN "
+        f"named_struct('v', l.{quote(c)}) END, true) OVER (PARTITION BY {partition}, l.__life "
+        f"{order}).v AS {quote(c)}"
+        for c in columns
+        if c not in coordinates
+    ]
+    held = (
+        f"SELECT l._op, {', '.join(['l.' + quote(c) for c in coordinates] + carried)} "
+        f"FROM ({lived}) AS l"
+    )
+    any_value = " OR ".join(f"h.{quote(c)} IS NOT NULL" for c in columns)
+    ops = ", ".join(literal(o) for o in ROW_OPS)
+    return f"SELECT * FROM ({held}) AS h WHERE h._op IN ({ops}) AND ({any_value})"
 
 
 def _position_match(spec: TableSpec) -> str:
@@ -240,10 +287,9 @@ def _position_match(spec: TableSpec) -> str:
     return " AND ".join(on)
 
 
-def _differs(columns: Sequence[str]) -> str:
-    return " OR ".join(
-        f"(s.{quote(c)} IS NOT NULL AND NOT (t.{quote(c)} <=> s.{quote(c)}))" for c in columns
-    )
+def _differs(spec: TableSpec, columns: Sequence[str]) -> str:
+    nested = nested_columns(spec)
+    return " OR ".join(_differ(f"s.{quote(c)}", f"t.{quote(c)}", c in nested) for c in columns)
 
 
 def render_position_update(
@@ -262,7 +308,7 @@ def render_position_update(
     sets = ", ".join(f"t.{quote(c)} = coalesce(s.{quote(c)}, t.{quote(c)})" for c in columns)
     return (
         f"MERGE INTO {target} t USING ({source}) s ON {_position_match(spec)} "
-        f"WHEN MATCHED AND ({_differs(columns)}) THEN UPDATE SET {sets}"
+        f"WHEN MATCHED AND ({_differs(spec, columns)}) THEN UPDATE SET {sets}"
     )
 
 
@@ -280,8 +326,9 @@ def render_position_examples(
     """Up to ``limit`` rows `render_position_update` would rewrite: key and what differs."""
     source = _position_source(spec, ledger, snapshot_id, columns, min_dt, offsets)
     keys = ", ".join(f"t.{quote(k)}" for k in key_names(spec))
+    nested = nested_columns(spec)
     parts = ", ".join(
-        f"CASE WHEN s.{quote(c)} IS NOT NULL AND NOT (t.{quote(c)} <=> s.{quote(c)}) THEN "
+        f"CASE WHEN {_differ(f's.{quote(c)}', f't.{quote(c)}', c in nested)} THEN "
         f"concat({literal(c + ': ledger ')}, {_shown('s.' + quote(c))}, ' base ', "
         f"{_shown('t.' + quote(c))}) END"
         for c in columns
@@ -289,7 +336,7 @@ def render_position_examples(
     return (
         f"SELECT to_json(struct({keys})) AS key, concat_ws('; ', {parts}) AS mismatch "
         f"FROM {target} t JOIN ({source}) s ON {_position_match(spec)} "
-        f"WHERE {_differs(columns)} LIMIT {int(limit)}"
+        f"WHERE {_differs(spec, columns)} LIMIT {int(limit)}"
     )
 
 
@@ -308,5 +355,5 @@ def render_position_count(
     source = _position_source(spec, ledger, snapshot_id, columns, min_dt, offsets)
     return (
         f"SELECT count(*) AS n FROM {target} t JOIN ({source}) s ON {_position_match(spec)} "
-        f"WHERE {_differs(columns)}"
+        f"WHERE {_differs(spec, columns)}"
     )

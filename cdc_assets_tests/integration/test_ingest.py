@@ -74,7 +74,18 @@ def consume_all(kafka: KafkaResource, topic: str) -> list[tuple[int, int, dateti
 def read_table(iceberg: IcebergCatalogResource, namespace: str, name: str) -> list[dict[str, Any]]:
     table = iceberg.load_catalog().load_table(f"{namespace}.{name}")
     rows: list[dict[str, Any]] = table.scan().to_arrow().to_pylist()
-    return rows
+    return [{k: _maps_as_dicts(v) for k, v in row.items()} for row in rows]
+
+
+def _maps_as_dicts(value: Any) -> Any:
+    """pyarrow gives a map as a list of (key, value) tuples: as a dict, as the oracle has it."""
+    if isinstance(value, list):
+        if value and all(isinstance(e, tuple) and len(e) == 2 for e in value):
+            return {k: _maps_as_dicts(v) for k, v in value}
+        return [_maps_as_dicts(e) for e in value]
+    if isinstance(value, dict):
+        return {k: _maps_as_dicts(v) for k, v in value.items()}
+    return value
 
 
 def same(expected: Any, actual: Any, column: str) -> bool:

@@ -1,10 +1,10 @@
-"""Nested and richer types through the real pipeline (issue 22 parts 4 and 5): PostgreSQL arrays,
-a JSON column read as a struct, a MySQL SET as a list and enums, from Kafka through Spark into
-Iceberg list and struct columns, compared with the plain-Python oracle record for record and row
-for row; bad nested values become dead letters naming the type; then the nested types evolve (a
-struct gains a field, a struct field and an array element widen) through the three phases, and
-base equals the oracle's replay of the whole topic under the new version; the table's asset
-checks pass.
+"""Nested and richer types through the real pipeline (issue 22 parts 4 and 5): PostgreSQL
+arrays, a JSON column read as a struct and one as a map, a MySQL SET as a list and enums, from
+Kafka through Spark into Iceberg list, struct and map columns, compared with the plain-Python
+oracle record for record and row for row; bad nested values become dead letters naming the
+type; then the nested types evolve (a struct gains a field, a struct field and an array element
+widen) through the three phases, and base equals the oracle's replay of the whole topic under
+the new version; the table's asset checks pass.
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ columns:
   - {id: 6, name: days, type: "date[]"}
   - {id: 7, name: doc, type: jsonb, sink: {type: "%s"}}
   - {id: 8, name: mood, type: "enum('ok','sad','it''s fine')"}
+  - {id: 9, name: attrs, type: jsonb, sink: {type: "map<string,string>"}}
 primary_key: [id]
 sink: {namespace: shop}
 """
@@ -74,6 +75,7 @@ columns:
   - {id: 2, name: toppings, type: "set('ham','egg','chive')", sink: {type: "list<string>"}}
   - {id: 3, name: doc, type: json, sink: {type: "%s"}}
   - {id: 4, name: size, type: "enum('s','m','l')"}
+  - {id: 5, name: attrs, type: json, sink: {type: "map<string,string>"}}
 primary_key: [id]
 sink: {namespace: shop}
 """
