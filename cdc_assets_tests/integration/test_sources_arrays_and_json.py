@@ -28,9 +28,11 @@ import dagster as dg
 import pytest
 
 from cdc_assets.definitions import build_defs
+from cdc_assets.pipeline.ingest import ingest_incremental
 from cdc_assets.pipeline.source_compare import compare_source
 from cdc_assets.pipeline.source_schema import import_source_spec
 from cdc_assets.pipeline.tables import ensure_tables
+from cdc_assets.pipeline.upsert import build_bucketed, merge_base
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.settings import Settings, source_url_variable
 from cdc_assets.spec.information_schema import SourceTable
@@ -39,12 +41,11 @@ from cdc_assets.spec.models import SinkMapping, TableSpec
 from cdc_assets.spec.versions import write_spec
 from cdc_assets.stack import connect, schema_registry, sources
 from cdc_assets.stack.local_stack import StackState
-from cdc_assets_tests.integration.test_sources_bootstrap import ingest_and_upsert
 from cdc_assets_tests.support import extra_connector
 
 pytestmark = pytest.mark.integration
 
-WAIT_S = 120.0
+WAIT_S = 180.0
 DOC = "struct<color:string,size:int,tags:list<string>,dims:map<string,double>>"
 FORMATS = ("json", "avro")
 
@@ -57,6 +58,7 @@ class Mirror:
     fmt: str  # json / avro
     spec_file: Path
     url: str
+    connector: str  # its Kafka Connect name
 
     def spec(self) -> TableSpec:
         return load_spec(self.spec_file)
@@ -174,7 +176,7 @@ def nested(
                 spec_file = specs_dir / f"{spec.name}.yaml"
                 write_spec(spec, spec_file)
                 ensure_tables(spark, "lake", spec)
-                mirrors.append(Mirror(server, fmt, spec_file, urls[server]))
+                mirrors.append(Mirror(server, fmt, spec_file, urls[server], extra.name))
         yield Nested(sources_home, kafka, table, database, specs_dir, mirrors)
     finally:
         for extra in started:
@@ -195,16 +197,30 @@ def _read_documents_as_structs(spec: TableSpec) -> TableSpec:
 
 
 def converge(nested: Nested, spark: Any, iceberg: IcebergCatalogResource) -> None:
-    """Ingest and upsert each mirror until its base equals its source table."""
+    """Ingest and upsert each mirror until its base equals its source table; on a timeout, say
+    what the ingests read and how the connector stands."""
     for mirror in nested.mirrors:
         deadline = time.monotonic() + WAIT_S
+        ingests = []
         while True:
             spec = mirror.spec()
-            ingest_and_upsert(spark, iceberg, nested.kafka, spec)
+            result = ingest_incremental(spark, "lake", iceberg.load_catalog(), nested.kafka, spec)
+            ingests.append((spec.spec_version, result.read, result.dead, result.dead_reasons))
+            build_bucketed(spark, "lake", iceberg.load_catalog(), spec)
+            merge_base(spark, "lake", iceberg.load_catalog(), spec)
             diff = compare_source(spark, "lake", spec, mirror.url)
             if diff.equal and diff.source_rows > 0:
                 break
-            assert time.monotonic() < deadline, f"{spec.name}: {diff.summary()}"
+            if time.monotonic() > deadline:
+                _, status = connect.rest(
+                    extra_connector._port(nested.home),
+                    "GET",
+                    f"/connectors/{mirror.connector}/status",
+                )
+                raise AssertionError(
+                    f"{spec.name}: {diff.summary()}\ningests (version, read, dead, reasons): "
+                    f"{[i for i in ingests if i[1]]}\nconnector: {status}"
+                )
             time.sleep(2)
 
 
