@@ -289,7 +289,8 @@ def _lost(typed: str, shadow: str, sink: SinkType, depth: int = 0) -> str:
         if sink.value is not None:
             pairs = f"map_values({typed}), map_values({shadow})"
         zipped = f"zip_with({pairs}, ({t}, {s}) -> {inner})"
-        return f"({shadow} IS NOT NULL AND exists({zipped}, {b} -> {b}))"
+        # A list or map that failed as a whole reads as null where its text parsed.
+        return f"({shadow} IS NOT NULL AND ({typed} IS NULL OR exists({zipped}, {b} -> {b})))"
     if sink.fields:
         parts = [
             _lost(f"{typed}.{quote(n)}", f"{shadow}.{quote(n)}", t, depth) for n, t in sink.fields
