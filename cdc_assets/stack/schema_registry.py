@@ -15,7 +15,6 @@ Confluent-compatible base URL, ``native_url`` the registry's own v2 API (the Con
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import tempfile
 import time
@@ -34,10 +33,6 @@ from cdc_assets.stack.kafka_broker import HOST, pick_free_port, port_is_free
 SECTION = "schema_registry"
 POM = JVM_DIR / "registry" / "pom.xml"
 HEAP = "-Xmx256m"
-# The in-memory H2 store, waiting up to a minute for a table lock: two converters registering
-# schema versions at once (two connectors after an ALTER each) otherwise hit H2's one-second
-# default, the registration fails and the connector's task dies.
-DATASOURCE_URL = "jdbc:h2:mem:registry_db;LOCK_TIMEOUT=60000"
 READY_TIMEOUT_S = 90.0
 CCOMPAT_PATH = "/apis/ccompat/v7"
 NATIVE_PATH = "/apis/registry/v2"
@@ -140,9 +135,7 @@ def start(settings: Settings) -> Registry:
     ]
     work = settings.stack_dir / "schema-registry"
     work.mkdir(parents=True, exist_ok=True)
-    pid = local_process.start_detached(
-        command, log, cwd=work, env={**os.environ, "REGISTRY_DATASOURCE_URL": DATASOURCE_URL}
-    )
+    pid = local_process.start_detached(command, log, cwd=work)
     registry = Registry(port)
     stack_state.put(
         settings,

@@ -211,6 +211,7 @@ def converge(nested: Nested, spark: Any, iceberg: IcebergCatalogResource) -> Non
             diff = compare_source(spark, "lake", spec, mirror.url)
             if diff.equal and diff.source_rows > 0:
                 break
+            restart_failed_tasks(nested)
             if time.monotonic() > deadline:
                 _, status = connect.rest(
                     extra_connector._port(nested.home),
@@ -222,6 +223,19 @@ def converge(nested: Nested, spark: Any, iceberg: IcebergCatalogResource) -> Non
                     f"{[i for i in ingests if i[1]]}\nconnector: {status}"
                 )
             time.sleep(2)
+
+
+def restart_failed_tasks(nested: Nested) -> None:
+    """Restart the tasks of this module's connectors that failed. The stack's schema registry
+    (Apicurio's in-memory store) can fail a registration when converters register at once on a
+    loaded machine, and the task dies with it; restarted, Debezium resumes from its offsets."""
+    port = extra_connector._port(nested.home)
+    for mirror in nested.mirrors:
+        _, status = connect.rest(port, "GET", f"/connectors/{mirror.connector}/status")
+        tasks = status.get("tasks", []) if isinstance(status, dict) else []
+        if any(t.get("state") == "FAILED" for t in tasks):
+            path = f"/connectors/{mirror.connector}/restart?includeTasks=true&onlyFailed=true"
+            connect.rest(port, "POST", path)
 
 
 def defs_for(nested: Nested, resources: dict[str, Any]) -> dg.Definitions:
@@ -252,6 +266,7 @@ def evolve_through_the_sensor(
         requests = list(result.run_requests or [])
         if not requests and len(evolved) == len(nested.mirrors):
             return evolved
+        restart_failed_tasks(nested)
         for request in requests:
             run = defs.resolve_job_def("evolve_schemas").execute_in_process(
                 instance=instance,
