@@ -367,17 +367,33 @@ def _fits(plan: FieldPlan) -> str | None:
     return None
 
 
+# The epochs of 0001-01-01T00:00:00Z and of the last microsecond of 9999-12-31, per unit: the
+# range a transform accepts (what Python's datetime, and so most readers, can hold).
+_FIRST_SECOND, _LAST_SECOND = -62_135_596_800, 253_402_300_799
+EPOCH_RANGES = {
+    "epoch_seconds_to_timestamp": (_FIRST_SECOND, _LAST_SECOND),
+    "epoch_millis_to_timestamp": (_FIRST_SECOND * 1_000, _LAST_SECOND * 1_000 + 999),
+    "epoch_micros_to_timestamp": (_FIRST_SECOND * 1_000_000, _LAST_SECOND * 1_000_000 + 999_999),
+    "epoch_days_to_date": (-719_162, 2_932_896),
+}
+_EPOCH_FUNCTIONS = {
+    "epoch_seconds_to_timestamp": "timestamp_seconds",
+    "epoch_millis_to_timestamp": "timestamp_millis",
+    "epoch_micros_to_timestamp": "timestamp_micros",
+    "epoch_days_to_date": "date_from_unix_date",
+}
+
+
 def to_sink(plan: FieldPlan) -> str:
     """The column's ledger value: transform, else override cast, else the natural value."""
     r = raw(plan)
-    if plan.transform == "epoch_seconds_to_timestamp":
-        return f"timestamp_seconds({_long(r)})"
-    if plan.transform == "epoch_millis_to_timestamp":
-        return f"timestamp_millis({_long(r)})"
-    if plan.transform == "epoch_micros_to_timestamp":
-        return f"timestamp_micros({_long(r)})"
-    if plan.transform == "epoch_days_to_date":
-        return f"date_from_unix_date({_int(r)})"
+    if plan.transform in EPOCH_RANGES:
+        # Outside years 1-9999 a value is no date (and timestamp_millis would overflow, failing
+        # the whole job): NULL here, a dead letter by _value_reasons.
+        low, high = EPOCH_RANGES[plan.transform]
+        value = _int(r) if plan.transform == "epoch_days_to_date" else _long(r)
+        function = _EPOCH_FUNCTIONS[plan.transform]
+        return f"CASE WHEN {value} BETWEEN {low} AND {high} THEN {function}({value}) END"
     natural = ref(plan, "n")
     if plan.sink == plan.natural:
         return natural
@@ -416,13 +432,19 @@ def _value_reasons(plans: list[FieldPlan]) -> list[tuple[str, str]]:
                     literal(f"column {p.name!r} is null but declared not nullable"),
                 )
             )
-        decodable = f"({ref(p, 'v')} IS NOT NULL)" if p.transform else _decodable(p)
         out.append(
             (
-                f"{image_ops} AND {present} AND NOT {decodable}",
+                f"{image_ops} AND {present} AND NOT {_decodable(p)}",
                 literal(f"column {p.name!r}: cannot decode as {p.decode_as}"),
             )
         )
+        if p.transform:
+            out.append(
+                (
+                    f"{image_ops} AND {present} AND {ref(p, 'v')} IS NULL",
+                    literal(f"column {p.name!r}: cannot apply {p.transform}"),
+                )
+            )
         fits = _fits(p)
         if fits is not None:
             out.append(

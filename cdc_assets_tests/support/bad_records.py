@@ -235,6 +235,15 @@ def cases() -> list[Case]:
             with_create(_set_after("login_count", True)),
             "column 'login_count': cannot decode as int",
         ),
+        # An epoch beyond year 9999 is no timestamp (and used to overflow the whole job).
+        _convert(
+            "created_ms_beyond_year_9999",
+            with_create(_set_after("created_ms", 2**62)),
+            "column 'created_ms': cannot apply epoch_millis_to_timestamp",
+        ),
+        _ledger(
+            "created_ms_at_year_9999", with_create(_set_after("created_ms", 253_402_300_799_999))
+        ),
         _convert(
             "is_active_as_word",
             with_create(_set_after("is_active", "yes")),
