@@ -41,6 +41,7 @@ from cdc_assets.spec.models import SinkMapping, TableSpec
 from cdc_assets.spec.versions import write_spec
 from cdc_assets.stack import connect, schema_registry, sources
 from cdc_assets.stack.local_stack import StackState
+from cdc_assets_tests.integration.test_two_servers import tick
 from cdc_assets_tests.support import extra_connector
 
 pytestmark = pytest.mark.integration
@@ -256,14 +257,7 @@ def evolve_through_the_sensor(
     deadline = time.monotonic() + WAIT_S
     while time.monotonic() < deadline:
         defs = defs_for(nested, resources)
-        sensor = defs.get_sensor_def("schema_changes")
-        context = dg.build_sensor_context(
-            instance=instance, resources={"kafka": defs.resources["kafka"]}, cursor=cursor[0]
-        )
-        result = sensor(context)
-        assert isinstance(result, dg.SensorResult)
-        cursor[0] = result.cursor
-        requests = list(result.run_requests or [])
+        requests = tick(defs, instance, cursor)
         if not requests and len(evolved) == len(nested.mirrors):
             return evolved
         restart_failed_tasks(nested)
