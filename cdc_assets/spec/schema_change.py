@@ -40,13 +40,25 @@ class SchemaChange:
         return str(name) if name else None
 
 
+def _label_literal(value: object) -> str:
+    """One ENUM/SET label of ``enumValues`` as a single-quoted SQL literal. Debezium's MySQL
+    parser keeps each label as the DDL wrote it, quotes included (``'ham'``, ``"it's"``); a bare
+    label (older or hand-written records) is quoted here."""
+    text = str(value)
+    if len(text) >= 2 and text[0] == text[-1] == "'":
+        return text
+    if len(text) >= 2 and text[0] == text[-1] == '"':
+        text = text[1:-1].replace('""', '"')
+    return "'" + text.replace("'", "''") + "'"
+
+
 def _type_text(column: Mapping[str, Any]) -> str:
     name = str(column.get("typeExpression") or column.get("typeName") or "").strip()
     base = name.split()[0].lower() if name else ""
     suffix = " ".join(name.split()[1:])  # UNSIGNED, ZEROFILL
     enum_values = column.get("enumValues")
     if base in ("enum", "set") and enum_values:
-        values = ", ".join("'" + str(v).replace("'", "''") + "'" for v in enum_values)
+        values = ", ".join(_label_literal(v) for v in enum_values)
         return f"{base.upper()}({values})"
     length, scale = column.get("length"), column.get("scale")
     if base == "tinyint" and length == 1 and not suffix:

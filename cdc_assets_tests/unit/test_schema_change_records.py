@@ -66,10 +66,17 @@ def test_types_defaults_and_keys_render_as_mysql() -> None:
                 {
                     "name": "c",
                     "typeName": "ENUM",
-                    "enumValues": ["x", "it's"],
+                    "enumValues": ["x", "it's"],  # bare labels
                     "position": 3,
                     "hasDefaultValue": True,
                     "defaultValueExpression": "x",
+                },
+                {
+                    "name": "s",
+                    "typeName": "SET",
+                    # Debezium keeps each label as the DDL wrote it, quotes included.
+                    "enumValues": ["'ham'", "'it''s'", '"say ""hi"""'],
+                    "position": 3,
                 },
                 {"name": "d", "typeName": "DATETIME", "length": 3, "scale": None, "position": 4},
                 {"name": "e", "typeName": "INT", "length": 11, "position": 5},
@@ -81,6 +88,7 @@ def test_types_defaults_and_keys_render_as_mysql() -> None:
         "  `a` DECIMAL(12,2) NOT NULL,\n"
         "  `b` INT UNSIGNED NOT NULL,\n"
         "  `c` ENUM('x', 'it''s') DEFAULT 'x',\n"
+        "  `s` SET('ham', 'it''s', 'say \"hi\"'),\n"
         "  `d` DATETIME(3),\n"
         "  `e` INT,\n"
         "  PRIMARY KEY (`a`, `b`)\n"

@@ -413,7 +413,12 @@ class DebeziumEventFactory:
                     "comment": col.comment,
                     "hasDefaultValue": col.default is not None,
                     "defaultValueExpression": col.default,
-                    "enumValues": enum_values(plan.source.text) or None,
+                    # As Debezium's DDL parser keeps them: each label a quoted literal.
+                    "enumValues": [
+                        "'" + v.replace("'", "''") + "'"
+                        for v in enum_values(plan.source.text) or ()
+                    ]
+                    or None,
                 }
             )
         return columns
