@@ -35,14 +35,17 @@ from cdc_assets.pipeline.watermark import (
 )
 from cdc_assets.schema.layers import base_layout, ledger_layout, tombstones_layout
 from cdc_assets.schema.position import Position
+from cdc_assets.schema.wire import plan_fields
 from cdc_assets.spec.information_schema import SourceTable
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.sql.bootstrap import (
     render_bootstrap_checks,
     render_bootstrap_select,
+    render_dump_query,
     resolve_columns,
 )
 from cdc_assets.sql.ddl import literal, quote
+from cdc_assets.sql.mirror_read import source_dialect
 
 
 class BootstrapError(CdcAssetsError):
@@ -232,8 +235,9 @@ def bootstrap_from_source(
     if before_dump is not None:
         before_dump(watermark)
     name = table or dump_table_ref(url, source)
+    query = render_dump_query(plan_fields(spec), name, source_dialect(url))
     with spark_progress(spark, f"{spec.name}: reading the dump", enabled=progress):
-        dump = read_jdbc(spark, url, name, props).localCheckpoint(eager=True)
+        dump = read_jdbc(spark, url, query, props).localCheckpoint(eager=True)
     result = bootstrap_base(
         spark,
         catalog,

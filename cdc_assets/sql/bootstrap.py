@@ -14,13 +14,14 @@ from cdc_assets.schema.position import Position
 from cdc_assets.schema.wire import FieldPlan, plan_fields
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.sql.ddl import literal, quote, spark_type
-
-_TRANSFORMS = {
-    "epoch_seconds_to_timestamp": "timestamp_seconds({})",
-    "epoch_millis_to_timestamp": "timestamp_millis({})",
-    "epoch_micros_to_timestamp": "timestamp_micros({})",
-    "epoch_days_to_date": "date_from_unix_date(CAST({} AS INT))",
-}
+from cdc_assets.sql.decode import (
+    EPOCH_RANGES,
+    document_lost,
+    epoch_to_sink,
+    parse_document,
+    split_set,
+)
+from cdc_assets.sql.mirror_read import SourceDialect, quote_source
 
 
 def resolve_columns(spec: TableSpec, dump_columns: list[str]) -> dict[str, str]:
@@ -43,14 +44,46 @@ def resolve_columns(spec: TableSpec, dump_columns: list[str]) -> dict[str, str]:
 
 
 def dump_value(plan: FieldPlan, source_column: str) -> str:
-    """The sink value of one dump column."""
+    """The sink value of one dump column: as the ledger decodes a change's value (epochs in
+    years 1-9999 through their transform, JSON documents parsed into a declared nested type, a
+    SET split into a list), from what the dump holds instead of Debezium's encoding."""
     ref = quote(source_column)
-    if plan.transform is not None:
-        return _TRANSFORMS[plan.transform].format(f"try_cast({ref} AS BIGINT)")
+    if plan.transform in EPOCH_RANGES:
+        return epoch_to_sink(plan.transform, f"try_cast({ref} AS BIGINT)")
+    if plan.parses_document:
+        return parse_document(f"CAST({ref} AS STRING)", plan.sink)
+    if plan.splits_set:
+        return split_set(f"CAST({ref} AS STRING)")
     natural = f"try_cast({ref} AS {spark_type(plan.natural)})"
     if plan.sink == plan.natural:
         return natural
     return f"try_cast({natural} AS {spark_type(plan.sink)})"
+
+
+def _bad_value(plan: FieldPlan, source_column: str) -> str:
+    """True for a dump value that does not become a sink value: NULL where the dump has one,
+    or a document that does not parse into its declared type (``from_json`` leaves such
+    values null without saying so)."""
+    ref = quote(source_column)
+    value = dump_value(plan, source_column)
+    if plan.parses_document:
+        text = f"CAST({ref} AS STRING)"
+        return f"({ref} IS NOT NULL AND {document_lost(text, value, plan.sink)})"
+    return f"({ref} IS NOT NULL AND {value} IS NULL)"
+
+
+def render_dump_query(plans: list[FieldPlan], table: str, dialect: SourceDialect) -> str:
+    """What the JDBC dump reads from ``table``: the table itself, or for MariaDB/MySQL a
+    subquery that reads CHAR, SET and ENUM columns as MariaDB returns them. Spark's JDBC source
+    would pad them like CHAR(n) (to their longest value for SET and ENUM)."""
+    padded = [p for p in plans if p.source.kind in ("CHAR", "NCHAR", "SET", "ENUM")]
+    if dialect != "mariadb" or not padded:
+        return table
+    parts = []
+    for plan in plans:
+        name = quote_source(dialect, plan.name)
+        parts.append(f"CAST({name} AS CHAR) AS {name}" if plan in padded else name)
+    return f"(SELECT {', '.join(parts)} FROM {table}) cdc_assets_dump"
 
 
 def render_bootstrap_select(
@@ -85,9 +118,5 @@ def render_bootstrap_checks(spec: TableSpec, view: str, columns: Mapping[str, st
         f"count(*) - count(DISTINCT {', '.join(keys)}) AS duplicate_keys",
     ]
     for p in plans:
-        source = quote(columns[p.name])
-        parts.append(
-            f"count_if({source} IS NOT NULL AND {dump_value(p, columns[p.name])} IS NULL) "
-            f"AS {quote('bad__' + p.name)}"
-        )
+        parts.append(f"count_if({_bad_value(p, columns[p.name])}) AS {quote('bad__' + p.name)}")
     return f"SELECT {', '.join(parts)} FROM {quote(view)}"

@@ -384,25 +384,34 @@ _EPOCH_FUNCTIONS = {
 }
 
 
+def epoch_to_sink(transform: str, number: str) -> str:
+    """An epoch ``number`` (a BIGINT expression) through ``transform``; NULL outside years
+    1-9999, where a value is no date (and timestamp_millis would overflow, failing the whole
+    job). The ledger makes such a value a dead letter (_value_reasons), a bootstrap a bad value."""
+    low, high = EPOCH_RANGES[transform]
+    value = f"CAST({number} AS INT)" if transform == "epoch_days_to_date" else number
+    function = _EPOCH_FUNCTIONS[transform]
+    return f"CASE WHEN {number} BETWEEN {low} AND {high} THEN {function}({value}) END"
+
+
+def split_set(text: str) -> str:
+    """A MySQL SET as a list: MySQL sends its members joined by commas, the empty set as ''."""
+    empty = "CAST(array() AS ARRAY<STRING>)"
+    return f"CASE WHEN {text} = '' THEN {empty} ELSE split({text}, ',') END"
+
+
 def to_sink(plan: FieldPlan) -> str:
     """The column's ledger value: transform, else override cast, else the natural value."""
     r = raw(plan)
     if plan.transform in EPOCH_RANGES:
-        # Outside years 1-9999 a value is no date (and timestamp_millis would overflow, failing
-        # the whole job): NULL here, a dead letter by _value_reasons.
-        low, high = EPOCH_RANGES[plan.transform]
-        value = _int(r) if plan.transform == "epoch_days_to_date" else _long(r)
-        function = _EPOCH_FUNCTIONS[plan.transform]
-        return f"CASE WHEN {value} BETWEEN {low} AND {high} THEN {function}({value}) END"
+        return epoch_to_sink(plan.transform, _long(r))
     natural = ref(plan, "n")
     if plan.sink == plan.natural:
         return natural
     if plan.parses_document:
         return parse_document(natural, plan.sink)
     if plan.splits_set:
-        # MySQL sends a SET as its members joined by commas; the empty set as ''.
-        empty = "CAST(array() AS ARRAY<STRING>)"
-        return f"CASE WHEN {natural} = '' THEN {empty} ELSE split({natural}, ',') END"
+        return split_set(natural)
     return f"CAST({natural} AS {spark_type(plan.sink)})"
 
 

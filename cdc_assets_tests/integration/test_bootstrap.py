@@ -190,8 +190,11 @@ def test_bad_dumps_are_refused_with_reasons(
     _, location = write_dump("csv", good, tmp_path)
     text = Path(location).read_text(encoding="utf-8").splitlines()
     header, rows = text[0], text[1:]
+    far = next(csv.reader([rows[0]]))
+    far[header.split(",").index("CREATED_MS")] = str(2**62)  # ms: far past the year 9999
     cases = {
         "not a number": (rows[0].replace("1,", "x1,", 1), r"column 'id': 1 value\(s\)"),
+        "epoch out of range": (",".join(far), r"column 'created_ms': 1 value\(s\) do not"),
         "null key": ("," + rows[0].split(",", 1)[1], r"1 row\(s\) with a NULL key"),
         "duplicate": (rows[0], r"1 row\(s\) with a duplicate key"),
     }

@@ -1,8 +1,8 @@
 """Nested and richer types from real Debezium (issue 22 parts 4 to 6), JSON and Avro, both
 databases: a PostgreSQL table with arrays, a jsonb document and an enum type; a MariaDB table
-with a SET, a JSON document and an ENUM. Each table is captured twice, by a connector writing
-JSON and by one writing Avro through the stack's schema registry, and mirrored by a spec of its
-own whose document column is read as a struct and whose SET is a list.
+with a SET, a JSON document, an ENUM and a CHAR(6). Each table is captured twice, by a connector
+writing JSON and by one writing Avro through the stack's schema registry, and mirrored by a spec
+of its own whose document column is read as a struct and whose SET is a list.
 
 Rows written before the connectors start arrive as snapshot reads; base must equal the source
 table row for row (the project's source comparison, nested values element by element). Then
@@ -12,7 +12,8 @@ array to bigint on PostgreSQL, an INT to BIGINT on MariaDB, an enum label added)
 ``schema_changes`` sensor proposes each evolution from what the connector wrote (the registry's
 writer schemas for Avro, the embedded schema or the schema-change topic for JSON), the
 ``evolve_schemas`` job applies it as Dagster runs it, and base equals the source again, with the
-changes written before the ALTER and the new values after it.
+changes written before the ALTER and the new values after it. Last, a bootstrap from each live
+table (JDBC) replaces base, which must still equal the source.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import dagster as dg
 import pytest
 
 from cdc_assets.definitions import build_defs
+from cdc_assets.pipeline.bootstrap import bootstrap_from_source
 from cdc_assets.pipeline.ingest import ingest_incremental
 from cdc_assets.pipeline.source_compare import compare_source
 from cdc_assets.pipeline.source_schema import import_source_spec
@@ -100,7 +102,7 @@ def _pg_row(n: int) -> str:
 
 def _maria_row(n: int) -> str:
     toppings = ["", "ham", "ham,egg", "egg,chive"][n % 4]
-    return f"({n}, '{toppings}', '{_doc(n)}', '{'sml'[n % 3]}', {n * 10})"
+    return f"({n}, '{toppings}', '{_doc(n)}', '{'sml'[n % 3]}', {n * 10}, 'k{n}')"
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +131,7 @@ def nested(
         sources_home,
         f"CREATE DATABASE `{database}`; USE `{database}`; CREATE TABLE {table} ("
         "id BIGINT NOT NULL PRIMARY KEY, toppings SET('ham','egg','chive'), doc JSON, "
-        "size ENUM('s','m','l'), qty INT);"
+        "size ENUM('s','m','l'), qty INT, code CHAR(6));"
         f"INSERT INTO {table} VALUES {', '.join(_maria_row(n) for n in range(1, 9))};",
     )
     specs_dir = tmp_path_factory.mktemp("nested-specs")
@@ -334,3 +336,16 @@ def test_nested_values_from_real_debezium_round_trip_and_evolve(
         doc = next(c for c in spec.columns if c.name == "doc")
         assert doc.sink.type == DOC  # the document's declared type survives the evolution
     converge(nested, spark, iceberg)
+
+    # A bootstrap from the live table (Spark's JDBC source) loads the same values the stream
+    # did: documents parsed into their struct, SETs split, arrays, enums and CHAR(n) unpadded.
+    for mirror in nested.mirrors:
+        if mirror.fmt != "json":
+            continue
+        spec = mirror.spec()
+        result = bootstrap_from_source(
+            spark, "lake", iceberg.load_catalog(), spec, mirror.url, replace=True, progress=False
+        )
+        assert result.rows == 9, spec.name
+        diff = compare_source(spark, "lake", spec, mirror.url)
+        assert diff.equal, f"{spec.name} after a bootstrap from the source: {diff.summary()}"

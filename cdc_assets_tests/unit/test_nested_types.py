@@ -25,6 +25,7 @@ from cdc_assets.schema.wire import Wire, plan_fields
 from cdc_assets.spec.connect_schema import avro_row_fields, column_type, pg_type
 from cdc_assets.spec.information_schema import _pg_type
 from cdc_assets.spec.models import TableSpec
+from cdc_assets.sql.bootstrap import dump_value, render_bootstrap_checks, render_dump_query
 from cdc_assets.sql.ddl import spark_type
 
 
@@ -252,3 +253,24 @@ def test_importers_name_arrays_and_enums_and_see_their_changes() -> None:
     fields = avro_row_fields(avro)
     assert fields is not None
     assert pg_type(fields[0]) == "text[]"
+
+
+def test_a_dump_reads_documents_sets_and_padded_types_as_the_ledger_does() -> None:
+    spec = _spec(
+        {"id": 2, "name": "doc", "type": "json", "sink": {"type": "struct<a:int>"}},
+        {"id": 3, "name": "toppings", "type": "set('ham','egg')", "sink": {"type": "list<string>"}},
+        {"id": 4, "name": "size", "type": "enum('s','m')"},
+        {"id": 5, "name": "code", "type": "char(4)"},
+    )
+    doc, toppings = plan_fields(spec)[1:3]
+    assert dump_value(doc, "DOC") == "from_json(CAST(`DOC` AS STRING), 'STRUCT<`a`: INT>')"
+    assert "split(CAST(`toppings` AS STRING), ',')" in dump_value(toppings, "toppings")
+    # Spark's JDBC source pads CHAR, SET and ENUM values: MariaDB reads them as it returns them.
+    assert render_dump_query(plan_fields(spec), "`db`.`t`", "mariadb") == (
+        "(SELECT `id`, `doc`, CAST(`toppings` AS CHAR) AS `toppings`, CAST(`size` AS CHAR) AS "
+        "`size`, CAST(`code` AS CHAR) AS `code` FROM `db`.`t`) cdc_assets_dump"
+    )
+    assert render_dump_query(plan_fields(spec), '"public"."t"', "postgres") == '"public"."t"'
+    # A document that does not fit its type is a bad value of the dump, not a silent NULL.
+    checks = render_bootstrap_checks(spec, "v", {c.name: c.name for c in spec.columns})
+    assert "json_object_keys(CAST(`doc` AS STRING)) IS NULL" in checks

@@ -188,9 +188,10 @@ def test_bootstrap_maps_dump_columns_through_the_spec() -> None:
     columns = resolve_columns(users, dump)
     assert columns["id"] == "ID"
     plans = {p.name: p for p in plan_fields(users)}
-    assert dump_value(plans["created_ms"], "created_ms") == (
-        "timestamp_millis(try_cast(`created_ms` AS BIGINT))"
-    )
+    created = dump_value(plans["created_ms"], "created_ms")
+    # Years 1-9999 only, as the ledger decodes it: anything else is a bad value of the dump.
+    assert created.startswith("CASE WHEN try_cast(`created_ms` AS BIGINT) BETWEEN -62135596800000")
+    assert created.endswith("THEN timestamp_millis(try_cast(`created_ms` AS BIGINT)) END")
     sql = render_bootstrap_select(users, "v", columns, Position(3, 100, 0))
     assert "AS `created_at`" in sql
     assert "CAST(3 AS BIGINT) AS _seq_major" in sql
