@@ -56,8 +56,9 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 
 PLAIN, OURS, PYICEBERG = "plain_merge", "cdc_upsert", "pyiceberg_upsert"
-CASES = (PLAIN, OURS, PYICEBERG)
-SHORT = {"a": PLAIN, "b": OURS, "c": PYICEBERG}
+OURS_UNPRUNED = "cdc_upsert_unpruned"  # ours with merge_base(prune=False): the pruning lever
+CASES = (PLAIN, OURS, PYICEBERG, OURS_UNPRUNED)
+SHORT = {"a": PLAIN, "b": OURS, "c": PYICEBERG, "b0": OURS_UNPRUNED}
 SAMPLE_EVERY_S = 0.2
 WARMUP_ROWS = 100_000
 WARMUP_CHANGED = 0.05
@@ -227,27 +228,31 @@ def render_base_rows(rows: int) -> str:
 
 
 # Skewed workload (benchmarks/upsert_scaling.py): this share of the changed keys among the
-# newest HOT_KEYS share of the keys, as OLTP tables mostly change.
+# newest HOT_KEYS share of the keys, as OLTP tables mostly change; the hot-set workload has
+# all of them there (inserts and updates of recent rows only).
 HOT_CHANGES, HOT_KEYS = 0.9, 0.1
+WORKLOAD_HOT_CHANGES = {"skewed": HOT_CHANGES, "hot": 1.0}
 
 
-def render_changed_keys(rows: int, changed: float, seed: int, skew: bool = False) -> str:
-    """The changed keys: a uniform ``changed`` share of them, or with ``skew`` as many keys
-    with HOT_CHANGES of them among the newest HOT_KEYS of the keys."""
+def render_changed_keys(rows: int, changed: float, seed: int, skew: str = "uniform") -> str:
+    """The changed keys: a uniform ``changed`` share of them, or (``skew`` ``skewed`` or
+    ``hot``) as many keys with HOT_CHANGES of them (all for ``hot``) among the newest
+    HOT_KEYS of the keys."""
     pick = f"pmod(xxhash64(id, {seed}, 1), 1000000)"
-    if not skew:
+    if skew == "uniform":
         ppm = round(changed * 1_000_000)
         return f"SELECT id FROM range(1, {rows + 1}) WHERE {pick} < {ppm}"
+    share = WORKLOAD_HOT_CHANGES[skew]
     hot_from = round(rows * (1 - HOT_KEYS))
-    hot = min(round(changed * HOT_CHANGES / HOT_KEYS * 1_000_000), 1_000_000)
-    cold = round(changed * (1 - HOT_CHANGES) / (1 - HOT_KEYS) * 1_000_000)
+    hot = min(round(changed * share / HOT_KEYS * 1_000_000), 1_000_000)
+    cold = round(changed * (1 - share) / (1 - HOT_KEYS) * 1_000_000)
     return (
         f"SELECT id FROM range(1, {rows + 1}) WHERE "
         f"(id > {hot_from} AND {pick} < {hot}) OR (id <= {hot_from} AND {pick} < {cold})"
     )
 
 
-def render_changes(rows: int, changed: float, seed: int, keys: int, skew: bool = False) -> str:
+def render_changes(rows: int, changed: float, seed: int, keys: int, skew: str = "uniform") -> str:
     """Two changes per changed key (the second a delete for DELETE_SHARE of them), in the ledger
     layout plus ``change_no`` and ``is_delete``; Kafka partition 0, offsets from ``rows`` on, all
     first changes before all second changes, keys shuffled; source positions follow the offsets
@@ -461,7 +466,7 @@ class Table:
         self.base_columns = self.layouts["base"].column_names
         self.initial: dict[str, int] = {}
         self.changes_path: Path | None = None
-        self.skew = False  # see render_changed_keys
+        self.skew = "uniform"  # see render_changed_keys
 
     @property
     def spark(self) -> Any:
@@ -511,7 +516,7 @@ class Table:
         from cdc_assets.pipeline.watermark import snapshot_properties
 
         started = time.perf_counter()
-        kind = "skewed" if self.skew else "uniform"
+        kind = self.skew
         path = self.scratch / f"changes_{self.layouts['base'].namespace}_{changed}_{kind}"
         shutil.rmtree(path, ignore_errors=True)
         keys = self.spark.sql(render_changed_keys(self.rows, changed, self.seed, self.skew)).count()
@@ -651,7 +656,7 @@ class Table:
 
         return action
 
-    def run_ours(self, run: Run) -> Callable[[], None]:
+    def run_ours(self, run: Run, prune: bool = True) -> Callable[[], None]:
         from cdc_assets.pipeline.upsert import build_bucketed, merge_base
 
         def action() -> None:
@@ -670,7 +675,9 @@ class Table:
                 )
                 print(self.spark.sql(f"EXPLAIN {sql}").collect()[0][0], file=sys.stderr)
             began = time.perf_counter()
-            merged = merge_base(self.spark, self.bench.catalog, self.bench.iceberg(), self.spec)
+            merged = merge_base(
+                self.spark, self.bench.catalog, self.bench.iceberg(), self.spec, prune=prune
+            )
             run.steps["merge_base"] = time.perf_counter() - began
             run.rows_in = built.rows
             if not merged.applied:
@@ -709,7 +716,12 @@ class Table:
         run = Run(case, workload.changed)
         self.reset()
         try:
-            prepare = {PLAIN: self.run_plain, OURS: self.run_ours, PYICEBERG: self.run_pyiceberg}
+            prepare = {
+                PLAIN: self.run_plain,
+                OURS: self.run_ours,
+                PYICEBERG: self.run_pyiceberg,
+                OURS_UNPRUNED: lambda run: self.run_ours(run, prune=False),
+            }
             action = prepare[case](run)
             before = self.snapshot_ids()
             first_sql = last_execution_id(self.spark)

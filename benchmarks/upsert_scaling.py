@@ -1,22 +1,25 @@
 """Benchmark: how the upsert's cost grows with base at a fixed change set (issue 24).
 
 For each base size (default 2M, 10M, 50M rows in the users shape) the same number of keys
-changes (default 100k, each twice, 10% of them deleted by the second change), once spread
-uniformly over the keys and once skewed: 90% of the changed keys among the newest 10% of the
-keys, as OLTP tables mostly change. Each workload runs the plain MERGE (a) and the product's
-upsert (b: ``build_bucketed`` + ``merge_base``) from the same starting base, with the set-up,
-checks and reset of ``upsert_merge.py`` (every run's base is verified against the generator's
-expected base). Besides wall time, each run reports what it read from base, from Spark's SQL
-metrics of every Iceberg scan of base in the run (``number of result data files``, ``total data
-file size (bytes)``, ``number of output rows``), and what it wrote (snapshot summaries).
+changes (default 100k, each twice, 10% of them deleted by the second change): spread uniformly
+over the keys, skewed (90% of the changed keys among the newest 10% of the keys) and hot (all of
+them there, as in tables whose recent rows take the updates). Each workload runs the plain MERGE
+(a), the product's upsert (b: ``build_bucketed`` + ``merge_base``) and, with ``--cases b0``, the
+product's upsert without key-range pruning, from the same starting base, with the set-up, checks
+and reset of ``upsert_merge.py`` (every run's base is verified against the generator's expected
+base). Base is written as the product writes it (sorted by key within each bucket);
+``--file-mb`` sets its target file size, so that a bucket holds several files. Besides wall
+time, each run reports what it read from base, from Spark's SQL metrics of every Iceberg scan of
+base in the run (``number of result data files``, ``total data file size (bytes)``, ``number of
+output rows``), and what it wrote (snapshot summaries).
 
 Prints a table, writes ``benchmarks/results/upsert_scaling.json`` and ``.png``, and reads the
 figures against the issue's targets: from the smallest to the largest base, (b) grows by at
 most 1.5x; on the skewed workload (b) reads at most 20% of base's data files; (b) beats (a)
-from 10M rows up.
+from 10M rows up; and the share of files (b) reads on the hot workload, and b/b0.
 
     python benchmarks/upsert_scaling.py [--rows 2000000,10000000,50000000] [--keys 100000]
-        [--repeats 2] [--cases a,b] [--no-skew]
+        [--repeats 2] [--cases a,b,b0] [--workloads uniform,skewed,hot] [--file-mb 16]
 """
 
 from __future__ import annotations
@@ -124,17 +127,25 @@ def readings(results: list[dict[str, Any]]) -> dict[str, Any]:
         if (s := seconds(sizes[0], "uniform", um.PLAIN))
         else None
     )
-    shares = {
-        str(r["rows"]): r["base_read"]["files"] / r["base_files"]["data_files"]
-        for r in results
-        if r["workload"] == "skewed" and r["case"] == um.OURS and r["base_files"]["data_files"]
-    }
-    out["skewed_b_files_share"] = shares
+    for workload in ("skewed", "hot"):
+        out[f"{workload}_b_files_share"] = {
+            str(r["rows"]): r["base_read"]["files"] / r["base_files"]["data_files"]
+            for r in results
+            if r["workload"] == workload and r["case"] == um.OURS and r["base_files"]["data_files"]
+        }
+    workloads = ("uniform", "skewed", "hot")
     out["b_over_a"] = {
         f"{rows}/{workload}": (b / a if (b := seconds(rows, workload, um.OURS)) and a else None)
         for rows in sizes
-        for workload in ("uniform", "skewed")
+        for workload in workloads
         if (a := seconds(rows, workload, um.PLAIN))
+    }
+    # The pruning lever: ours with it over ours without it, same base, same changes.
+    out["b_over_b0"] = {
+        f"{rows}/{workload}": (b / b0 if (b := seconds(rows, workload, um.OURS)) and b0 else None)
+        for rows in sizes
+        for workload in workloads
+        if (b0 := seconds(rows, workload, um.OURS_UNPRUNED))
     }
     return out
 
@@ -166,8 +177,12 @@ def write_plot(results: list[dict[str, Any]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for workload, style in (("uniform", "-"), ("skewed", "--")):
-        for case, color in ((um.PLAIN, "tab:gray"), (um.OURS, "tab:blue")):
+    for workload, style in (("uniform", "-"), ("skewed", "--"), ("hot", ":")):
+        for case, color in (
+            (um.PLAIN, "tab:gray"),
+            (um.OURS, "tab:blue"),
+            (um.OURS_UNPRUNED, "tab:orange"),
+        ):
             points = sorted(
                 (
                     r["rows"],
@@ -204,8 +219,22 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--rows", default="2000000,10000000,50000000")
     parser.add_argument("--keys", type=int, default=100_000, help="changed keys per workload")
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--cases", default="a,b", help="subset of a (plain MERGE), b (ours)")
-    parser.add_argument("--no-skew", action="store_true", help="only the uniform workload")
+    parser.add_argument(
+        "--cases",
+        default="a,b",
+        help="subset of a (plain MERGE), b (ours), b0 (ours without key-range pruning)",
+    )
+    parser.add_argument(
+        "--workloads",
+        default="uniform,skewed,hot",
+        help="uniform, skewed (90%% of changes on the newest 10%% of keys), hot (all of them)",
+    )
+    parser.add_argument(
+        "--file-mb",
+        type=int,
+        default=None,
+        help="base's write.target-file-size-bytes in MiB (default: Iceberg's, 512)",
+    )
     parser.add_argument("--buckets", type=int, default=None, help="default: the users spec's")
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--driver-memory", default="4g")
@@ -216,8 +245,11 @@ def parse_args() -> argparse.Namespace:
     args = parser.parse_args()
     args.rows = [int(x) for x in args.rows.split(",") if x.strip()]
     args.cases = [um.SHORT[c.strip()] for c in args.cases.split(",") if c.strip()]
-    if set(args.cases) - {um.PLAIN, um.OURS}:
-        parser.error("--cases takes a subset of a, b")
+    if set(args.cases) - {um.PLAIN, um.OURS, um.OURS_UNPRUNED}:
+        parser.error("--cases takes a subset of a, b, b0")
+    args.workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
+    if set(args.workloads) - {"uniform", *um.WORKLOAD_HOT_CHANGES}:
+        parser.error("--workloads takes a subset of uniform, skewed, hot")
     # What upsert_merge.Bench reads from its arguments.
     args.spark_conf, args.shuffle_partitions, args.explain = [], None, False
     return args
@@ -238,11 +270,15 @@ def main() -> None:
     bench: um.Bench | None = None
     info: dict[str, Any] = {"code": code_version(), "load_average_before": os.getloadavg()}
     results: list[dict[str, Any]] = []
-    workloads = ["uniform"] + ([] if args.no_skew else ["skewed"])
+    workloads = args.workloads
     try:
         settings = make_home(tmp)
         stack_up(settings)
         spec = load_spec(um.ROOT / "table_specs" / "users.yaml")
+        if args.file_mb:
+            size = {"write.target-file-size-bytes": str(args.file_mb * 2**20)}
+            base = spec.base.model_copy(update={"properties": {**spec.base.properties, **size}})
+            spec = spec.model_copy(update={"base": base})
         args.buckets = args.buckets or spec.base.buckets
         bench = um.Bench(settings, args)
         bench.start_spark()
@@ -268,7 +304,7 @@ def main() -> None:
                 file=sys.stderr,
             )
             for workload in workloads:
-                table.skew = workload == "skewed"
+                table.skew = workload
                 work = table.write_ledger(args.keys / rows)
                 for case in args.cases:
                     runs = []

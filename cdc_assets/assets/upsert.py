@@ -70,6 +70,8 @@ def merge_metadata(result: MergeResult) -> dict[str, Any]:
         ),
         "snapshot_id": str(result.snapshot_id or ""),
         "commit_attempts": result.attempts,
+        # How many key ranges pruned the files the MERGEs read (0: they read all of base).
+        "key_ranges": result.key_ranges or 0,
         "watermark_before": _state(result.from_state),
         "watermark_after": _state(result.to_state),
         "seconds": round(result.seconds, 2),

@@ -11,6 +11,7 @@ from cdc_assets.sql.ddl import (
     render_create_namespace,
     render_create_table,
     render_identifier_fields,
+    render_write_order,
 )
 
 
@@ -30,8 +31,11 @@ def ensure_tables(spark: Any, catalog: str, spec: TableSpec) -> list[TableOutcom
         exists = bool(spark.catalog.tableExists(identifier))
         if not exists:
             spark.sql(render_create_table(catalog, layout))
-            identifier_sql = render_identifier_fields(catalog, layout)
-            if identifier_sql:
-                spark.sql(identifier_sql)
+            for sql in (
+                render_identifier_fields(catalog, layout),
+                render_write_order(catalog, layout),
+            ):
+                if sql:
+                    spark.sql(sql)
         outcomes.append(TableOutcome(layer, identifier, created=not exists))
     return outcomes

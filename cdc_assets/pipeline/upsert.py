@@ -58,6 +58,7 @@ from cdc_assets.schema.layers import (
 from cdc_assets.schema.position import Position
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.sql.ddl import quote
+from cdc_assets.sql.key_ranges import KeyRanges, key_ranges, render_key_ranges
 from cdc_assets.sql.plan import shuffles_between_scan_and_join
 from cdc_assets.sql.upsert import (
     ChangeWindow,
@@ -121,6 +122,7 @@ class MergeResult:
     summary: dict[str, str] = field(default_factory=dict)
     attempts: int = 0
     seconds: float = 0.0
+    key_ranges: int | None = None  # ranges the MERGEs pruned base and tombstones by, if any
 
 
 def _redriven_files(ledger: Any, after_sequence: int) -> list[str]:
@@ -349,8 +351,29 @@ def _held_source(spark: Any, bucketed: str, directory: str) -> str:
     return view
 
 
-def merge_base(spark: Any, catalog: str, iceberg_catalog: Any, spec: TableSpec) -> MergeResult:
-    """MERGE the bucketed changes into base and commit base's new state with them."""
+def _worth_pruning(base_table: Any, spec: TableSpec) -> bool:
+    """Whether base has more data files than buckets: only then can a bucket's files bound
+    different key ranges, and the range query (one small Spark job) pay for itself."""
+    current = base_table.current_snapshot()
+    summary = current.summary if current is not None and current.summary else {}
+    return int(summary.get("total-data-files", "0")) > spec.base.buckets
+
+
+def change_key_ranges(spark: Any, spec: TableSpec, bucketed: str) -> KeyRanges | None:
+    """The key ranges of the bucketed changes (``sql.key_ranges``), or None."""
+    query = render_key_ranges(spec, bucketed)
+    if query is None:
+        return None
+    rows = [(r["kind"], r["low"], r["high"]) for r in spark.sql(query).collect()]
+    return key_ranges(spec, rows)
+
+
+def merge_base(
+    spark: Any, catalog: str, iceberg_catalog: Any, spec: TableSpec, *, prune: bool = True
+) -> MergeResult:
+    """MERGE the bucketed changes into base and commit base's new state with them. With
+    ``prune`` (and a base of more files than buckets) the MERGEs read only the files whose key
+    bounds reach the changes' key ranges (``sql.key_ranges``)."""
     started = time.monotonic()
     base_l, bucketed_l, tomb_l = base_layout(spec), bucketed_layout(spec), tombstones_layout(spec)
     base_table = load_table(iceberg_catalog, base_l)
@@ -377,9 +400,13 @@ def merge_base(spark: Any, catalog: str, iceberg_catalog: Any, spec: TableSpec) 
     base = spark_identifier(catalog, base_l)
     bucketed = spark_identifier(catalog, bucketed_l)
     truncate = Position.parse(props[TRUNCATE]) if props.get(TRUNCATE) else None
+    ranges = None
+    if prune and truncate is None and _worth_pruning(base_table, spec):
+        ranges = change_key_ranges(spark, spec, bucketed)
+        result.key_ranges = len(ranges.ranges) if ranges is not None else None
     _run_with_retry(
         spark,
-        render_tombstone_merge(spec, spark_identifier(catalog, tomb_l), bucketed),
+        render_tombstone_merge(spec, spark_identifier(catalog, tomb_l), bucketed, ranges),
         {UPSERT_KIND: "tombstones"},
         result,
     )
@@ -392,6 +419,7 @@ def merge_base(spark: Any, catalog: str, iceberg_catalog: Any, spec: TableSpec) 
         bucketed,
         truncate_floor=truncate,
         keep_unavailable=spec.source.connector in PLACEHOLDER_CONNECTORS,
+        ranges=ranges,
     )
     commit_props = {**to_state.properties(), UPSERT_KIND: "upsert"}
     if shard is not None:

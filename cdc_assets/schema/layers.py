@@ -77,6 +77,9 @@ class TableLayout:
     properties: dict[str, str] = field(default_factory=dict)
     identifier_fields: tuple[str, ...] = ()
     comment: str | None = None
+    # Columns each written file is sorted by, within its partition (Iceberg's sort order). Key
+    # order makes a file's min/max statistics bound a key range that a MERGE can prune by.
+    write_order: tuple[str, ...] = ()
 
     @property
     def column_names(self) -> list[str]:
@@ -173,6 +176,7 @@ def base_layout(spec: TableSpec) -> TableLayout:
         properties={**BASE_PROPERTIES, **spec.base.properties},
         identifier_fields=key_sink_names,
         comment=spec.description,
+        write_order=key_sink_names,
     )
 
 
@@ -228,6 +232,7 @@ def tombstones_layout(spec: TableSpec) -> TableLayout:
         properties={**BASE_PROPERTIES},
         identifier_fields=tuple(c.name for c in keys),
         comment=f"recent deletes of {_sink_table(spec)}",
+        write_order=tuple(c.name for c in keys),
     )
 
 

@@ -95,5 +95,18 @@ def render_identifier_fields(catalog: str, layout: TableLayout) -> str | None:
     return f"ALTER TABLE {table_identifier(catalog, layout)} SET IDENTIFIER FIELDS {names}"
 
 
+def render_write_order(catalog: str, layout: TableLayout) -> str | None:
+    """ALTER TABLE ... WRITE DISTRIBUTED BY PARTITION LOCALLY ORDERED BY (Iceberg SQL
+    extension): rows go to writers by partition (hash, as before) and each file is sorted by
+    ``write_order``; None without one."""
+    if not layout.write_order:
+        return None
+    names = ", ".join(quote(c) for c in layout.write_order)
+    return (
+        f"ALTER TABLE {table_identifier(catalog, layout)} "
+        f"WRITE DISTRIBUTED BY PARTITION LOCALLY ORDERED BY {names}"
+    )
+
+
 def render_create_namespace(catalog: str, namespace: str) -> str:
     return f"CREATE NAMESPACE IF NOT EXISTS {quote(catalog)}.{quote(namespace)}"

@@ -21,6 +21,7 @@ from cdc_assets.schema.types import SinkType
 from cdc_assets.schema.wire import Wire, plan_fields
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.sql.ddl import literal, quote, spark_type
+from cdc_assets.sql.key_ranges import KeyRanges
 
 APPLIED_OPS = ("c", "u", "d", "r")
 SEQ_PARTS = ("_seq_major", "_seq_minor", "_seq_row")
@@ -467,12 +468,18 @@ def render_insert_overwrite(target: str, select: str, columns: Sequence[str] = (
     return f"INSERT OVERWRITE {target}{names} {select}"
 
 
-def _on(spec: TableSpec) -> str:
-    return " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in key_names(spec))
+def _on(spec: TableSpec, ranges: KeyRanges | None = None) -> str:
+    on = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in key_names(spec))
+    # Matches the same pairs (every change's key is in a range); lets Iceberg skip the target's
+    # files whose key bounds miss every range.
+    return on if ranges is None else f"{on} AND {ranges.condition('t')}"
 
 
-def render_tombstone_merge(spec: TableSpec, tombstones: str, bucketed: str) -> str:
-    """Remember this run's deletes (idempotent: a rerun finds them and changes nothing)."""
+def render_tombstone_merge(
+    spec: TableSpec, tombstones: str, bucketed: str, ranges: KeyRanges | None = None
+) -> str:
+    """Remember this run's deletes (idempotent: a rerun finds them and changes nothing);
+    ``ranges`` (of the bucketed keys) prune the tombstones read."""
     layout = tombstones_layout(spec)
     keys = key_names(spec)
     newer = f"{order_struct('s')} > {order_struct('t')}"
@@ -484,7 +491,7 @@ def render_tombstone_merge(spec: TableSpec, tombstones: str, bucketed: str) -> s
     names = [c.name for c in layout.columns]
     return (
         f"MERGE INTO {tombstones} t "
-        f"USING (SELECT * FROM {bucketed} WHERE _op = 'd') s ON {_on(spec)} "
+        f"USING (SELECT * FROM {bucketed} WHERE _op = 'd') s ON {_on(spec, ranges)} "
         f"WHEN MATCHED AND {newer} THEN UPDATE SET {', '.join(sets)} "
         f"WHEN NOT MATCHED THEN INSERT ({', '.join(quote(n) for n in names)}) "
         f"VALUES ({', '.join(values[n] for n in names)})"
@@ -498,14 +505,18 @@ def render_base_merge(
     truncate_floor: Position | None = None,
     *,
     keep_unavailable: bool = True,
+    ranges: KeyRanges | None = None,
 ) -> str:
     """MERGE the bucketed changes into base, each only when newer than the stored row.
 
     With ``keep_unavailable`` a column the change did not carry (TOAST placeholder) keeps the
     stored value; only sources that send placeholders need it, and without it the MERGE reads
     just the key columns of base. With ``truncate_floor`` the rows no change of this run touched
-    and whose position is at or before the truncate are deleted too.
+    and whose position is at or before the truncate are deleted too (which reads all of base, so
+    ``ranges``, the bucketed keys' ranges that prune the files read, cannot go with it).
     """
+    if truncate_floor is not None and ranges is not None:
+        raise ValueError("a MERGE that applies a truncate reads all of base: no key ranges")
     layout = base_layout(spec)
     keys = set(key_names(spec))
     # With placeholders a change equal to the stored row's is applied too: the bucketed row of a
@@ -524,7 +535,7 @@ def render_base_merge(
             sets.append(f"t.{q} = CASE WHEN {_unavailable('s', name)} THEN t.{q} ELSE s.{q} END")
     names = layout.column_names
     sql = (
-        f"MERGE INTO {base} t USING {bucketed} s ON {_on(spec)} "
+        f"MERGE INTO {base} t USING {bucketed} s ON {_on(spec, ranges)} "
         f"WHEN MATCHED AND s._op = 'd' AND {newer} THEN DELETE "
         f"WHEN MATCHED AND s._op <> 'd' AND {newer} THEN UPDATE SET {', '.join(sets)} "
         f"WHEN NOT MATCHED AND s._op <> 'd' THEN INSERT ({', '.join(quote(n) for n in names)}) "

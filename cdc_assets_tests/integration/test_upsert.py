@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from cdc_assets.demo.events import KafkaRecord, produce, workload
 from cdc_assets.pipeline.ingest import ingest_incremental
 from cdc_assets.pipeline.tables import ensure_tables
-from cdc_assets.pipeline.upsert import build_bucketed, merge_base
+from cdc_assets.pipeline.upsert import build_bucketed, change_key_ranges, merge_base
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.layers import base_layout
 from cdc_assets.settings import Settings
@@ -105,10 +105,25 @@ def test_upsert_matches_replay_over_several_runs(
         assert merged.applied
         # An empty base has no partitions to line up with; from then on no shuffle of base.
         assert merged.storage_partitioned is (run > 0)
+        if run == 2:
+            # Base has more files than buckets by now: the replay's MERGEs read only the files
+            # whose key bounds reach its keys, and base still equals the replay.
+            assert merged.key_ranges is not None
         assert_base_matches(spec, iceberg, expected_base(spec, kafka))
     again_bucketed, again = upsert(spark, iceberg, spec)
     assert again_bucketed.up_to_date
     assert again.up_to_date
+
+
+def test_change_key_ranges_split_at_the_widest_gaps(it_settings: Settings, spark: Any) -> None:
+    spec = example_spec(it_settings, "users")
+    keys = [1, 2, 3, 100, 101, 5000, 2**31]
+    spark.createDataFrame([(k,) for k in keys], "id BIGINT").createOrReplaceTempView("cdc_keys")
+    found = change_key_ranges(spark, spec, "cdc_keys")
+    assert found is not None
+    assert found.ranges == ((1, 3), (100, 101), (5000, 5000), (2**31, 2**31))
+    spark.createDataFrame([], "id BIGINT").createOrReplaceTempView("cdc_keys")
+    assert change_key_ranges(spark, spec, "cdc_keys") is None
 
 
 def _shuffle_chunks(
