@@ -20,6 +20,7 @@ from 10M rows up; and the share of files (b) reads on the hot workload, and b/b0
 
     python benchmarks/upsert_scaling.py [--rows 2000000,10000000,50000000] [--keys 100000]
         [--repeats 2] [--cases a,b,b0] [--workloads uniform,skewed,hot] [--file-mb 16]
+        [--format-version 3]
 """
 
 from __future__ import annotations
@@ -235,6 +236,12 @@ def parse_args() -> argparse.Namespace:
         default=None,
         help="base's write.target-file-size-bytes in MiB (default: Iceberg's, 512)",
     )
+    parser.add_argument(
+        "--format-version",
+        type=int,
+        default=None,
+        help="base's Iceberg format version (default: the product's, 2; 3 has deletion vectors)",
+    )
     parser.add_argument("--buckets", type=int, default=None, help="default: the users spec's")
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--driver-memory", default="4g")
@@ -275,9 +282,13 @@ def main() -> None:
         settings = make_home(tmp)
         stack_up(settings)
         spec = load_spec(um.ROOT / "table_specs" / "users.yaml")
+        props: dict[str, str] = {}
         if args.file_mb:
-            size = {"write.target-file-size-bytes": str(args.file_mb * 2**20)}
-            base = spec.base.model_copy(update={"properties": {**spec.base.properties, **size}})
+            props["write.target-file-size-bytes"] = str(args.file_mb * 2**20)
+        if args.format_version:
+            props["format-version"] = str(args.format_version)
+        if props:
+            base = spec.base.model_copy(update={"properties": {**spec.base.properties, **props}})
             spec = spec.model_copy(update={"base": base})
         args.buckets = args.buckets or spec.base.buckets
         bench = um.Bench(settings, args)
@@ -354,6 +365,8 @@ def main() -> None:
         "keys": args.keys,
         "repeats": args.repeats,
         "buckets": args.buckets,
+        "file_mb": args.file_mb,
+        "format_version": args.format_version or 2,
         "hot_changes": um.HOT_CHANGES,
         "hot_keys": um.HOT_KEYS,
         "driver_memory": args.driver_memory,

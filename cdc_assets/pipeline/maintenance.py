@@ -24,7 +24,7 @@ from cdc_assets.pipeline.upsert import spark_identifier
 from cdc_assets.pipeline.watermark import WATERMARK, base_state, is_commit_conflict, state_key
 from cdc_assets.schema.layers import TableLayout, all_layouts
 from cdc_assets.spec.models import TableSpec
-from cdc_assets.sql.ddl import literal, quote
+from cdc_assets.sql.ddl import literal, quote, render_write_order
 
 # Iceberg's remove_orphan_files refuses a cutoff younger than a day: a younger file may belong
 # to a commit still being written (an upsert, an ingest, a compaction).
@@ -170,10 +170,26 @@ def render_procedure(catalog: str, procedure: str, table: str, **args: str) -> s
     return f"CALL {quote(catalog)}.system.{procedure}({', '.join(rendered)})"
 
 
-def render_rewrite_data_files(catalog: str, table: str) -> str:
+def render_rewrite_data_files(catalog: str, table: str, *, sort: bool = False) -> str:
+    """Compaction; with ``sort`` the rewritten files are sorted by the table's sort order (the
+    key, for base and tombstones), so their statistics keep bounding key ranges that the
+    upsert's MERGEs prune by. Bin-packing would concatenate files of different runs."""
+    strategy = {"strategy": literal("sort")} if sort else {}
     return render_procedure(
-        catalog, "rewrite_data_files", table, options=_options(REWRITE_DATA_OPTIONS)
+        catalog, "rewrite_data_files", table, **strategy, options=_options(REWRITE_DATA_OPTIONS)
     )
+
+
+def _ensure_write_order(session: Any, catalog: str, table: Any, layout: TableLayout) -> bool:
+    """Give a table created before layouts had a write order (files sorted by key) that order;
+    whether the table has one now."""
+    if not layout.write_order:
+        return False
+    if table.sort_order().is_unsorted:
+        sql = render_write_order(catalog, layout)
+        if sql is not None:
+            session.sql(sql)
+    return True
 
 
 def render_rewrite_position_deletes(catalog: str, table: str) -> str:
@@ -365,7 +381,10 @@ def maintain_table(
         )
     ]
     for layer in COMPACTED_LAYERS:
-        rewrite_data = render_rewrite_data_files(catalog, ident[layer])
+        layout = layouts[layer]
+        table = iceberg_catalog.load_table(f"{layout.namespace}.{layout.name}")
+        sort = _ensure_write_order(session, catalog, table, layout)
+        rewrite_data = render_rewrite_data_files(catalog, ident[layer], sort=sort)
         rewrite_deletes = render_rewrite_position_deletes(catalog, ident[layer])
         plan.append(("rewrite_data_files", layer, partial(_procedure, session, rewrite_data)))
         plan.append(

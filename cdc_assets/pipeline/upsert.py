@@ -404,12 +404,15 @@ def merge_base(
     if prune and truncate is None and _worth_pruning(base_table, spec):
         ranges = change_key_ranges(spark, spec, bucketed)
         result.key_ranges = len(ranges.ranges) if ranges is not None else None
-    _run_with_retry(
-        spark,
-        render_tombstone_merge(spec, spark_identifier(catalog, tomb_l), bucketed, ranges),
-        {UPSERT_KIND: "tombstones"},
-        result,
-    )
+    # Most runs of most tables delete nothing: a probe of the bucketed deletes (one column,
+    # LIMIT 1) is cheaper than a MERGE that joins none of them with the tombstones.
+    if spark.sql(f"SELECT 1 FROM {bucketed} WHERE _op = 'd' LIMIT 1").collect():
+        _run_with_retry(
+            spark,
+            render_tombstone_merge(spec, spark_identifier(catalog, tomb_l), bucketed, ranges),
+            {UPSERT_KIND: "tombstones"},
+            result,
+        )
     failpoint("after_tombstones")
     if (held := hold_directory(MERGE_HOLD)) is not None:
         bucketed = _held_source(spark, bucketed, held)

@@ -91,6 +91,10 @@ def test_procedures_name_the_table_with_its_catalog() -> None:
     assert rewrite.startswith("CALL `lake`.system.rewrite_data_files(table => '`lake`.`app`")
     assert "'partial-progress.enabled', 'true'" in rewrite
     assert "'min-input-files', '2'" in rewrite
+    assert "strategy" not in rewrite
+    # Base and tombstones: sorted by their sort order (the key), so the MERGEs can still prune.
+    sorted_rewrite = render_rewrite_data_files("lake", table, sort=True)
+    assert "'`lake`.`app`.`users`', strategy => 'sort', options => map(" in sorted_rewrite
     expire = render_expire_snapshots("lake", table, Expiry(0, 4, 1))
     assert expire.endswith(
         "older_than => TIMESTAMP '1970-01-01 00:00:00.000+00:00', retain_last => 4)"
