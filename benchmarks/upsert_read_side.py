@@ -181,6 +181,7 @@ def run_format(
     topic = f"bench.read_v{fmt}.users"
     spec = users.model_copy(
         update={
+            "name": f"users_v{fmt}",  # spec names are unique in a deployment
             "source": users.source.model_copy(update={"topic": topic}),
             "sink": users.sink.model_copy(update={"namespace": f"read_v{fmt}"}),
             "base": users.base.model_copy(

@@ -401,6 +401,8 @@ def merge_base(
     bucketed = spark_identifier(catalog, bucketed_l)
     truncate = Position.parse(props[TRUNCATE]) if props.get(TRUNCATE) else None
     ranges = None
+    # The ranges must hold every key the MERGE reads from bucketed: nothing rewrites bucketed
+    # in between (the assets' pool cdc_upsert/<table> runs one upsert step of a table at a time).
     if prune and truncate is None and _worth_pruning(base_table, spec):
         ranges = change_key_ranges(spark, spec, bucketed)
         result.key_ranges = len(ranges.ranges) if ranges is not None else None
