@@ -242,6 +242,11 @@ def parse_args() -> argparse.Namespace:
         default=None,
         help="base's Iceberg format version (default: the product's, 2; 3 has deletion vectors)",
     )
+    parser.add_argument(
+        "--unordered",
+        action="store_true",
+        help="base and tombstones without the product's key order (files not sorted by key)",
+    )
     parser.add_argument("--buckets", type=int, default=None, help="default: the users spec's")
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--driver-memory", default="4g")
@@ -366,6 +371,7 @@ def main() -> None:
         "repeats": args.repeats,
         "buckets": args.buckets,
         "file_mb": args.file_mb,
+        "key_ordered": not args.unordered,
         "format_version": args.format_version or 2,
         "hot_changes": um.HOT_CHANGES,
         "hot_keys": um.HOT_KEYS,
