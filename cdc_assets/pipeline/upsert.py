@@ -15,6 +15,7 @@ change is applied only when newer than the stored row, so a second application i
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -66,6 +67,7 @@ from cdc_assets.sql.upsert import (
     render_insert_overwrite,
     render_late_keys,
     render_newest_changes,
+    render_pinned_changes,
     render_tombstone_merge,
     render_window_probe,
 )
@@ -375,11 +377,12 @@ def merge_base(
     ``prune`` (and a base of more files than buckets) the MERGEs read only the files whose key
     bounds reach the changes' key ranges (``sql.key_ranges``)."""
     started = time.monotonic()
-    base_l, bucketed_l, tomb_l = base_layout(spec), bucketed_layout(spec), tombstones_layout(spec)
+    base_l, bucketed_l = base_layout(spec), bucketed_layout(spec)
     base_table = load_table(iceberg_catalog, base_l)
     shard = shard_of(spec)
     state = base_state(base_table, shard)
-    props = current_properties(load_table(iceberg_catalog, bucketed_l))
+    bucketed_table = load_table(iceberg_catalog, bucketed_l)
+    props = current_properties(bucketed_table)
     result = MergeResult(spec.name, state, state)
     if state_key(WATERMARK, shard) not in props:
         result.up_to_date = True
@@ -397,12 +400,55 @@ def merge_base(
             f"({props.get(FROM_STATE)}) than base has ({state.token()}); "
             "materialize the bucketed asset again, then base"
         )
+    # Every read of bucketed below is of the snapshot whose state this MERGE commits: another
+    # upsert of the table (a second process, a deployment without the pool limit) may rebuild
+    # bucketed meanwhile, and the key ranges must hold every key the MERGE then reads.
+    bucketed = _pinned_changes(spark, catalog, bucketed_table, bucketed_l)
+    result.seconds = time.monotonic() - started
+    try:
+        return _merge_pinned(
+            spark, catalog, iceberg_catalog, spec, base_table, props, bucketed, result, prune
+        )
+    finally:
+        spark.catalog.dropTempView(bucketed)
+
+
+def _pinned_changes(spark: Any, catalog: str, table: Any, layout: TableLayout) -> str:
+    """A temp view of ``table``'s current snapshot (``render_pinned_changes``)."""
+    snapshot = table.current_snapshot()
+    schema = next(
+        (s for s in table.metadata.schemas if s.schema_id == snapshot.schema_id), table.schema()
+    )
+    view = re.sub(r"\W", "_", f"cdc_pinned_{layout.namespace}_{layout.name}")
+    select = render_pinned_changes(
+        spark_identifier(catalog, layout),
+        snapshot.snapshot_id,
+        [(c.name, c.type) for c in layout.columns],
+        {f.name for f in schema.fields},
+    )
+    spark.sql(f"CREATE OR REPLACE TEMP VIEW {view} AS {select}")
+    return view
+
+
+def _merge_pinned(
+    spark: Any,
+    catalog: str,
+    iceberg_catalog: Any,
+    spec: TableSpec,
+    base_table: Any,
+    props: dict[str, str],
+    bucketed: str,
+    result: MergeResult,
+    prune: bool,
+) -> MergeResult:
+    """The rest of ``merge_base``, reading the changes from the pinned view ``bucketed``."""
+    started = time.monotonic() - result.seconds
+    base_l, tomb_l = base_layout(spec), tombstones_layout(spec)
+    shard = shard_of(spec)
+    state, to_state = result.from_state, result.to_state
     base = spark_identifier(catalog, base_l)
-    bucketed = spark_identifier(catalog, bucketed_l)
     truncate = Position.parse(props[TRUNCATE]) if props.get(TRUNCATE) else None
     ranges = None
-    # The ranges must hold every key the MERGE reads from bucketed: nothing rewrites bucketed
-    # in between (the assets' pool cdc_upsert/<table> runs one upsert step of a table at a time).
     if prune and truncate is None and _worth_pruning(base_table, spec):
         ranges = change_key_ranges(spark, spec, bucketed)
         result.key_ranges = len(ranges.ranges) if ranges is not None else None

@@ -457,6 +457,19 @@ def _newest_by_rank(keys: list[str], columns: list[str], changes: str, tombstone
     )
 
 
+def render_pinned_changes(
+    bucketed: str, snapshot_id: int, columns: Sequence[tuple[str, SinkType]], present: set[str]
+) -> str:
+    """SELECT of the bucketed table as of ``snapshot_id`` (the snapshot whose state the MERGE
+    commits), in the layout's ``columns``: one the snapshot was written without (``present``
+    lacks it; a column added since) reads as NULL, as it would in the current schema."""
+    select = ", ".join(
+        quote(name) if name in present else f"CAST(NULL AS {spark_type(kind)}) AS {quote(name)}"
+        for name, kind in columns
+    )
+    return f"SELECT {select} FROM {bucketed} VERSION AS OF {int(snapshot_id)}"
+
+
 def render_insert_overwrite(target: str, select: str, columns: Sequence[str] = ()) -> str:
     """Replace the whole table (static overwrite: no PARTITION clause, every partition goes).
 

@@ -8,6 +8,7 @@ read with pyiceberg.
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import random
 from typing import Any
@@ -17,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cdc_assets.demo.events import KafkaRecord, produce, workload
+from cdc_assets.pipeline import upsert as upsert_module
 from cdc_assets.pipeline.ingest import ingest_incremental
 from cdc_assets.pipeline.tables import ensure_tables
 from cdc_assets.pipeline.upsert import build_bucketed, change_key_ranges, merge_base
@@ -113,6 +115,67 @@ def test_upsert_matches_replay_over_several_runs(
     again_bucketed, again = upsert(spark, iceberg, spec)
     assert again_bucketed.up_to_date
     assert again.up_to_date
+
+
+def _key_id(record: KafkaRecord) -> Any:
+    """The ``id`` in a record's key (None for a record without one)."""
+    if record.key is None:
+        return None
+    document = json.loads(record.key)
+    return document.get("payload", document).get("id")
+
+
+def test_a_bucketed_table_rebuilt_mid_merge_does_not_escape_its_key_ranges(
+    it_settings: Settings,
+    spark: Any,
+    iceberg: IcebergCatalogResource,
+    kafka: KafkaResource,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Another upsert of the table (a second process, no pool limit) rebuilds bucketed between
+    this MERGE's key-range query and the MERGE, with changes to keys outside those ranges. The
+    MERGE reads the snapshot it took the ranges and the state from; the next run applies the
+    rest, and base equals the replay (read unpinned, those keys would be inserted twice)."""
+    spec = isolated(example_spec(it_settings, "users"), partitions=1, kafka=kafka)
+    ensure_tables(spark, "lake", spec)
+    records = workload(spec, random.Random(17), keys=80, events=600, markers=False)
+    bootstrap = kafka.resolved_bootstrap()
+    for chunk in (records[:300], records[300:400]):
+        produce(chunk, spec.source.topic, bootstrap)
+        ingest(spark, iceberg, kafka, spec)
+        upsert(spark, iceberg, spec)
+    # Later changes of a few low keys, then of the other keys (each key's changes keep order).
+    rest = records[400:]
+    low = [r for r in rest if (_key_id(r) or 0) <= 8]
+    high = [r for r in rest if (_key_id(r) or 0) > 8]
+    assert low
+    assert high
+    produce(low, spec.source.topic, bootstrap)
+    ingest(spark, iceberg, kafka, spec)
+    build_bucketed(spark, "lake", iceberg.load_catalog(), spec)
+
+    ranges_of = upsert_module.change_key_ranges
+    taken, rebuilt = [], []
+
+    def ranges_then_rebuild(spark_: Any, spec_: TableSpec, bucketed: str) -> Any:
+        found = ranges_of(spark_, spec_, bucketed)
+        taken.append(found)
+        produce(high, spec.source.topic, bootstrap)
+        ingest(spark, iceberg, kafka, spec)
+        rebuilt.append(build_bucketed(spark, "lake", iceberg.load_catalog(), spec))
+        return found
+
+    monkeypatch.setattr(upsert_module, "change_key_ranges", ranges_then_rebuild)
+    merged = merge_base(spark, "lake", iceberg.load_catalog(), spec)
+    monkeypatch.undo()
+    assert merged.applied
+    assert merged.key_ranges is not None
+    assert rebuilt
+    assert rebuilt[0].rows > 0
+    assert all(top <= 8 for _, top in taken[0].ranges), "the low keys' ranges only"
+    _, caught_up = upsert(spark, iceberg, spec)
+    assert caught_up.applied
+    assert_base_matches(spec, iceberg, expected_base(spec, kafka))
 
 
 def test_change_key_ranges_split_at_the_widest_gaps(it_settings: Settings, spark: Any) -> None:

@@ -10,6 +10,7 @@ from cdc_assets.schema.wire import plan_fields
 from cdc_assets.spec import load_specs
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.sql.bootstrap import dump_value, render_bootstrap_select, resolve_columns
+from cdc_assets.sql.ddl import spark_type
 from cdc_assets.sql.plan import parse_tree, shuffles_between_scan_and_join
 from cdc_assets.sql.upsert import (
     ChangeWindow,
@@ -17,6 +18,7 @@ from cdc_assets.sql.upsert import (
     render_base_merge,
     render_late_keys,
     render_newest_changes,
+    render_pinned_changes,
     render_tombstone_merge,
     render_window_probe,
 )
@@ -161,6 +163,22 @@ SHUFFLED_PLAN = (
 """
     + TAIL
 )
+
+
+def test_pinned_changes_read_one_snapshot_in_the_layout() -> None:
+    from cdc_assets.schema.layers import bucketed_layout
+
+    layout = bucketed_layout(SPECS["users"])
+    columns = [(c.name, c.type) for c in layout.columns]
+    added = layout.columns[1].name  # a column the snapshot was written without
+    sql = render_pinned_changes(
+        "`lake`.`app`.`users_bucketed`", 7, columns, {c.name for c in layout.columns} - {added}
+    )
+    assert sql.endswith("FROM `lake`.`app`.`users_bucketed` VERSION AS OF 7")
+    assert f"CAST(NULL AS {spark_type(layout.columns[1].type)}) AS `{added}`" in sql
+    # Every layout column, in the layout's order, and nothing else.
+    tree = sqlglot.parse_one(sql.replace(" VERSION AS OF 7", ""), read="spark")
+    assert [e.alias_or_name for e in tree.expressions] == layout.column_names
 
 
 def test_plan_reader_finds_a_shuffle_on_the_base_side() -> None:
