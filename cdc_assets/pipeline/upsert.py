@@ -416,15 +416,19 @@ def merge_base(
 def _pinned_changes(spark: Any, catalog: str, table: Any, layout: TableLayout) -> str:
     """A temp view of ``table``'s current snapshot (``render_pinned_changes``)."""
     snapshot = table.current_snapshot()
-    schema = next(
-        (s for s in table.metadata.schemas if s.schema_id == snapshot.schema_id), table.schema()
+    current = table.schema()
+    written = next(
+        (s for s in table.metadata.schemas if s.schema_id == snapshot.schema_id), current
     )
+    # Columns are matched by field id: a rename keeps the id, an added column has none there.
+    name_then = {f.field_id: f.name for f in written.fields}
+    written_as = {f.name: name_then.get(f.field_id) for f in current.fields}
     view = re.sub(r"\W", "_", f"cdc_pinned_{layout.namespace}_{layout.name}")
     select = render_pinned_changes(
         spark_identifier(catalog, layout),
         snapshot.snapshot_id,
         [(c.name, c.type) for c in layout.columns],
-        {f.name for f in schema.fields},
+        written_as,
     )
     spark.sql(f"CREATE OR REPLACE TEMP VIEW {view} AS {select}")
     return view

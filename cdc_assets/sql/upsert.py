@@ -458,15 +458,24 @@ def _newest_by_rank(keys: list[str], columns: list[str], changes: str, tombstone
 
 
 def render_pinned_changes(
-    bucketed: str, snapshot_id: int, columns: Sequence[tuple[str, SinkType]], present: set[str]
+    bucketed: str,
+    snapshot_id: int,
+    columns: Sequence[tuple[str, SinkType]],
+    written_as: Mapping[str, str | None],
 ) -> str:
     """SELECT of the bucketed table as of ``snapshot_id`` (the snapshot whose state the MERGE
-    commits), in the layout's ``columns``: one the snapshot was written without (``present``
-    lacks it; a column added since) reads as NULL, as it would in the current schema."""
-    select = ", ".join(
-        quote(name) if name in present else f"CAST(NULL AS {spark_type(kind)}) AS {quote(name)}"
-        for name, kind in columns
-    )
+    commits) in the layout's ``columns``. Spark reads a snapshot with the schema it was written
+    with: ``written_as`` maps a column to its name there (renamed since: the old name), or to
+    None when the snapshot lacks it (added since: it reads as NULL, as in the current schema). A
+    column it does not map is read by its own name."""
+
+    def read(name: str, kind: SinkType) -> str:
+        then = written_as.get(name, name)
+        if then is None:
+            return f"CAST(NULL AS {spark_type(kind)}) AS {quote(name)}"
+        return quote(name) if then == name else f"{quote(then)} AS {quote(name)}"
+
+    select = ", ".join(read(name, kind) for name, kind in columns)
     return f"SELECT {select} FROM {bucketed} VERSION AS OF {int(snapshot_id)}"
 
 

@@ -171,11 +171,14 @@ def test_pinned_changes_read_one_snapshot_in_the_layout() -> None:
     layout = bucketed_layout(SPECS["users"])
     columns = [(c.name, c.type) for c in layout.columns]
     added = layout.columns[1].name  # a column the snapshot was written without
-    sql = render_pinned_changes(
-        "`lake`.`app`.`users_bucketed`", 7, columns, {c.name for c in layout.columns} - {added}
-    )
+    renamed = layout.columns[2].name  # a column renamed since the snapshot was written
+    written_as: dict[str, str | None] = {c.name: c.name for c in layout.columns[3:]}
+    written_as |= {added: None, renamed: "old_name"}  # columns[0] is read by its own name
+    sql = render_pinned_changes("`lake`.`app`.`users_bucketed`", 7, columns, written_as)
     assert sql.endswith("FROM `lake`.`app`.`users_bucketed` VERSION AS OF 7")
     assert f"CAST(NULL AS {spark_type(layout.columns[1].type)}) AS `{added}`" in sql
+    assert f"`old_name` AS `{renamed}`" in sql
+    assert sql.startswith(f"SELECT `{layout.columns[0].name}`, ")
     # Every layout column, in the layout's order, and nothing else.
     tree = sqlglot.parse_one(sql.replace(" VERSION AS OF 7", ""), read="spark")
     assert [e.alias_or_name for e in tree.expressions] == layout.column_names
