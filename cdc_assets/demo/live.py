@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cdc_assets.demo import shards
 from cdc_assets.demo.workload import WorkloadGenerator, script
 from cdc_assets.jobs.inprocess import CycleResult
 from cdc_assets.quality.mirror_diff import MirrorDiff
@@ -59,9 +60,11 @@ def demo_specs_dir(settings: Settings) -> Path:
 
 
 def prepare_specs(settings: Settings, project_specs: Path) -> Path:
+    """The example specs and the sharded table's (``demo.shards``), copied once."""
     target = demo_specs_dir(settings)
     if not target.exists():
         shutil.copytree(project_specs, target)
+    shards.ensure_spec(target)
     return target
 
 
@@ -98,6 +101,8 @@ def next_key_base(settings: Settings, specs: Sequence[TableSpec]) -> int:
     """The first multiple of KEY_STRIDE above every key the demo tables hold."""
     highest = 0
     for spec in specs:
+        if spec.source.sharded:
+            continue  # on servers of their own (shards.next_key_base)
         server: sources.ServerName = (
             "postgres" if spec.source.connector == "postgresql" else "mariadb"
         )
@@ -133,6 +138,8 @@ class Workload:
     def servers(self) -> dict[sources.ServerName, list[TableSpec]]:
         by_server: dict[sources.ServerName, list[TableSpec]] = {}
         for spec in self.specs:
+            if spec.source.sharded:
+                continue  # its own workload (shards.run_workload)
             server: sources.ServerName = (
                 "postgres" if spec.source.connector == "postgresql" else "mariadb"
             )
@@ -234,22 +241,39 @@ def run_live_demo(
     console.print(f"      kafka {state.bootstrap_servers}, {lake_description(settings)}")
     for db, server, _ in sources.jdbc_urls(settings):
         console.print(f"      {server} database {db}")
+    # The sharded table, when the specs hold it (the demo's own copy does).
+    sharded = any(
+        s.name == shards.TABLE and s.source.sharded for s in load_specs(settings.specs_dir)
+    )
+    if sharded:
+        for line in shards.start_shards(settings, state.bootstrap_servers):
+            console.print(f"      shard {line}")
     step(3, f"specs in {settings.specs_dir}; onboard_tables job")
     driver = PipelineDriver(settings, dagster_instance(settings))
     created = driver.onboard()
     console.print(f"      {len(created)} Iceberg table(s) created")
     specs = load_specs(settings.specs_dir)
     base = next_key_base(settings, specs)
+    shard_base = shards.next_key_base(settings, KEY_STRIDE) if sharded else 0
     step(4, f"workload: {statements} changes per table through the databases' clients")
     first = Workload(settings, specs, seed=seed, key_base=base)
     first.run(statements, shape=lambda s: shaped(s, add_missing=False))
+    if sharded:
+        first.statements_run |= shards.run_workload(
+            settings,
+            _spec_named(specs, shards.TABLE),
+            {shard: lambda v: v for shard in shards.SHARD_SERVERS},
+            statements=statements,
+            seed=seed,
+            key_base=shard_base,
+        )
     console.print(
         "      "
         + ", ".join(f"{s}: {n} statements" for s, n in sorted(first.statements_run.items()))
     )
     resources = build_resources(settings)
     kafka = resources["kafka"]
-    topics = [s.source.topic for s in specs]
+    topics = [t for s in specs for t in s.source.topics]
     step(5, "pipeline cycle: ingest_ledgers, schema_changes sensor, upsert_bases")
     wait_quiet(kafka, topics)
     _print_cycle(console, driver.cycle())
@@ -259,6 +283,30 @@ def run_live_demo(
         console.print(f"      {line}")
     second = Workload(settings, specs, seed=seed + 100, key_base=base + KEY_STRIDE // 2)
     second.run(after_change, shape=shaped)
+    if sharded:
+        # One shard changes first and the other keeps writing its old shape, then it changes too.
+        first_shard, second_shard = shards.SHARD_SERVERS
+        spec = _spec_named(specs, shards.TABLE)
+        console.print(f"      {shards.apply_schema_change(settings, first_shard)}")
+        second.statements_run |= shards.run_workload(
+            settings,
+            spec,
+            {first_shard: shards.with_new_column, second_shard: lambda v: v},
+            statements=after_change,
+            seed=seed + 100,
+            key_base=shard_base + KEY_STRIDE // 2,
+        )
+        console.print(f"      {shards.apply_schema_change(settings, second_shard)}")
+        later = shards.run_workload(
+            settings,
+            spec,
+            {second_shard: shards.with_new_column},
+            statements=after_change,
+            seed=seed + 200,
+            key_base=shard_base + 3 * KEY_STRIDE // 4,
+        )
+        for shard_server, n in later.items():
+            second.statements_run[shard_server] = second.statements_run.get(shard_server, 0) + n
     console.print(
         "      "
         + ", ".join(f"{s}: {n} statements" for s, n in sorted(second.statements_run.items()))
@@ -282,16 +330,23 @@ def run_live_demo(
         "differences",
         "schema versions applied",
     )
+    compared: list[tuple[str, TableSpec, MirrorDiff]] = []
     for spec in specs:
-        url = source_url_for(spec, urls)
-        if url is None:
+        if spec.source.sharded:
+            for shard, diff in shards.compare(spark, settings.catalog_name, spec, settings).items():
+                compared.append((f"{spec.name} ({shard})", spec, diff))
             continue
-        diff = compare_source(spark, settings.catalog_name, spec, url)
+        url = source_url_for(spec, urls)
+        if url is not None:
+            compared.append(
+                (spec.name, spec, compare_source(spark, settings.catalog_name, spec, url))
+            )
+    for label, spec, diff in compared:
         versions = versions_applied(catalog, spec.name)
-        outcomes.append(TableOutcome(spec.name, diff, versions))
+        outcomes.append(TableOutcome(label, diff, versions))
         differences = diff.missing + diff.extra + diff.differing + diff.duplicated
         report.add_row(
-            spec.name,
+            label,
             str(spec.spec_version),
             f"{diff.source_rows:,}",
             f"{diff.base_rows:,}",
@@ -304,6 +359,10 @@ def run_live_demo(
             console.print(outcome.diff.summary())
     console.print(f"done in {time.monotonic() - started:.0f} s")
     return outcomes
+
+
+def _spec_named(specs: Sequence[TableSpec], name: str) -> TableSpec:
+    return next(s for s in specs if s.name == name)
 
 
 def _print_views(console: Any, views: dict[str, dict[str, Any]]) -> None:

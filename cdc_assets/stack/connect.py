@@ -269,6 +269,73 @@ def register_connectors(
     return names
 
 
+def capture_config(
+    settings: Settings,
+    bootstrap: str,
+    server: sources.ServerName,
+    *,
+    prefix: str,
+    tables: list[str],
+    mariadb_name: str = sources.MARIADB,
+    server_id: int | None = None,
+    slot: str | None = None,
+    schema_changes: bool = False,
+    overrides: dict[str, str] | None = None,
+) -> dict[str, str]:
+    """The repository's connector config for ``server`` made into a connector of its own: topic
+    prefix ``prefix`` (topics ``<prefix>.<database or schema>.<table>``, no routing), capturing
+    ``tables`` (``db.table`` or ``schema.table``) from the local MariaDB server ``mariadb_name``
+    with replication id ``server_id`` (distinct per connector of one server), or from PostgreSQL
+    through replication slot ``slot``. ``schema_changes``: a MariaDB connector writes its
+    schema-change topic (named as its prefix). ``overrides``: further connector settings."""
+    values = placeholder_values(settings, bootstrap)
+    config = next(
+        dict(d["config"])
+        for d in connector_configs(values)
+        if ("postgresql" in d["config"]["connector.class"].lower()) == (server == "postgres")
+    )
+    for key in [k for k in config if k.startswith("transforms")]:
+        del config[key]  # topics keep Debezium's own names under the prefix
+    if server == "mariadb" and mariadb_name != sources.MARIADB:
+        config["database.port"] = str(sources.port_of(settings, mariadb_name))
+    config.update(
+        {
+            "topic.prefix": prefix,
+            "table.include.list": ",".join(tables),
+            "snapshot.mode": "initial",
+            "provide.transaction.metadata": "false",
+        }
+    )
+    if server == "mariadb":
+        if server_id is None:
+            raise StackError(f"a MariaDB connector of its own needs a server id ({prefix})")
+        config["database.include.list"] = ",".join(sorted({t.split(".")[0] for t in tables}))
+        config["database.server.id"] = str(server_id)
+        config["schema.history.internal.kafka.topic"] = f"_cdc-schema-history.{prefix}"
+        config["include.schema.changes"] = "true" if schema_changes else "false"
+    else:
+        if slot is None:
+            raise StackError(
+                f"a PostgreSQL connector of its own needs a replication slot ({prefix})"
+            )
+        config["slot.name"] = slot
+    config.update(overrides or {})
+    return config
+
+
+def register_capture(settings: Settings, bootstrap: str, name: str, config: dict[str, str]) -> None:
+    """PUT connector ``name`` (idempotent: an existing one keeps its offsets) and return once it
+    runs and its snapshot is done (its first heartbeat); `stack status` lists it."""
+    port = running_worker(settings)[1]
+    _request_retrying(port, "PUT", f"/connectors/{name}/config", config)
+    wait_running(port, name, log_file=connect_files(settings).log_file)
+    known = sources.load_state(settings).get("connectors", [])
+    names = [n for n in known if isinstance(n, str)] if isinstance(known, list) else []
+    if name not in names:
+        sources.update_state(settings, connectors=[*names, name])
+    wait_snapshots_done(bootstrap, [heartbeat_topic(config)])
+
+
 AVRO_CONVERTER = "io.apicurio.registry.utils.converter.AvroConverter"
 
 

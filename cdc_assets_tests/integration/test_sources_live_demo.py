@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from cdc_assets.demo import shards
 from cdc_assets.demo.live import SCHEMA_CHANGES, demo_specs_dir
 from cdc_assets.resources import build_resources
 from cdc_assets.schema.layers import base_layout
@@ -70,11 +71,14 @@ def test_the_demo_converges_with_no_difference(demo: subprocess.CompletedProcess
         assert f"[{n}/8]" in out
     for server, database, sql in SCHEMA_CHANGES:
         assert f"{server}/{database}: {sql}" in out
+    for server in shards.SHARD_SERVERS.values():
+        assert f"{server}/{shards.DATABASE}: {shards.SCHEMA_CHANGE}" in out
     report = [line for line in out.splitlines() if line.startswith("│ ")]
     rows = {
         cells[0]: cells for cells in ([c.strip() for c in r.strip("│ ").split("│")] for r in report)
     }
-    assert set(rows) == {"users", "order_items", "orders"}, out
+    sharded = {f"customers ({shard})" for shard in shards.SHARD_SERVERS}
+    assert set(rows) == {"users", "order_items", "orders", *sharded}, out
     for table, cells in rows.items():
         _, version, source_rows, base_rows, differences, applied = cells
         assert differences == "none", out
@@ -98,6 +102,7 @@ def test_the_schema_changes_reached_specs_and_base(
     assert specs["orders"].columns_by_name["amount"].type == "decimal(16,2)"
     project = {s.name: s for s in load_specs(PROJECT_ROOT / "table_specs")}
     assert all(s.spec_version == 1 for s in project.values())
+    assert "customers" not in project  # the demo adds it to its own copy
 
     catalog = build_resources(sources_home)["iceberg"].load_catalog()
 
@@ -114,3 +119,15 @@ def test_the_schema_changes_reached_specs_and_base(
     assert sum(len(r["sku"]) > 64 for r in base_rows("order_items")) > 5
     amounts = [r["amount"] for r in base_rows("orders")]
     assert max(abs(a) for a in amounts) >= 10**10  # beyond numeric(12,2)
+    # The sharded table: one evolution for the column both shards added, the same ids on both
+    # shards as two rows, and the new column's values from each shard once it had the column.
+    customers = base_rows("customers")
+    assert specs["customers"].columns_by_name["tier"].type == "varchar(16)"
+    assert specs["customers"].spec_version == 2
+    ids = {
+        shard: {r["id"] for r in customers if r["_shard"] == shard}
+        for shard in shards.SHARD_SERVERS
+    }
+    assert len(ids["shard1"] & ids["shard2"]) > 10
+    for shard in shards.SHARD_SERVERS:
+        assert sum(r["tier"] is not None for r in customers if r["_shard"] == shard) > 5, shard

@@ -48,16 +48,6 @@ def _port(settings: Settings) -> int:
     return port
 
 
-def _base_config(settings: Settings, bootstrap: str, server: sources.ServerName) -> dict[str, str]:
-    values = connect.placeholder_values(settings, bootstrap)
-    for definition in connect.connector_configs(values):
-        config: dict[str, str] = definition["config"]
-        is_pg = "postgresql" in config["connector.class"].lower()
-        if is_pg == (server == "postgres"):
-            return dict(config)
-    raise StackError(f"no connector config for {server}")
-
-
 def register(
     settings: Settings,
     bootstrap: str,
@@ -75,31 +65,22 @@ def register(
     ``mariadb_name`` picks a further local MariaDB server; ``schema_changes`` makes the
     connector write its schema-change topic (named as its prefix); ``overrides`` are further
     connector settings (a publication of the test's own, say)."""
-    config = _base_config(settings, bootstrap, server)
-    for key in [k for k in config if k.startswith("transforms")]:
-        del config[key]  # topics keep Debezium's own names under our prefix
     name = f"it-{server}-{tag}"
     prefix = prefix or f"it{server[0]}{tag}"
-    if server == "mariadb" and mariadb_name != sources.MARIADB:
-        config["database.port"] = str(sources.port_of(settings, mariadb_name))
-    config.update(
-        {
-            "topic.prefix": prefix,
-            "table.include.list": ",".join(tables),
-            "snapshot.mode": "initial",
-            "provide.transaction.metadata": "false",
-        }
+    slot = None if server == "mariadb" else f"it_{tag}"
+    # The slot's publication: the stack's, which covers the example table.
+    config = connect.capture_config(
+        settings,
+        bootstrap,
+        server,
+        prefix=prefix,
+        tables=tables,
+        mariadb_name=mariadb_name,
+        server_id=6000 + int(tag, 16) % 3000,
+        slot=slot,
+        schema_changes=schema_changes,
+        overrides=overrides,
     )
-    slot = None
-    if server == "mariadb":
-        config["database.include.list"] = ",".join(sorted({t.split(".")[0] for t in tables}))
-        config["database.server.id"] = str(6000 + int(tag, 16) % 3000)
-        config["schema.history.internal.kafka.topic"] = f"_cdc-schema-history.{name}"
-        config["include.schema.changes"] = "true" if schema_changes else "false"
-    else:
-        slot = f"it_{tag}"
-        config["slot.name"] = slot  # the publication of the stack covers the example table
-    config.update(overrides or {})
     port = _port(settings)
     deadline = time.monotonic() + TIMEOUT_S
     while True:

@@ -175,3 +175,33 @@ def test_a_shard_may_name_its_own_gtid_domain() -> None:
         shards=[SHARDS[0], {**SHARDS[1], "gtid_domain": 7}],
     )
     assert [v.source.gtid_domain for v in spec.shard_specs()] == [3, 7]
+
+
+def test_the_live_demo_s_sharded_spec_and_its_workload_shapes(tmp_path: Path) -> None:
+    """The spec `cdc-assets run` adds: a view per shard server, the shard column leading the
+    key; the shape after the demo's ALTER adds the column once; the spec file is written once
+    (a rerun keeps its evolution)."""
+    from cdc_assets.demo import shards
+    from cdc_assets.demo.workload import WorkloadGenerator
+
+    spec = shards.shard_spec()
+    views = spec.shard_specs()
+    assert [v.source.topic for v in views] == [
+        f"{s}.{shards.DATABASE}.{shards.TABLE}" for s in shards.SHARD_SERVERS
+    ]
+    assert spec.key_sink_names[0] == spec.shard_column
+    changed = shards.with_new_column(views[0])
+    assert [c.name for c in changed.columns][-1] == shards.NEW_COLUMN[0]
+    assert shards.with_new_column(changed) == changed
+    assert changed.source.shard == views[0].source.shard
+    # both shards' generators start at the same key: the same ids on both servers
+    first = [
+        WorkloadGenerator([v], seed=i, key_base=100).statements(5)[4].sql
+        for i, v in enumerate(views)
+    ]
+    assert all("`crm`.`customers`" in sql for sql in first)
+    shards.ensure_spec(tmp_path)
+    evolved = shards.shard_spec().model_copy(update={"spec_version": 2})
+    write_spec(evolved, tmp_path / f"{shards.TABLE}.yaml")
+    shards.ensure_spec(tmp_path)
+    assert load_specs(tmp_path)[0].spec_version == 2
