@@ -1,58 +1,52 @@
 """Asset check: every Kafka record the latest ingest read is a ledger row, a dead letter or a
 skip with a reason, and the Iceberg tables agree with those counts (a dead letter redriven into
-the ledger since still counts once)."""
+the ledger since still counts once). It runs in the table's check op (``table_checks``); the
+sensors' ingest runs select it alone."""
 
 import json
 from typing import Any
 
 import dagster as dg
 
-from cdc_assets.assets.keys import asset_key
-from cdc_assets.checks.failsafe import failsafe
 from cdc_assets.pipeline.offsets import (
     COUNTS_PROPERTY,
     START_OFFSETS_PROPERTY,
     committed_snapshot,
     decode_offsets,
 )
-from cdc_assets.resources.iceberg import IcebergCatalogResource
 from cdc_assets.schema.layers import dead_letter_layout, ledger_layout
 from cdc_assets.spec.models import TableSpec
 
 ACCOUNTING_CHECK = "offsets_accounted"
 
 
-def build_accounting_check(spec: TableSpec) -> dg.AssetChecksDefinition:
-    @dg.asset_check(
-        asset=asset_key("cdc", spec.name),
-        name=ACCOUNTING_CHECK,
-        description="Latest ingest: records read = ledger rows + dead letters + skipped, "
-        "and the ledger and dead-letter tables hold each kept record of its range once "
-        "(redriven dead letters count in the ledger).",
-    )
-    @failsafe
-    def offsets_accounted(iceberg: IcebergCatalogResource) -> dg.AssetCheckResult:
-        catalog = iceberg.load_catalog()
-        # A sharded table has a ledger per shard, each accounted against its own topic.
-        results = {
-            view.shard.shard_name if view.shard else "": account(catalog, view)
-            for view in spec.shard_specs()
-        }
-        if list(results) == [""]:
-            return results[""]
-        failed = [name for name, r in results.items() if not r.passed]
-        return dg.AssetCheckResult(
-            passed=not failed,
-            description="; ".join(f"{n}: {r.description or ''}" for n, r in results.items()),
-            metadata={
-                "failed_shards": failed,
-                "shards": dg.MetadataValue.json(
-                    {n: {k: v.value for k, v in r.metadata.items()} for n, r in results.items()}
-                ),
-            },
-        )
+ACCOUNTING_DESCRIPTION = (
+    "Latest ingest: records read = ledger rows + dead letters + skipped, and the ledger and "
+    "dead-letter tables hold each kept record of its range once (redriven dead letters count "
+    "in the ledger)."
+)
 
-    return offsets_accounted
+
+def offsets_accounted(catalog: Any, spec: TableSpec) -> dg.AssetCheckResult:
+    """The check's result for ``spec``: its ledger's newest ingest, or each shard's ledger's
+    (a sharded table has a ledger per shard, each accounted against its own topic)."""
+    results = {
+        view.shard.shard_name if view.shard else "": account(catalog, view)
+        for view in spec.shard_specs()
+    }
+    if list(results) == [""]:
+        return results[""]
+    failed = [name for name, r in results.items() if not r.passed]
+    return dg.AssetCheckResult(
+        passed=not failed,
+        description="; ".join(f"{n}: {r.description or ''}" for n, r in results.items()),
+        metadata={
+            "failed_shards": failed,
+            "shards": dg.MetadataValue.json(
+                {n: {k: v.value for k, v in r.metadata.items()} for n, r in results.items()}
+            ),
+        },
+    )
 
 
 def account(catalog: Any, spec: TableSpec) -> dg.AssetCheckResult:
