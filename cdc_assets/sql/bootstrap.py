@@ -72,17 +72,58 @@ def _bad_value(plan: FieldPlan, source_column: str) -> str:
     return f"({ref} IS NOT NULL AND {value} IS NULL)"
 
 
+def _dump_expression(plan: FieldPlan, name: str, dialect: SourceDialect) -> str | None:
+    """How the dump reads one column where Spark's JDBC source would not read it as the
+    database holds it; None: as it is.
+
+    Dates and date-times are read as text in ISO form and cast by Spark: the JDBC drivers build
+    ``java.sql`` values in the Julian calendar before 1582-10-15, which shifts such values by
+    days (and moves the ten days of October 1582 that Julian Rome skipped), where the databases
+    and Spark count in the proleptic Gregorian calendar. A PostgreSQL year before 1 (BC) or an
+    infinity stays in PostgreSQL's own text, which does not cast: the checks query reports it as
+    a bad value instead of loading a year of the common era."""
+    natural, kind = plan.natural.name, plan.source.kind
+    if dialect == "mariadb":
+        if kind in ("CHAR", "NCHAR", "SET", "ENUM"):
+            return f"CAST({name} AS CHAR)"
+        if natural == "timestamp":
+            return f"DATE_FORMAT({name}, '%Y-%m-%d %H:%i:%s.%f')"
+        if natural == "date":
+            return f"DATE_FORMAT({name}, '%Y-%m-%d')"
+        return None
+    if dialect == "postgres":
+        if natural == "timestamptz":
+            utc = f"({name} AT TIME ZONE 'UTC')"
+            return _common_era(utc, f"to_char({utc}, 'YYYY-MM-DD HH24:MI:SS.US') || 'Z'", name)
+        if natural == "timestamp":
+            return _common_era(name, f"to_char({name}, 'YYYY-MM-DD HH24:MI:SS.US')", name)
+        if natural == "date":
+            return _common_era(name, f"to_char({name}, 'YYYY-MM-DD')", name)
+    return None
+
+
+def _common_era(value: str, text: str, name: str) -> str:
+    """``text`` for a finite PostgreSQL value of the common era; any other (BC, infinity) as
+    PostgreSQL writes it, which Spark does not cast: a bad value of the dump."""
+    return (
+        f"CASE WHEN isfinite({value}) AND EXTRACT(YEAR FROM {value}) >= 1 THEN {text} "
+        f"ELSE CAST({name} AS TEXT) END"
+    )
+
+
 def render_dump_query(plans: list[FieldPlan], table: str, dialect: SourceDialect) -> str:
-    """What the JDBC dump reads from ``table``: the table itself, or for MariaDB/MySQL a
-    subquery that reads CHAR, SET and ENUM columns as MariaDB returns them. Spark's JDBC source
-    would pad them like CHAR(n) (to their longest value for SET and ENUM)."""
-    padded = [p for p in plans if p.source.kind in ("CHAR", "NCHAR", "SET", "ENUM")]
-    if dialect != "mariadb" or not padded:
-        return table
-    parts = []
+    """What the JDBC dump reads from ``table``: the table itself, or a subquery that reads some
+    columns as the database holds them (``_dump_expression``): MariaDB's CHAR, SET and ENUM
+    (Spark's JDBC source would pad them like CHAR(n), to their longest value for SET and ENUM),
+    and dates and date-times of both databases as ISO text."""
+    parts, changed = [], False
     for plan in plans:
         name = quote_source(dialect, plan.name)
-        parts.append(f"CAST({name} AS CHAR) AS {name}" if plan in padded else name)
+        expression = _dump_expression(plan, name, dialect)
+        changed = changed or expression is not None
+        parts.append(name if expression is None else f"{expression} AS {name}")
+    if not changed:
+        return table
     return f"(SELECT {', '.join(parts)} FROM {table}) cdc_assets_dump"
 
 

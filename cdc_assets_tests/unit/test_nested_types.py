@@ -271,6 +271,35 @@ def test_a_dump_reads_documents_sets_and_padded_types_as_the_ledger_does() -> No
         "`size`, CAST(`code` AS CHAR) AS `code` FROM `db`.`t`) cdc_assets_dump"
     )
     assert render_dump_query(plan_fields(spec), '"public"."t"', "postgres") == '"public"."t"'
+
     # A document that does not fit its type is a bad value of the dump, not a silent NULL.
     checks = render_bootstrap_checks(spec, "v", {c.name: c.name for c in spec.columns})
     assert "json_object_keys(CAST(`doc` AS STRING)) IS NULL" in checks
+
+
+def test_a_dump_reads_dates_and_date_times_as_iso_text() -> None:
+    """The JDBC drivers' java.sql values count in the Julian calendar before 1582-10-15: the dump
+    reads dates and date-times as ISO text, which Spark casts in the proleptic Gregorian one."""
+    pg_spec = _spec(
+        {"id": 2, "name": "at", "type": "timestamptz"},
+        {"id": 3, "name": "local", "type": "timestamp"},
+        {"id": 4, "name": "day", "type": "date"},
+        connector="postgresql",
+    )
+    pg = render_dump_query(plan_fields(pg_spec), '"public"."t"', "postgres")
+    assert pg.startswith('(SELECT "id", CASE WHEN isfinite(("at" AT TIME ZONE \'UTC\')) AND ')
+    assert "to_char((\"at\" AT TIME ZONE 'UTC'), 'YYYY-MM-DD HH24:MI:SS.US') || 'Z'" in pg
+    assert 'ELSE CAST("local" AS TEXT) END AS "local"' in pg
+    assert "to_char(\"day\", 'YYYY-MM-DD')" in pg
+    maria_spec = _spec(
+        {"id": 2, "name": "at", "type": "timestamp"},
+        {"id": 3, "name": "local", "type": "datetime(3)"},
+        {"id": 4, "name": "day", "type": "date"},
+    )
+    plans = plan_fields(maria_spec)
+    maria = render_dump_query(plans, "`db`.`t`", "mariadb")
+    assert "DATE_FORMAT(`local`, '%Y-%m-%d %H:%i:%s.%f') AS `local`" in maria
+    assert "DATE_FORMAT(`day`, '%Y-%m-%d') AS `day`" in maria
+    assert "`at`," in maria  # MariaDB's TIMESTAMP starts in 1970: read as it is
+    # Spark casts the text back (the same cast the ledger's decode uses)
+    assert dump_value(plans[3], "day") == "try_cast(`day` AS DATE)"
