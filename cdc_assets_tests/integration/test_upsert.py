@@ -95,7 +95,10 @@ def test_upsert_matches_replay_over_several_runs(
     kafka: KafkaResource,
     table: str,
     partitions: int,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # These bases are kilobytes: prune them anyway, to check the pruned MERGEs' results.
+    monkeypatch.setattr(upsert_module, "PRUNE_MIN_BYTES", 0)
     spec = isolated(example_spec(it_settings, table), partitions=partitions, kafka=kafka)
     ensure_tables(spark, "lake", spec)
     records = workload(spec, random.Random(3), keys=40, events=300, key_changes=True)
@@ -136,6 +139,7 @@ def test_a_bucketed_table_rebuilt_mid_merge_does_not_escape_its_key_ranges(
     this MERGE's key-range query and the MERGE, with changes to keys outside those ranges. The
     MERGE reads the snapshot it took the ranges and the state from; the next run applies the
     rest, and base equals the replay (read unpinned, those keys would be inserted twice)."""
+    monkeypatch.setattr(upsert_module, "PRUNE_MIN_BYTES", 0)  # a small base, pruned anyway
     spec = isolated(example_spec(it_settings, "users"), partitions=1, kafka=kafka)
     ensure_tables(spark, "lake", spec)
     records = workload(spec, random.Random(17), keys=80, events=600, markers=False)

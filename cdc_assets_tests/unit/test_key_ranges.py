@@ -9,6 +9,7 @@ import random
 import pytest
 import sqlglot
 
+from cdc_assets.pipeline.upsert import PRUNE_MIN_BYTES, worth_pruning
 from cdc_assets.schema.layers import base_layout, bucketed_layout, tombstones_layout
 from cdc_assets.spec import load_specs
 from cdc_assets.spec.models import TableSpec
@@ -114,3 +115,13 @@ def test_base_and_tombstones_write_files_in_key_order() -> None:
     )
     assert tombstones_layout(spec).write_order == ("order_id", "line_no")
     assert render_write_order("lake", bucketed_layout(spec)) is None
+
+
+def test_only_a_base_of_more_files_than_buckets_and_some_size_is_pruned() -> None:
+    big = str(PRUNE_MIN_BYTES)
+    assert worth_pruning({"total-data-files": "17", "total-files-size": big}, 16)
+    assert not worth_pruning({"total-data-files": "16", "total-files-size": big}, 16)
+    # A small table's many small files: reading them all costs less than the range query.
+    small = str(PRUNE_MIN_BYTES - 1)
+    assert not worth_pruning({"total-data-files": "400", "total-files-size": small}, 16)
+    assert not worth_pruning({}, 16)  # an empty base
