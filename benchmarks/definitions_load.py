@@ -46,6 +46,19 @@ class Res(dg.ConfigurableResource):
     unused: int = 0
 
 
+def shared_jobs():
+    # The shared jobs of build_defs, by selection: one per layer group and one for the checks.
+    return [
+        dg.define_asset_job(name, selection=selection)
+        for name, selection in (
+            ("ingest", dg.AssetSelection.key_prefixes(["cdc"])),
+            ("upsert", dg.AssetSelection.key_prefixes(["bucketed"], ["base"])),
+            ("evolve", dg.AssetSelection.key_prefixes(["schema"])),
+            ("check", dg.AssetSelection.all_asset_checks()),
+        )
+    ]
+
+
 def floor_defs(specs):
     # What Dagster itself costs for the same graph: per table the same five asset keys, deps,
     # the ledger's hourly partitions, the same check ops with the same check keys, and the same
@@ -71,15 +84,7 @@ def floor_defs(specs):
             def check(context, res: Res):
                 yield from ()
             checks.append(check)
-    jobs = [
-        dg.define_asset_job(name, selection=selection)
-        for name, selection in (
-            ("ingest", dg.AssetSelection.key_prefixes(["cdc"])),
-            ("upsert", dg.AssetSelection.key_prefixes(["bucketed"], ["base"])),
-            ("evolve", dg.AssetSelection.key_prefixes(["schema"])),
-            ("check", dg.AssetSelection.all_asset_checks()),
-        )
-    ]
+    jobs = shared_jobs()
     return dg.Definitions(assets=assets, asset_checks=checks, jobs=jobs,
                           resources={"res": Res()}, executor=dg.in_process_executor)
 def fleet_ops_floor(specs):
@@ -108,15 +113,7 @@ def fleet_ops_floor(specs):
         can_subset=True, name="all_checks")
     def check(context, res: Res):
         yield from ()
-    jobs = [
-        dg.define_asset_job(name, selection=selection)
-        for name, selection in (
-            ("ingest", dg.AssetSelection.key_prefixes(["cdc"])),
-            ("upsert", dg.AssetSelection.key_prefixes(["bucketed"], ["base"])),
-            ("evolve", dg.AssetSelection.key_prefixes(["schema"])),
-            ("check", dg.AssetSelection.all_asset_checks()),
-        )
-    ]
+    jobs = shared_jobs()
     return dg.Definitions(assets=assets, asset_checks=[check], jobs=jobs,
                           resources={"res": Res()}, executor=dg.in_process_executor)
 settings = load_settings()
