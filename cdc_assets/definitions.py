@@ -18,6 +18,7 @@ from cdc_assets.jobs.evolve import (
     build_drift_schedule,
     build_evolve_job,
 )
+from cdc_assets.jobs.executor import build_executor
 from cdc_assets.jobs.ingest import build_ingest_job, deployment_start, hourly_partitions
 from cdc_assets.jobs.maintenance import build_maintenance_job, build_maintenance_schedule
 from cdc_assets.jobs.onboard import build_onboard_job
@@ -86,7 +87,7 @@ def build_defs(
         assets=[*assets, *view_assets],
         # Every step needs the Spark session: in one process per run the driver starts once and
         # the steps share it, where Dagster's default would start a process and a driver per step.
-        executor=dg.in_process_executor,
+        executor=build_executor(settings.tables_at_once),
         asset_checks=[*asset_checks, *view_checks],
         jobs=[
             build_onboard_job(specs),

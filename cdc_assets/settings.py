@@ -55,6 +55,9 @@ ENV_WEBSERVER = "CDC_ASSETS_WEBSERVER"
 # 1: `stack up` (and so `cdc-assets run`) also starts the local Spark standalone cluster, whose
 # driver is the stack's Spark Connect server (stack/spark_cluster.py).
 ENV_CLUSTER = "CDC_ASSETS_CLUSTER"
+# How many steps (tables) of a run execute at once in its process, each on a Spark session of
+# its own (jobs/executor.py); a run's config may set it too (execution.config.tables_at_once).
+ENV_TABLES_AT_ONCE = "CDC_ASSETS_TABLES_AT_ONCE"
 # CDC_ASSETS_SOURCE_URL_<SERVER>_<DATABASE>, CDC_ASSETS_SOURCE_URL_<CONNECTOR>_<DATABASE> or
 # CDC_ASSETS_SOURCE_URL_<DATABASE>, looked up in that order: a JDBC URL of a source database, for
 # the checks that compare with the source (row counts, schema drift) and the drift check. SERVER is
@@ -101,6 +104,7 @@ class Settings:
     views: Path | None = None  # None: the spec directory's views/
     cluster: bool = False  # the local stack's cluster profile
     catalog_properties: dict[str, str] = field(default_factory=dict)
+    tables_at_once: int = 1  # steps of a run at once (jobs/executor.py)
 
     @property
     def views_dir(self) -> Path:
@@ -187,7 +191,18 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         views=Path(env[ENV_VIEWS]).expanduser().resolve() if env.get(ENV_VIEWS) else None,
         cluster=env.get(ENV_CLUSTER, "").strip().lower() in ("1", "true", "yes"),
         catalog_properties=_catalog_properties(env.get(ENV_CATALOG_PROPERTIES, "")),
+        tables_at_once=_positive_int(ENV_TABLES_AT_ONCE, env.get(ENV_TABLES_AT_ONCE, "1")),
     )
+
+
+def _positive_int(variable: str, raw: str) -> int:
+    try:
+        value = int(raw.strip() or "1")
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ConfigError(f"{variable} must be a whole number of 1 or more, not {raw!r}")
+    return value
 
 
 def _catalog_properties(raw: str) -> dict[str, str]:

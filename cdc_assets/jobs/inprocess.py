@@ -20,6 +20,7 @@ import dagster as dg
 from cdc_assets.assets.keys import asset_key, node_name, table_of
 from cdc_assets.definitions import build_defs
 from cdc_assets.jobs.checks import CHECK_JOB
+from cdc_assets.jobs.executor import execute_here
 from cdc_assets.sensors.runs import table_tags
 from cdc_assets.settings import Settings
 from cdc_assets.spec import load_specs
@@ -108,6 +109,15 @@ class PipelineDriver:
             .resolve_job_def(job)
             .get_subset(asset_selection=set(assets), asset_check_selection=set(checks))
         )
+        if self.settings.tables_at_once > 1:
+            # execute_in_process would run the steps one after another whatever the executor.
+            return execute_here(
+                subset,
+                instance=self.instance,
+                run_config=self.run_config,
+                assets=frozenset(assets),
+                **kwargs,
+            )
         return subset.execute_in_process(
             instance=self.instance, run_config=self.run_config, **kwargs
         )

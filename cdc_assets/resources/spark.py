@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,15 @@ from cdc_assets.resources.config import spark_conf
 from cdc_assets.resources.iceberg import IcebergCatalogResource
 from cdc_assets.resources.preflight import check_executors
 from cdc_assets.settings import Settings, load_settings
+
+_THREAD = threading.local()
+
+
+def own_session_per_thread() -> None:
+    """From now on, ``get_session()`` in this thread returns a session of its own (created once
+    per thread, on the same driver): for threads that run steps of different tables at once,
+    since a commit's snapshot properties, temporary views and SQL settings are session state."""
+    _THREAD.own = True
 
 
 class SparkResource(ConfigurableResource):  # type: ignore[type-arg]
@@ -44,6 +54,8 @@ class SparkResource(ConfigurableResource):  # type: ignore[type-arg]
     extra_conf: dict[str, str] = Field(default_factory=dict, description="any other Spark conf")
 
     _session: Any = PrivateAttr(default=None)
+    _lock: Any = PrivateAttr(default_factory=threading.Lock)
+    _thread_sessions: list[Any] = PrivateAttr(default_factory=list)
 
     def settings(self) -> Settings:
         return replace(load_settings(), home=Path(self.home))
@@ -67,12 +79,40 @@ class SparkResource(ConfigurableResource):  # type: ignore[type-arg]
         # A Connect session lives in the server until released; a local driver ends with the
         # run's process (and tests share theirs across runs).
         if self.remote and self._session is not None:
+            for session in self._thread_sessions:
+                session.stop()
+            self._thread_sessions.clear()
             self._session.stop()
             self._session = None
 
     def get_session(self) -> Any:
         """The SparkSession, created on first use (fetching missing jars with Maven and compiling
-        the project's functions first)."""
+        the project's functions first); in a thread that asked for one
+        (``own_session_per_thread``), that thread's own session of the same driver."""
+        with self._lock:
+            root = self._root_session()
+        if not getattr(_THREAD, "own", False):
+            return root
+        sessions = getattr(_THREAD, "sessions", None)
+        if sessions is None:
+            sessions = _THREAD.sessions = {}
+        if id(root) not in sessions:
+            if self.remote:
+                from pyspark.sql import SparkSession
+
+                # A Connect client has no newSession: a second client session of the server.
+                own = SparkSession.builder.remote(self.remote).create()
+                own.conf.set("spark.sql.shuffle.partitions", str(self.shuffle_partitions))
+                with self._lock:
+                    self._thread_sessions.append(own)
+            else:
+                # Same SparkContext, catalogs and cache; its own SQL settings and views. Never
+                # stopped: stopping any session of a local driver stops the driver.
+                own = root.newSession()
+            sessions[id(root)] = own
+        return sessions[id(root)]
+
+    def _root_session(self) -> Any:
         if self._session is None and self.remote:
             from pyspark.sql import SparkSession
 

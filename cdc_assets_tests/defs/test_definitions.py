@@ -16,6 +16,7 @@ import yaml
 from cdc_assets.assets.keys import asset_key, layer_and_table, table_of
 from cdc_assets.cli import DAGSTER_YAML
 from cdc_assets.definitions import build_defs
+from cdc_assets.jobs.executor import EXECUTOR_NAME
 from cdc_assets.jobs.ingest import deployment_start
 from cdc_assets.settings import load_settings, source_url_variable
 from cdc_assets.spec import load_specs
@@ -322,7 +323,10 @@ def test_ledger_updated_sensor_watches_ingests_and_evolutions(defs: dg.Definitio
 
 def test_runs_share_one_process_and_spark_driver(defs: dg.Definitions) -> None:
     for name in ("ingest_ledgers", "upsert_bases", "evolve_schemas", "check_schema_drift"):
-        assert defs.resolve_job_def(name).executor_def is dg.in_process_executor
+        executor = defs.resolve_job_def(name).executor_def
+        assert executor.name == EXECUTOR_NAME
+        # One at a time unless asked: the config's default is the settings' 1.
+        assert executor.config_schema.as_field().default_value["tables_at_once"] == 1
 
 
 def test_ledger_updated_sensor_leaves_out_tables_whose_upsert_is_queued(
