@@ -16,6 +16,7 @@ import yaml
 from cdc_assets.assets.keys import asset_key, layer_and_table, table_of
 from cdc_assets.cli import DAGSTER_YAML
 from cdc_assets.definitions import build_defs
+from cdc_assets.errors import ConfigError
 from cdc_assets.jobs.executor import EXECUTOR_NAME
 from cdc_assets.jobs.ingest import deployment_start
 from cdc_assets.settings import load_settings, source_url_variable
@@ -325,8 +326,19 @@ def test_runs_share_one_process_and_spark_driver(defs: dg.Definitions) -> None:
     for name in ("ingest_ledgers", "upsert_bases", "evolve_schemas", "check_schema_drift"):
         executor = defs.resolve_job_def(name).executor_def
         assert executor.name == EXECUTOR_NAME
-        # One at a time unless asked: the config's default is the settings' 1.
-        assert executor.config_schema.as_field().default_value["tables_at_once"] == 1
+        # The config's default is the settings' (two tables at once unless set).
+        assert executor.config_schema.as_field().default_value["tables_at_once"] == 2
+
+
+def test_tables_at_once_comes_from_the_environment(tmp_path: Path) -> None:
+    env = {"CDC_ASSETS_HOME": str(tmp_path), "CDC_ASSETS_SPECS": str(PROJECT_ROOT / "table_specs")}
+    defs = build_defs(settings=load_settings({**env, "CDC_ASSETS_TABLES_AT_ONCE": "3"}))
+    for name in ("ingest_ledgers", "upsert_bases", "maintain_tables"):
+        field = defs.resolve_job_def(name).executor_def.config_schema.as_field()
+        assert field.default_value["tables_at_once"] == 3
+    for bad in ("0", "two", "-1"):
+        with pytest.raises(ConfigError, match="CDC_ASSETS_TABLES_AT_ONCE"):
+            load_settings({**env, "CDC_ASSETS_TABLES_AT_ONCE": bad})
 
 
 def test_ledger_updated_sensor_leaves_out_tables_whose_upsert_is_queued(
