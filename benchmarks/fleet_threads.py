@@ -50,6 +50,67 @@ def cycle(driver: Any) -> dict[str, float]:
     }
 
 
+def spark_jobs(spark: Any) -> set[int]:
+    """Ids of the Spark jobs the driver has run (outside job groups), for jobs per table."""
+    return set(spark.sparkContext.statusTracker().getJobIdsForGroup())
+
+
+# The floor's tables: a ledger-like and a base-like table per fleet table, with base's and the
+# ledger's table properties (merge-on-read, hash distribution, format 2).
+FLOOR_BASE_PROPS = (
+    "'format-version'='2', 'write.delete.mode'='merge-on-read', "
+    "'write.update.mode'='merge-on-read', 'write.merge.mode'='merge-on-read', "
+    "'write.distribution-mode'='hash'"
+)
+
+
+def floor(spark: Any, tables: int, k: int) -> dict[str, float]:
+    """The least a busy cycle of this design can cost per table, through the same driver: one
+    commit to a ledger-like table (INSERT of 100 rows) and one to a base-like table (MERGE of
+    100 keys), per table, k tables at once (threads with sessions of their own, as the run
+    executor's). Tables are made and written once untimed, then one round is timed."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    ns = f"floor_{k}"
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {ns}")
+    for i in range(tables):
+        spark.sql(
+            f"CREATE TABLE IF NOT EXISTS {ns}.l{i} (id BIGINT, v STRING) USING iceberg "
+            "TBLPROPERTIES ('format-version'='2', 'write.distribution-mode'='hash')"
+        )
+        spark.sql(
+            f"CREATE TABLE IF NOT EXISTS {ns}.b{i} (id BIGINT, v STRING) USING iceberg "
+            f"PARTITIONED BY (bucket(4, id)) TBLPROPERTIES ({FLOOR_BASE_PROPS})"
+        )
+
+    def one(session: Any, i: int, tag: str) -> None:
+        session.sql(f"INSERT INTO {ns}.l{i} SELECT id, '{tag}' FROM range(100)")
+        session.sql(
+            f"MERGE INTO {ns}.b{i} t USING (SELECT id * 3 AS id, '{tag}' AS v FROM range(100)) s "
+            "ON t.id = s.id WHEN MATCHED THEN UPDATE SET v = s.v WHEN NOT MATCHED THEN INSERT *"
+        )
+
+    def round_(tag: str) -> float:
+        sessions: dict[int, Any] = {}
+        import threading
+
+        def task(i: int) -> None:
+            me = threading.get_ident()
+            if me not in sessions:
+                sessions[me] = spark.newSession()
+            one(sessions[me], i, tag)
+
+        started = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=k) as pool:
+            list(pool.map(task, range(tables)))
+        return time.perf_counter() - started
+
+    round_("warm")
+    before = spark_jobs(spark)
+    wall = round_("timed")
+    return {"wall_s": wall, "spark_jobs": len(spark_jobs(spark) - before)}
+
+
 def base_rows(spark: Any, catalog: str, specs: list[Any]) -> dict[str, list[tuple[Any, ...]]]:
     from cdc_assets.schema.layers import base_layout
 
@@ -98,14 +159,16 @@ def main() -> None:
                     produce_workloads(specs, state.bootstrap_servers, 0)
                     first = cycle(driver)
                     produce_workloads(specs, state.bootstrap_servers, 1)
+                    jobs_before = spark_jobs(spark)
                     busy = cycle(driver)
+                    busy["spark_jobs"] = len(spark_jobs(spark) - jobs_before)
                 bases = base_rows(spark, catalog, specs)
                 if reference is None:
                     reference = bases
                 elif bases != reference:
                     differ = [t for t in bases if bases[t] != reference.get(t)]
                     raise SystemExit(f"{k} at once: bases differ from the baseline's: {differ}")
-                rows[k] = {"first": first, "busy": busy}
+                rows[k] = {"first": first, "busy": busy, "floor": floor(spark, args.tables, k)}
                 print(f"  {k} at once: first {first}, busy {busy}", file=sys.stderr)
         finally:
             stack_down(home, purge=True)
@@ -115,7 +178,10 @@ def main() -> None:
 def report(rows: dict[int, dict[str, Any]], tables: int) -> None:
     base = rows[1]
     print(f"\n{tables} tables, ~100 events each per cycle; wall seconds (per table), ratio to 1")
-    print(f"  {'at once':>7} {'first cycle':>18} {'ratio':>6} {'busy cycle':>18} {'ratio':>6}")
+    print(
+        f"  {'at once':>7} {'first cycle':>18} {'ratio':>6} {'busy cycle':>18} {'ratio':>6} "
+        f"{'jobs/table':>10} {'floor':>18} {'busy/floor':>10}"
+    )
     for k, r in sorted(rows.items()):
         cells = []
         for label in ("first", "busy"):
@@ -123,8 +189,17 @@ def report(rows: dict[int, dict[str, Any]], tables: int) -> None:
             cells.append(
                 f"{wall:8.1f} s ({wall / tables:4.2f} s) {wall / base[label]['wall_s']:6.2f}"
             )
+        jobs = r["busy"].get("spark_jobs", 0) / tables
+        low = r["floor"]["wall_s"]
+        cells.append(
+            f"{jobs:10.1f} {low:8.1f} s ({low / tables:4.2f} s) {r['busy']['wall_s'] / low:10.2f}"
+        )
         print(f"  {k:>7} " + " ".join(cells))
     print("  every base equal to the baseline's, row for row")
+    print(
+        "  floor: one INSERT of 100 rows and one MERGE of 100 keys per table, same driver, "
+        "same width"
+    )
     RESULTS.mkdir(parents=True, exist_ok=True)
     payload = {
         "code": code_version(),
@@ -140,7 +215,7 @@ def report(rows: dict[int, dict[str, Any]], tables: int) -> None:
 
     fig, ax = plt.subplots(figsize=(5.5, 3.4))
     ks = sorted(rows)
-    for label, marker in (("first", "s"), ("busy", "o")):
+    for label, marker in (("first", "s"), ("busy", "o"), ("floor", "^")):
         ax.plot(ks, [rows[k][label]["wall_s"] / tables for k in ks], marker=marker, label=label)
     ax.set(
         title=f"cycle cost per table ({tables} tables, one driver, real jobs)",
