@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cdc_assets.errors import CdcAssetsError
-from cdc_assets.pipeline.batch_cache import cached_batch
+from cdc_assets.pipeline.batch_cache import cached_batch, session_conf
 from cdc_assets.pipeline.failpoint import armed, failpoint, hold
 from cdc_assets.pipeline.gtid_floor import fill_gtid_floor
 from cdc_assets.pipeline.ledger_commit import (
@@ -37,6 +37,7 @@ from cdc_assets.pipeline.offsets import (
     committed_offsets,
     encode_offsets,
 )
+from cdc_assets.pipeline.small_work import offsets_span, small_work_conf
 from cdc_assets.resources.kafka import KafkaResource, PartitionOffsets
 from cdc_assets.resources.schema_registry import TopicSchemas, value_subject
 from cdc_assets.schema.layers import dead_letter_layout, ledger_layout, order_mismatch
@@ -430,7 +431,11 @@ def _ingest_once(
     records = read_kafka(spark, kafka, spec.source.topic, start, end)
     schemas = kafka.topic_schemas(spec.source.topic)  # before the read: every id it may meet
     batch = prepare(classify_records(records, spec, schemas), spec)
-    with cached_batch(spark, batch, sum(end[p] - start[p] for p in end)) as classified:
+    size = offsets_span(start, end)
+    with (
+        session_conf(spark, small_work_conf(size)),
+        cached_batch(spark, batch, size) as classified,
+    ):
         _summarise(classified, result)
         hold("ingest_before_commit")  # tests: an evolution runs between decode and commit
         if result.dead:

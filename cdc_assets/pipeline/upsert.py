@@ -34,6 +34,7 @@ from cdc_assets.pipeline.offsets import (
     decode_offsets,
 )
 from cdc_assets.pipeline.session_kind import is_connect
+from cdc_assets.pipeline.small_work import offsets_span, small_work_conf
 from cdc_assets.pipeline.watermark import (
     FROM_STATE,
     TRUNCATE,
@@ -199,78 +200,84 @@ def build_bucketed(
         result.up_to_date = True
         result.seconds = time.monotonic() - started
         return result
-    placeholders = spec.source.connector in PLACEHOLDER_CONNECTORS
-    probe = spark.sql(render_window_probe(window, count_moves=placeholders)).collect()[0]
-    floor = state.floor
-    truncate = None
-    if probe["truncate"] is not None:
-        t = probe["truncate"]
-        truncate = Position(t["p0"], t["p1"], t["p2"])
-        floor = max(floor, truncate) if floor is not None else truncate
-    micros = probe["max_kafka_micros"]
-    newest_ts = None if micros is None else datetime.fromtimestamp(micros / 1e6, UTC)
-    if state.watermark_ts is not None and (newest_ts is None or newest_ts < state.watermark_ts):
-        newest_ts = state.watermark_ts
-    oldest, newest = _position(probe["min_position"]), _position(probe["max_position"])
-    to_state = UpsertState(
-        watermark=end,
-        watermark_ts=newest_ts,
-        ledger_sequence=current.sequence_number or 0,
-        ledger_snapshot=current.snapshot_id,
-        floor=floor,
-        max_position=max(p for p in (state.max_position, newest) if p is not None)
-        if state.max_position is not None or newest is not None
-        else None,
-        shard=shard,
-    )
-    window = ChangeWindow(**{**window.__dict__, "floor": floor})
-    moved = None
-    if placeholders and probe["moved_creates"]:
-        moved = moved_values_view(
-            spark,
+    # A window of a few thousand changes plans statically (pipeline.small_work); redriven
+    # files are of unknown size.
+    size = None if extra else offsets_span(state.watermark, end)
+    with session_conf(spark, small_work_conf(size)):
+        placeholders = spec.source.connector in PLACEHOLDER_CONNECTORS
+        probe = spark.sql(render_window_probe(window, count_moves=placeholders)).collect()[0]
+        floor = state.floor
+        truncate = None
+        if probe["truncate"] is not None:
+            t = probe["truncate"]
+            truncate = Position(t["p0"], t["p1"], t["p2"])
+            floor = max(floor, truncate) if floor is not None else truncate
+        micros = probe["max_kafka_micros"]
+        newest_ts = None if micros is None else datetime.fromtimestamp(micros / 1e6, UTC)
+        if state.watermark_ts is not None and (newest_ts is None or newest_ts < state.watermark_ts):
+            newest_ts = state.watermark_ts
+        oldest, newest = _position(probe["min_position"]), _position(probe["max_position"])
+        to_state = UpsertState(
+            watermark=end,
+            watermark_ts=newest_ts,
+            ledger_sequence=current.sequence_number or 0,
+            ledger_snapshot=current.snapshot_id,
+            floor=floor,
+            max_position=max(p for p in (state.max_position, newest) if p is not None)
+            if state.max_position is not None or newest is not None
+            else None,
+            shard=shard,
+        )
+        window = ChangeWindow(**{**window.__dict__, "floor": floor})
+        moved = None
+        if placeholders and probe["moved_creates"]:
+            moved = moved_values_view(
+                spark,
+                spec,
+                window,
+                spark_identifier(catalog, base_layout(spec)),
+                view=f"cdc_moved_{spec.sink.namespace}_{spec.name}",
+            )
+        late = None
+        # A change older than what base applied (delivered late): with placeholders the carried
+        # values of its key are recomputed from the key's ledger history. Changes all newer than
+        # base's newest position cannot be late, which spares the join with base.
+        maybe_late = oldest is not None and (
+            state.max_position is None or oldest <= state.max_position
+        )
+        if placeholders and maybe_late:
+            late = late_keys_view(spark, spec, window, spark_identifier(catalog, base_layout(spec)))
+        select = render_newest_changes(
             spec,
             window,
-            spark_identifier(catalog, base_layout(spec)),
-            view=f"cdc_moved_{spec.sink.namespace}_{spec.name}",
+            spark_identifier(catalog, tomb_l),
+            carry_unavailable=placeholders,
+            moved=moved,
+            late=late,
         )
-    late = None
-    # A change older than what base applied (delivered late): with placeholders the carried
-    # values of its key are recomputed from the key's ledger history. Changes all newer than
-    # base's newest position cannot be late, which spares the join with base.
-    maybe_late = oldest is not None and (state.max_position is None or oldest <= state.max_position)
-    if placeholders and maybe_late:
-        late = late_keys_view(spark, spec, window, spark_identifier(catalog, base_layout(spec)))
-    select = render_newest_changes(
-        spec,
-        window,
-        spark_identifier(catalog, tomb_l),
-        carry_unavailable=placeholders,
-        moved=moved,
-        late=late,
-    )
-    props = {**to_state.properties(), FROM_STATE: state.token(), UPSERT_KIND: "bucketed"}
-    if truncate is not None:
-        props[TRUNCATE] = truncate.text()
-    target = spark_identifier(catalog, bucketed_l)
-    try:
-        with snapshot_properties(spark, props):
-            spark.sql(render_insert_overwrite(target, select, bucketed_l.column_names))
-    finally:
-        for view in (moved, late):
-            if view is not None:
-                spark.catalog.dropTempView(view)
-    written = current_properties(load_table(iceberg_catalog, bucketed_l))
-    if (
-        written.get(FROM_STATE) != state.token()
-        or UpsertState.from_properties(written, shard).token() != to_state.token()
-    ):
-        # Nothing to write: Spark made no commit. Empty the table and record the states.
-        spark.sql(f"DELETE FROM {target}")
-        commit_properties_only(load_table(iceberg_catalog, bucketed_l), props)
-    for row in spark.sql(f"SELECT _op, count(*) AS n FROM {target} GROUP BY _op").collect():
-        result.rows += row["n"]
-        if row["_op"] == "d":
-            result.deletes += row["n"]
+        props = {**to_state.properties(), FROM_STATE: state.token(), UPSERT_KIND: "bucketed"}
+        if truncate is not None:
+            props[TRUNCATE] = truncate.text()
+        target = spark_identifier(catalog, bucketed_l)
+        try:
+            with snapshot_properties(spark, props):
+                spark.sql(render_insert_overwrite(target, select, bucketed_l.column_names))
+        finally:
+            for view in (moved, late):
+                if view is not None:
+                    spark.catalog.dropTempView(view)
+        written = current_properties(load_table(iceberg_catalog, bucketed_l))
+        if (
+            written.get(FROM_STATE) != state.token()
+            or UpsertState.from_properties(written, shard).token() != to_state.token()
+        ):
+            # Nothing to write: Spark made no commit. Empty the table and record the states.
+            spark.sql(f"DELETE FROM {target}")
+            commit_properties_only(load_table(iceberg_catalog, bucketed_l), props)
+        for row in spark.sql(f"SELECT _op, count(*) AS n FROM {target} GROUP BY _op").collect():
+            result.rows += row["n"]
+            if row["_op"] == "d":
+                result.deletes += row["n"]
     result.to_state = to_state
     result.truncate = truncate
     result.redriven_files = len(extra)

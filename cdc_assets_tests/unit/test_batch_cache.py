@@ -1,5 +1,6 @@
-"""The batch cache's session settings: which compression a batch gets, and that the session's
-own settings come back afterwards (no Spark needed: only the conf calls are observed)."""
+"""The batch cache's and small batches' session settings: which compression a batch gets, which
+batches plan without adaptive execution, and that the session's own settings come back
+afterwards (no Spark needed: only the conf calls are observed)."""
 
 from __future__ import annotations
 
@@ -97,3 +98,24 @@ def test_cached_batch_releases_the_cache_after_an_error() -> None:
         raise ValueError("write failed")
     assert frame.unpersisted
     assert spark.conf.values == {}
+
+
+def test_small_batches_plan_statically_and_large_or_unknown_ones_adaptively() -> None:
+    from cdc_assets.pipeline.small_work import (
+        ADAPTIVE_CONF,
+        SMALL_WORK_ROWS,
+        offsets_span,
+        small_work_conf,
+    )
+
+    assert small_work_conf(0) == {ADAPTIVE_CONF: "false"}
+    assert small_work_conf(SMALL_WORK_ROWS - 1) == {ADAPTIVE_CONF: "false"}
+    assert small_work_conf(SMALL_WORK_ROWS) == {}
+    assert small_work_conf(None) == {}
+    # a partition new since the start counts from offset 0; one that did not move counts 0
+    assert offsets_span({0: 100, 1: 5}, {0: 150, 1: 5, 2: 7}) == 57
+    assert offsets_span({}, {}) == 0
+    spark = _Session({ADAPTIVE_CONF: "true"})
+    with session_conf(spark, small_work_conf(10)):
+        assert spark.conf.values[ADAPTIVE_CONF] == "false"
+    assert spark.conf.values[ADAPTIVE_CONF] == "true"
