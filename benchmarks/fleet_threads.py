@@ -11,7 +11,10 @@ whether that pays on 2 cores is what this measures.
 Every width gets its own copy of the fleet (same specs, same events, its own topics and
 namespace). It runs the first cycle after onboarding, then a steady busy cycle with the next
 ~100 events per table; every base must then equal the baseline's row for row, or the script
-fails. Prints a table, writes ``benchmarks/results/fleet_threads.json`` and ``.png``.
+fails. Per width it also counts the busy cycle's Spark jobs and runs a floor (``floor``: one
+INSERT and one MERGE per table, the least a design with a ledger and a base per table commits),
+so that the fixed cost can be read as a ratio to what the same driver can do at all. Prints a
+table, writes ``benchmarks/results/fleet_threads.json`` and ``.png``.
 
     python benchmarks/fleet_threads.py [--tables 30] [--workers 1,2,4]
 """
