@@ -37,3 +37,11 @@ def _stated(pattern: str) -> list[int]:
 )
 def test_the_readme_states_the_code_figures(pattern: str, actual: int) -> None:
     assert set(_stated(pattern)) == {actual}
+
+
+def test_the_docs_state_the_small_batch_threshold() -> None:
+    from cdc_assets.pipeline.small_work import SMALL_WORK_ROWS
+
+    stated = re.findall(r"fewer than ([\d,]+) records \(`SMALL_WORK_ROWS`", README)
+    assert stated, "docs/pipeline.md no longer states SMALL_WORK_ROWS"
+    assert {int(n.replace(",", "")) for n in stated} == {SMALL_WORK_ROWS}
