@@ -25,6 +25,7 @@ import argparse
 import json
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -95,7 +96,6 @@ def floor(spark: Any, tables: int, k: int) -> dict[str, float]:
 
     def round_(tag: str) -> float:
         sessions: dict[int, Any] = {}
-        import threading
 
         def task(i: int) -> None:
             me = threading.get_ident()
