@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -43,28 +44,18 @@ from cdc_assets.resources.schema_registry import TopicSchemas, value_subject
 from cdc_assets.schema.layers import dead_letter_layout, ledger_layout, order_mismatch
 from cdc_assets.schema.wire import plan_fields
 from cdc_assets.spec.models import TableSpec
+from cdc_assets.sql.batch_decode import render_classified
 from cdc_assets.sql.ddl import literal, quote
 from cdc_assets.sql.decode import (
     DEAD,
     ENVELOPE_EXTENSIONS,
-    ENVELOPE_FIELDS,
     ENVELOPE_FUNCTION,
-    HEADER_FUNCTION,
     LEDGER,
     SKIP,
-    classify,
-    decode_stages,
-    envelope_call,
-    envelope_value,
     ledger_value,
     sequence_columns,
     unavailable_list,
 )
-from cdc_assets.sql.registry_wire import decoded_json, framing_error, value_text
-
-# The Kafka header Debezium puts on the create of a primary-key change: the row's previous key
-# as JSON, e.g. {"order_id":42}.
-OLD_KEY_HEADER = "__debezium.oldkey"
 
 
 class OffsetsExpiredError(CdcAssetsError):
@@ -127,7 +118,8 @@ def read_kafka(
         .option("startingOffsets", json.dumps({topic: {str(p): o for p, o in start.items()}}))
         .option("endingOffsets", json.dumps({topic: {str(p): o for p, o in end.items()}}))
         .option("failOnDataLoss", "true")
-        # Debezium names the other key of a primary-key change in a header (see OLD_KEY_HEADER).
+        # Debezium names the other key of a primary-key change in a header
+        # (sql.batch_decode.OLD_KEY_HEADER).
         .option("includeHeaders", "true")
         # The read ends at the log's end offset, where the consumer's last fetch would otherwise
         # sit in the broker for the default 500 ms waiting for data that is not coming: a
@@ -182,65 +174,40 @@ def classify_records(records: Any, spec: TableSpec, schemas: TopicSchemas | None
     registry is configured). Persist the result before filtering it: it is read several times,
     and a filter pushed down through the decode stages would make the optimizer inline every
     stage into every condition.
-    """
-    from pyspark.sql import functions as F
 
-    plans = plan_fields(spec)
-    register_envelope_function(records.sparkSession)
-    old_key = (
-        F.expr(f"{HEADER_FUNCTION}(headers, {literal(OLD_KEY_HEADER)})")
-        if "headers" in records.columns
-        else F.lit(None).cast("string")  # redriven dead letters keep no headers
-    )
-    df = records.select(
-        F.col("key").alias("key_bin"),
-        F.col("value").alias("value_bin"),
-        F.col("partition").alias("_kafka_partition"),
-        F.col("offset").alias("_kafka_offset"),
-        F.col("timestamp").alias("_kafka_ts"),
-        old_key.alias("_old_key"),
-    )
+    The decode is one SQL statement (`sql.batch_decode`) over ``records`` as a temp view named
+    after the table; the view stays, replaced by the next batch of the table in this session,
+    because a Connect client's DataFrame resolves it only when it runs.
+    """
+    spark = records.sparkSession
+    register_envelope_function(spark)
     schemas = schemas or TopicSchemas(None, value_subject(spec.source.topic))
-    df = df.select("*", F.expr(decoded_json("value_bin", schemas.schemas)).alias("_avro_json"))
-    df = df.select(
-        "*",
-        F.expr(
-            framing_error("value_bin", "_avro_json", schemas.schemas, schemas.url, schemas.subject)
-        ).alias("_framing_error"),
-        F.expr(value_text("value_bin", "_avro_json")).alias("value_json"),
+    view = re.sub(r"\W", "_", f"cdc_records_{spec.sink.namespace}_{spec.name}")
+    records.createOrReplaceTempView(view)
+    query = render_classified(
+        view,
+        spec,
+        plan_fields(spec),
+        schemas.schemas,
+        schemas.url,
+        schemas.subject,
+        headers="headers" in records.columns,
     )
-    df = df.select("*", F.expr(envelope_call("value_json", plans)).alias("_envelope"))
-    df = df.select("*", *[F.col(f"_envelope.{name}").alias(name) for name, _ in ENVELOPE_FIELDS])
-    df = df.select("*", F.expr("CASE WHEN op = 'd' THEN before ELSE after END").alias("image"))
-    for stage in decode_stages(plans, envelope_value):
-        df = df.select("*", *[F.expr(expr).alias(name) for name, expr in stage])
-    df = df.select(
-        "*",
-        F.expr(classify(spec, plans)).alias("_outcome"),
-        F.col("unknown").alias("_unknown"),
-    )
-    return df.select(
-        "*",
-        F.col("_outcome.status").alias("_status"),
-        F.col("_outcome.stage").alias("_stage"),
-        F.col("_outcome.reason").alias("_reason"),
-    )
+    return spark.sql(query)
 
 
 def prepare(classified: Any, spec: TableSpec) -> Any:
     """Only what the writes and counts need: ledger columns, status, and the raw record for dead
     letters alone. This is what gets cached, so keep it narrow."""
-    from pyspark.sql import functions as F
-
-    ledger = [F.expr(expr).alias(name) for name, expr in _ledger_exprs(spec).items()]
-    return classified.select(
+    ledger = [f"{expr} AS {quote(name)}" for name, expr in _ledger_exprs(spec).items()]
+    return classified.selectExpr(
         *ledger,
         "_status",
         "_stage",
         "_reason",
         "_unknown",
-        F.expr("CASE WHEN _status = 'dead' THEN base64(key_bin) END").alias("_key_b64"),
-        F.expr("CASE WHEN _status = 'dead' THEN base64(value_bin) END").alias("_payload_b64"),
+        "CASE WHEN _status = 'dead' THEN base64(key_bin) END AS _key_b64",
+        "CASE WHEN _status = 'dead' THEN base64(value_bin) END AS _payload_b64",
     )
 
 
