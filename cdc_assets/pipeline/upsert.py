@@ -26,6 +26,7 @@ from cdc_assets.errors import CdcAssetsError
 from cdc_assets.pipeline.batch_cache import session_conf
 from cdc_assets.pipeline.failpoint import failpoint, hold_at, hold_directory
 from cdc_assets.pipeline.moved_rows import moved_values_view
+from cdc_assets.pipeline.observed import ObservedView
 from cdc_assets.pipeline.offsets import (
     KIND_PROPERTY,
     OFFSETS_PROPERTY,
@@ -259,10 +260,23 @@ def build_bucketed(
         if truncate is not None:
             props[TRUNCATE] = truncate.text()
         target = spark_identifier(catalog, bucketed_l)
+        # The write counts its rows and deletes itself (pipeline.observed): no second job.
+        changes = ObservedView(
+            spark,
+            select,
+            re.sub(r"\W", "_", f"cdc_changes_{spec.sink.namespace}_{spec.name}"),
+            {"rows": "count(1)", "deletes": "count_if(_op = 'd')"},
+        )
         try:
             with snapshot_properties(spark, props):
-                spark.sql(render_insert_overwrite(target, select, bucketed_l.column_names))
+                spark.sql(
+                    render_insert_overwrite(
+                        target, f"SELECT * FROM {changes.name}", bucketed_l.column_names
+                    )
+                )
+            counted = changes.metrics()
         finally:
+            changes.drop()
             for view in (moved, late):
                 if view is not None:
                     spark.catalog.dropTempView(view)
@@ -274,10 +288,15 @@ def build_bucketed(
             # Nothing to write: Spark made no commit. Empty the table and record the states.
             spark.sql(f"DELETE FROM {target}")
             commit_properties_only(load_table(iceberg_catalog, bucketed_l), props)
-        for row in spark.sql(f"SELECT _op, count(*) AS n FROM {target} GROUP BY _op").collect():
-            result.rows += row["n"]
-            if row["_op"] == "d":
-                result.deletes += row["n"]
+            counted = None
+        if counted is not None:
+            result.rows, result.deletes = int(counted["rows"]), int(counted["deletes"])
+        else:
+            query = f"SELECT _op, count(*) AS n FROM {target} GROUP BY _op"
+            for row in spark.sql(query).collect():
+                result.rows += row["n"]
+                if row["_op"] == "d":
+                    result.deletes += row["n"]
     result.to_state = to_state
     result.truncate = truncate
     result.redriven_files = len(extra)
