@@ -249,13 +249,12 @@ PROCESSED_AT = "_processed_at"
 
 def ledger_rows(prepared: Any, spec: TableSpec) -> Any:
     """The ledger columns of the records whose status is ``ledger``, in layout order."""
-    from pyspark.sql import functions as F
-
+    # Expressions as text, as in `prepare`: no Column objects built one by one over py4j.
     columns = [
-        F.current_timestamp().alias(c.name) if c.name == PROCESSED_AT else F.col(c.name)
+        f"current_timestamp() AS {quote(c.name)}" if c.name == PROCESSED_AT else quote(c.name)
         for c in ledger_layout(spec).columns
     ]
-    return prepared.filter(F.col("_status") == LEDGER).select(*columns)
+    return prepared.filter(f"_status = {literal(LEDGER)}").selectExpr(*columns)
 
 
 def dead_letter_rows(prepared: Any, spec: TableSpec) -> Any:
@@ -400,7 +399,7 @@ def _ingest_once(
     batch = prepare(classify_records(records, spec, schemas), spec)
     size = offsets_span(start, end)
     with (
-        session_conf(spark, small_work_conf(size)),
+        session_conf(spark, small_work_conf(size, interpreted=True)),
         cached_batch(spark, batch, size) as classified,
     ):
         _summarise(classified, result)

@@ -1,4 +1,5 @@
-"""Spark settings for small batches: adaptive query execution off below ``SMALL_WORK_ROWS``.
+"""Spark settings for small batches: adaptive query execution off below ``SMALL_WORK_ROWS``, and
+an ingest batch below ``INTERPRETED_ROWS`` evaluated without generated code.
 
 With adaptive query execution each query stage runs as a Spark job of its own, and the rest of
 the query is planned again once it is done. For a batch of a few hundred changes those rounds
@@ -9,7 +10,16 @@ shuffle partitions, skew splits, a broadcast chosen at run time) pays off on lar
 it stays on above the threshold and wherever the size is not known in advance. The MERGE into
 base keeps it always: base may be large whatever the change set is.
 
-The setting is a session setting, and every step thread of the run executor has a session of
+Spark compiles generated code for each query's stages and caches it by its text; the decode of
+every table is code of its own (its columns and their types), so across a fleet the cache holds
+few of them and each small batch compiles its decode again. Below ``INTERPRETED_ROWS`` the ingest
+evaluates the expressions as they are instead. One batch of n records, decode, summary and
+ledger rows, medians of four tables (``benchmarks/interpreted_ingest.py``, docs/benchmarks.md):
+with a code cache of one entry (a fleet), interpreted took 0.37x to 0.65x the time of compiled
+code from 100 to 5,000 records and 0.95x at 20,000; with each table's code already cached, 0.51x
+to 1.05x up to 5,000 records.
+
+The settings are session settings, and every step thread of the run executor has a session of
 its own (``resources.spark``), so one table's small batch does not change another's plan.
 """
 
@@ -22,6 +32,13 @@ ADAPTIVE_CONF = "spark.sql.adaptive.enabled"
 # a query plans statically. The ingest benchmark's batches (100,000 events and more) stay
 # adaptive.
 SMALL_WORK_ROWS = 50_000
+# Below this many records an ingest batch runs interpreted (no whole-stage or expression code
+# generation).
+INTERPRETED_ROWS = 5_000
+INTERPRETED_CONF = {
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+}
 
 
 def offsets_span(start: Mapping[int, int], end: Mapping[int, int]) -> int:
@@ -30,8 +47,12 @@ def offsets_span(start: Mapping[int, int], end: Mapping[int, int]) -> int:
     return sum(max(0, e - start.get(p, 0)) for p, e in end.items())
 
 
-def small_work_conf(records: int | None) -> dict[str, str]:
-    """The session settings for a batch of about ``records`` records (None: not known)."""
+def small_work_conf(records: int | None, *, interpreted: bool = False) -> dict[str, str]:
+    """The session settings for a batch of about ``records`` records (None: not known);
+    ``interpreted``: the batch may run without generated code when it is small enough (the
+    ingest's decode; not the upsert, whose queries also read the tombstones and base)."""
     if records is None or records >= SMALL_WORK_ROWS:
         return {}
+    if interpreted and records < INTERPRETED_ROWS:
+        return {ADAPTIVE_CONF: "false", **INTERPRETED_CONF}
     return {ADAPTIVE_CONF: "false"}

@@ -10,10 +10,13 @@ import json
 from decimal import Decimal
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cdc_assets.pipeline.batch_cache import session_conf
 from cdc_assets.pipeline.ingest import classify_records, ledger_rows, prepare
+from cdc_assets.pipeline.small_work import INTERPRETED_CONF
 from cdc_assets.spec import load_spec_text
 from cdc_assets.spec.models import TableSpec
 
@@ -49,7 +52,21 @@ def connect_decimal(value: Decimal, scale: int) -> str:
     return base64.b64encode(unscaled.to_bytes(length, "big", signed=True)).decode()
 
 
-def run(spark: Any, spec: TableSpec, afters: list[dict[str, Any]]) -> list[dict[str, Any]]:
+# Small ingest batches decode interpreted (pipeline.small_work), large ones with generated code:
+# every decoder must give the same values both ways.
+MODES = pytest.mark.parametrize(
+    "mode", [{}, INTERPRETED_CONF], ids=["generated_code", "interpreted"]
+)
+
+
+def run(
+    spark: Any, spec: TableSpec, afters: list[dict[str, Any]], mode: dict[str, str]
+) -> list[dict[str, Any]]:
+    with session_conf(spark, mode):
+        return _run(spark, spec, afters)
+
+
+def _run(spark: Any, spec: TableSpec, afters: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ts = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     rows = [
         (
@@ -86,11 +103,14 @@ decimals_38 = st.decimals(
 )
 
 
+@MODES
 @settings(
     max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(st.lists(decimals_38, min_size=20, max_size=40))
-def test_precise_decimals_round_trip(spark: Any, values: list[Decimal]) -> None:
+def test_precise_decimals_round_trip(
+    spark: Any, mode: dict[str, str], values: list[Decimal]
+) -> None:
     edge = [
         Decimal("0"),
         Decimal("-0.0000000001"),
@@ -100,11 +120,12 @@ def test_precise_decimals_round_trip(spark: Any, values: list[Decimal]) -> None:
     ]
     values = edge + values
     afters = [{"id": i, "d38": connect_decimal(v, 10)} for i, v in enumerate(values)]
-    got = [r["d38"] for r in run(spark, SPEC, afters)]
+    got = [r["d38"] for r in run(spark, SPEC, afters, mode)]
     assert got == values
 
 
-def test_small_decimal_edges_and_misc_types(spark: Any) -> None:
+@MODES
+def test_small_decimal_edges_and_misc_types(spark: Any, mode: dict[str, str]) -> None:
     micros = 3 * 3600_000_000 + 4 * 60_000_000 + 5 * 1_000_000 + 6
     after = {
         "id": 1,
@@ -119,7 +140,7 @@ def test_small_decimal_edges_and_misc_types(spark: Any) -> None:
         "flag": True,
         "ms": 1_700_000_000_123,
     }
-    [row] = run(spark, SPEC, [after])
+    [row] = run(spark, SPEC, [after], mode)
     assert row["d5"] == Decimal("-999.99")
     assert row["ub"] == Decimal(2**64 - 1)
     assert row["t6"] == "03:04:05.000006"

@@ -119,3 +119,23 @@ def test_small_batches_plan_statically_and_large_or_unknown_ones_adaptively() ->
     with session_conf(spark, small_work_conf(10)):
         assert spark.conf.values[ADAPTIVE_CONF] == "false"
     assert spark.conf.values[ADAPTIVE_CONF] == "true"
+
+
+def test_only_small_ingest_batches_run_interpreted() -> None:
+    from cdc_assets.pipeline.small_work import (
+        ADAPTIVE_CONF,
+        INTERPRETED_CONF,
+        INTERPRETED_ROWS,
+        SMALL_WORK_ROWS,
+        small_work_conf,
+    )
+
+    assert INTERPRETED_ROWS < SMALL_WORK_ROWS
+    small = {ADAPTIVE_CONF: "false", **INTERPRETED_CONF}
+    assert small_work_conf(0, interpreted=True) == small
+    assert small_work_conf(INTERPRETED_ROWS - 1, interpreted=True) == small
+    assert small_work_conf(INTERPRETED_ROWS, interpreted=True) == {ADAPTIVE_CONF: "false"}
+    assert small_work_conf(SMALL_WORK_ROWS, interpreted=True) == {}
+    assert small_work_conf(None, interpreted=True) == {}
+    # the upsert's window never runs interpreted, whatever its size
+    assert small_work_conf(10) == {ADAPTIVE_CONF: "false"}

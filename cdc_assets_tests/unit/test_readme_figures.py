@@ -45,3 +45,11 @@ def test_the_docs_state_the_small_batch_threshold() -> None:
     stated = re.findall(r"fewer than ([\d,]+) records \(`SMALL_WORK_ROWS`", README)
     assert stated, "docs/pipeline.md no longer states SMALL_WORK_ROWS"
     assert {int(n.replace(",", "")) for n in stated} == {SMALL_WORK_ROWS}
+
+
+def test_the_docs_state_the_interpreted_batch_threshold() -> None:
+    from cdc_assets.pipeline.small_work import INTERPRETED_ROWS
+
+    stated = re.findall(r"fewer than ([\d,]+) records \(`INTERPRETED_ROWS`", README)
+    assert stated, "docs/pipeline.md no longer states INTERPRETED_ROWS"
+    assert {int(n.replace(",", "")) for n in stated} == {INTERPRETED_ROWS}
