@@ -37,6 +37,7 @@ from cdc_assets.pipeline.offsets import (
 from cdc_assets.pipeline.session_kind import is_connect
 from cdc_assets.pipeline.small_work import offsets_span, small_work_conf
 from cdc_assets.pipeline.watermark import (
+    DELETE_CANDIDATES,
     FROM_STATE,
     TRUNCATE,
     UPSERT_KIND,
@@ -65,6 +66,7 @@ from cdc_assets.sql.key_ranges import KeyRanges, key_ranges, render_key_ranges
 from cdc_assets.sql.plan import shuffles_between_scan_and_join
 from cdc_assets.sql.upsert import (
     ChangeWindow,
+    may_delete,
     render_base_merge,
     render_insert_overwrite,
     render_late_keys,
@@ -206,7 +208,10 @@ def build_bucketed(
     size = None if extra else offsets_span(state.watermark, end)
     with session_conf(spark, small_work_conf(size)):
         placeholders = spec.source.connector in PLACEHOLDER_CONNECTORS
-        probe = spark.sql(render_window_probe(window, count_moves=placeholders)).collect()[0]
+        probe_sql = render_window_probe(
+            window, count_moves=placeholders, may_delete=may_delete(spec, "l")
+        )
+        probe = spark.sql(probe_sql).collect()[0]
         floor = state.floor
         truncate = None
         if probe["truncate"] is not None:
@@ -256,7 +261,12 @@ def build_bucketed(
             moved=moved,
             late=late,
         )
-        props = {**to_state.properties(), FROM_STATE: state.token(), UPSERT_KIND: "bucketed"}
+        props = {
+            **to_state.properties(),
+            FROM_STATE: state.token(),
+            UPSERT_KIND: "bucketed",
+            DELETE_CANDIDATES: str(probe["delete_candidates"]),
+        }
         if truncate is not None:
             props[TRUNCATE] = truncate.text()
         target = spark_identifier(catalog, bucketed_l)
@@ -492,9 +502,12 @@ def _merge_pinned(
     if prune and truncate is None and worth_pruning(summary, spec.base.buckets):
         ranges = change_key_ranges(spark, spec, bucketed)
         result.key_ranges = len(ranges.ranges) if ranges is not None else None
-    # Most runs of most tables delete nothing: a probe of the bucketed deletes (one column,
-    # LIMIT 1) is cheaper than a MERGE that joins none of them with the tombstones.
-    if spark.sql(f"SELECT 1 FROM {bucketed} WHERE _op = 'd' LIMIT 1").collect():
+    # Most runs of most tables delete nothing: the window probe saw no change that could become
+    # a delete, or else a probe of the bucketed deletes (one column, LIMIT 1) is cheaper than a
+    # MERGE that joins none of them with the tombstones.
+    if props.get(DELETE_CANDIDATES) != "0" and (
+        spark.sql(f"SELECT 1 FROM {bucketed} WHERE _op = 'd' LIMIT 1").collect()
+    ):
         _run_with_retry(
             spark,
             render_tombstone_merge(spec, spark_identifier(catalog, tomb_l), bucketed, ranges),

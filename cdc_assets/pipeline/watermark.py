@@ -32,6 +32,9 @@ MAX_POSITION = "cdc.max-position"
 UPSERT_KIND = "cdc.kind"
 FROM_STATE = "cdc.from-state"
 TRUNCATE = "cdc.truncate"
+# On bucketed: how many changes of its window may have become a delete (sql.upsert.may_delete).
+# "0" spares base the probe of bucketed's deletes; a table written before it has none.
+DELETE_CANDIDATES = "cdc.delete-candidates"
 COUNTS = "cdc.counts"
 
 SESSION_PROPERTY_PREFIX = "spark.sql.iceberg.snapshot-property."

@@ -105,11 +105,15 @@ def _ledger_from(window: ChangeWindow, alias: str = "l") -> str:
     return f"{window.ledger} VERSION AS OF {window.snapshot_id} AS {alias}"
 
 
-def render_window_probe(window: ChangeWindow, *, count_moves: bool = True) -> str:
+def render_window_probe(
+    window: ChangeWindow, *, count_moves: bool = True, may_delete: str = "l._op = 'd'"
+) -> str:
     """One row: the newest truncate's position in the window (``truncate``, a struct p0..p2 or
     NULL), the oldest and newest position of a change (``min_position``, ``max_position``), the
-    newest Kafka timestamp in microseconds (``max_kafka_micros``) and the number of
-    creates that moved a row from another key without all its columns (``moved_creates``).
+    newest Kafka timestamp in microseconds (``max_kafka_micros``), the number of
+    creates that moved a row from another key without all its columns (``moved_creates``) and
+    of changes that may become a delete in bucketed (``delete_candidates``: rows for which
+    ``may_delete``, see `may_delete`, holds).
 
     Without ``count_moves`` (sources that send no placeholders) ``moved_creates`` is 0 and the
     probe does not read the before images, the widest column of an update-heavy ledger.
@@ -120,9 +124,25 @@ def render_window_probe(window: ChangeWindow, *, count_moves: bool = True) -> st
         f"SELECT max(CASE WHEN l._op = 't' THEN {position_struct('l')} END) AS truncate, "
         f"min(CASE WHEN {applied} THEN {position_struct('l')} END) AS min_position, "
         f"max(CASE WHEN {applied} THEN {position_struct('l')} END) AS max_position, "
-        f"unix_micros(max(l._kafka_ts)) AS max_kafka_micros, {moves} AS moved_creates "
+        f"unix_micros(max(l._kafka_ts)) AS max_kafka_micros, {moves} AS moved_creates, "
+        f"count_if({may_delete}) AS delete_candidates "
         f"FROM {_ledger_from(window)} WHERE {_window_filter(window)}"
     )
+
+
+def may_delete(spec: TableSpec, alias: str) -> str:
+    """SQL true for a ledger row of ``alias`` that may become a delete in bucketed: a delete, or
+    an update whose before image may hold another key (`old_key_deletes`, which decides it for
+    sure). An upper bound, cheap to count in the window probe: a window with none spares base
+    its probe of the deletes."""
+    deletes = f"{alias}._op = 'd'"
+    if old_key_values(spec, alias) is None:
+        return deletes
+    update = f"{alias}._op = 'u' AND {alias}._before_json IS NOT NULL"
+    prefix = same_key_prefix(spec, alias)
+    if prefix is not None:
+        update += f" AND NOT coalesce(startswith({alias}._before_json, {prefix}), false)"
+    return f"({deletes} OR ({update}))"
 
 
 def render_late_keys(spec: TableSpec, window: ChangeWindow, base: str) -> str:

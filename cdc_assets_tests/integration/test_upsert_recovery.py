@@ -12,9 +12,9 @@ from cdc_assets.demo.events import DebeziumEventFactory, produce, workload
 from cdc_assets.pipeline.redrive import redrive
 from cdc_assets.pipeline.tables import ensure_tables
 from cdc_assets.pipeline.upsert import StaleChangesError, build_bucketed, merge_base
-from cdc_assets.pipeline.watermark import base_state
+from cdc_assets.pipeline.watermark import DELETE_CANDIDATES, base_state, current_properties
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
-from cdc_assets.schema.layers import base_layout
+from cdc_assets.schema.layers import base_layout, bucketed_layout
 from cdc_assets.settings import Settings
 from cdc_assets.spec.models import TableSpec
 from cdc_assets_tests.integration.test_ingest import isolated, read_table
@@ -114,6 +114,36 @@ def test_truncate_key_change_and_late_events(
     ids = sorted(r["id"] for r in read_table(iceberg, spec.sink.namespace, spec.name))
     assert ids == [3]
     assert_base_matches(spec, iceberg, expected_base(spec, kafka))
+
+
+def test_a_window_whose_only_delete_is_an_update_moving_its_key(
+    spark: Any, iceberg: IcebergCatalogResource, kafka: KafkaResource
+) -> None:
+    """A window without deletes skips base's probe of them (``cdc.delete-candidates`` 0); an
+    update that carries both keys still counts as one, and its old key leaves base for good."""
+    spec = isolated(users_spec(), kafka=kafka)
+    ensure_tables(spark, "lake", spec)
+    f = DebeziumEventFactory(spec)
+    bootstrap = kafka.resolved_bootstrap()
+    rows = {i: base_row(id=i, login_count=i) for i in (1, 2)}
+    creates = [f.create(r) for r in rows.values()]
+    late = f.update(rows[1], {**rows[1], "login_count": 99})  # delivered after the move
+    moved = f.update(rows[1], {**rows[1], "id": 10})
+
+    def candidates() -> str | None:
+        layout = bucketed_layout(spec)
+        table = iceberg.load_catalog().load_table(f"{layout.namespace}.{layout.name}")
+        return current_properties(table).get(DELETE_CANDIDATES)
+
+    for window, want in (([*creates], "0"), ([moved], "1"), ([late], "0")):
+        produce(window, spec.source.topic, bootstrap)
+        ingest(spark, iceberg, kafka, spec)
+        upsert(spark, iceberg, spec)
+        assert candidates() == want
+        assert_base_matches(spec, iceberg, expected_base(spec, kafka))
+    # the late update of the old key found its tombstone: it did not come back
+    ids = sorted(r["id"] for r in read_table(iceberg, spec.sink.namespace, spec.name))
+    assert ids == [2, 10]
 
 
 def test_stale_bucketed_table_is_refused(

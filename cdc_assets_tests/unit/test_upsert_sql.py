@@ -14,6 +14,7 @@ from cdc_assets.sql.ddl import spark_type
 from cdc_assets.sql.plan import parse_tree, shuffles_between_scan_and_join
 from cdc_assets.sql.upsert import (
     ChangeWindow,
+    may_delete,
     old_key_deletes,
     render_base_merge,
     render_late_keys,
@@ -54,6 +55,15 @@ def test_window_reads_offset_ranges_of_one_ledger_snapshot() -> None:
     assert "OR l._file IN ('file:/w/a.parquet')" in render_window_probe(redriven)
     assert "_before_json" in sql  # moves are counted (placeholder sources) ...
     assert "_before_json" not in render_window_probe(WINDOW, count_moves=False)  # ... or not
+    assert "count_if(l._op = 'd') AS delete_candidates" in sql
+
+
+def test_changes_that_may_become_deletes() -> None:
+    users = SPECS["users"]  # an integer key: updates that keep it are told by their prefix
+    condition = may_delete(users, "l")
+    assert condition.startswith("(l._op = 'd' OR (l._op = 'u' AND l._before_json IS NOT NULL")
+    assert "startswith(l._before_json" in condition
+    sqlglot.parse_one(f"SELECT count_if({condition}) FROM t l", read="spark")
 
 
 def test_newest_changes_apply_floor_tombstones_and_placeholders() -> None:
