@@ -1,5 +1,6 @@
-"""Spark settings for small batches: adaptive query execution off below ``SMALL_WORK_ROWS``, and
-an ingest batch below ``INTERPRETED_ROWS`` evaluated without generated code.
+"""Spark settings for small batches: adaptive query execution off and two shuffle partitions
+below ``SMALL_WORK_ROWS``, and an ingest batch below ``INTERPRETED_ROWS`` evaluated without
+generated code.
 
 With adaptive query execution each query stage runs as a Spark job of its own, and the rest of
 the query is planned again once it is done. For a batch of a few hundred changes those rounds
@@ -8,7 +9,10 @@ per table with it, 8.6 without, and took 0.84x the time one table at a time and 
 once (``benchmarks/fleet_threads.py``, docs/benchmarks.md). What adaptive execution buys (fewer
 shuffle partitions, skew splits, a broadcast chosen at run time) pays off on large batches, so
 it stays on above the threshold and wherever the size is not known in advance. The MERGE into
-base keeps it always: base may be large whatever the change set is.
+base keeps it always: base may be large whatever the change set is. Without adaptive execution
+nothing coalesces the shuffle partitions either, so a small batch sets them to what coalescing
+would have left (``SMALL_WORK_PARTITIONS``): bucketed's write of a hundred changes ran 18 tasks
+with the configured 8 partitions, 6 with 2.
 
 Spark compiles generated code for each query's stages and caches it by its text; the decode of
 every table is code of its own (its columns and their types), so across a fleet the cache holds
@@ -28,6 +32,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 ADAPTIVE_CONF = "spark.sql.adaptive.enabled"
+SHUFFLE_PARTITIONS_CONF = "spark.sql.shuffle.partitions"
+# Shuffle partitions of a small batch: what adaptive execution's coalescing would have left of
+# the configured ones, without its extra planning rounds.
+SMALL_WORK_PARTITIONS = 2
 # Below this many records (Kafka offsets of the batch, or ledger offsets of the upsert window)
 # a query plans statically. The ingest benchmark's batches (100,000 events and more) stay
 # adaptive.
@@ -53,6 +61,7 @@ def small_work_conf(records: int | None, *, interpreted: bool = False) -> dict[s
     ingest's decode; not the upsert, whose queries also read the tombstones and base)."""
     if records is None or records >= SMALL_WORK_ROWS:
         return {}
+    static = {ADAPTIVE_CONF: "false", SHUFFLE_PARTITIONS_CONF: str(SMALL_WORK_PARTITIONS)}
     if interpreted and records < INTERPRETED_ROWS:
-        return {ADAPTIVE_CONF: "false", **INTERPRETED_CONF}
-    return {ADAPTIVE_CONF: "false"}
+        return {**static, **INTERPRETED_CONF}
+    return static

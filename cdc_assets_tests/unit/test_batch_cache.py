@@ -103,13 +103,16 @@ def test_cached_batch_releases_the_cache_after_an_error() -> None:
 def test_small_batches_plan_statically_and_large_or_unknown_ones_adaptively() -> None:
     from cdc_assets.pipeline.small_work import (
         ADAPTIVE_CONF,
+        SHUFFLE_PARTITIONS_CONF,
+        SMALL_WORK_PARTITIONS,
         SMALL_WORK_ROWS,
         offsets_span,
         small_work_conf,
     )
 
-    assert small_work_conf(0) == {ADAPTIVE_CONF: "false"}
-    assert small_work_conf(SMALL_WORK_ROWS - 1) == {ADAPTIVE_CONF: "false"}
+    static = {ADAPTIVE_CONF: "false", SHUFFLE_PARTITIONS_CONF: str(SMALL_WORK_PARTITIONS)}
+    assert small_work_conf(0) == static
+    assert small_work_conf(SMALL_WORK_ROWS - 1) == static
     assert small_work_conf(SMALL_WORK_ROWS) == {}
     assert small_work_conf(None) == {}
     # a partition new since the start counts from offset 0; one that did not move counts 0
@@ -123,7 +126,6 @@ def test_small_batches_plan_statically_and_large_or_unknown_ones_adaptively() ->
 
 def test_only_small_ingest_batches_run_interpreted() -> None:
     from cdc_assets.pipeline.small_work import (
-        ADAPTIVE_CONF,
         INTERPRETED_CONF,
         INTERPRETED_ROWS,
         SMALL_WORK_ROWS,
@@ -131,11 +133,12 @@ def test_only_small_ingest_batches_run_interpreted() -> None:
     )
 
     assert INTERPRETED_ROWS < SMALL_WORK_ROWS
-    small = {ADAPTIVE_CONF: "false", **INTERPRETED_CONF}
+    static = small_work_conf(INTERPRETED_ROWS)
+    small = {**static, **INTERPRETED_CONF}
     assert small_work_conf(0, interpreted=True) == small
     assert small_work_conf(INTERPRETED_ROWS - 1, interpreted=True) == small
-    assert small_work_conf(INTERPRETED_ROWS, interpreted=True) == {ADAPTIVE_CONF: "false"}
+    assert small_work_conf(INTERPRETED_ROWS, interpreted=True) == static
     assert small_work_conf(SMALL_WORK_ROWS, interpreted=True) == {}
     assert small_work_conf(None, interpreted=True) == {}
     # the upsert's window never runs interpreted, whatever its size
-    assert small_work_conf(10) == {ADAPTIVE_CONF: "false"}
+    assert small_work_conf(10) == static
