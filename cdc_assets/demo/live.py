@@ -378,7 +378,12 @@ def _print_views(console: Any, views: dict[str, dict[str, Any]]) -> None:
 def _print_cycle(console: Any, cycle: CycleResult) -> None:
     read = ", ".join(f"{t} {n}" for t, n in sorted(cycle.read.items()))
     upserted = ", ".join(
-        f"{t} {m.get('changed_keys', 0)} keys" for t, m in sorted(cycle.upsert.items())
+        f"{t} {m.get('changed_keys', 0)} keys"
+        f" ({m.get('bucketed_seconds', 0):.1f} + {m.get('seconds', 0):.1f} s)"
+        for t, m in sorted(cycle.upsert.items())
     )
     evolved = ", ".join(f"{t} ({'ok' if ok else 'FAILED'})" for t, ok in cycle.evolved) or "none"
     console.print(f"      read: {read}; evolved: {evolved}; upserted: {upserted}")
+    took = ", ".join(f"{phase} {s:.0f} s" for phase, s in cycle.seconds.items() if s >= 0.5)
+    if took:
+        console.print(f"      took: {took}")

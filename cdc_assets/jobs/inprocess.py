@@ -11,6 +11,7 @@ as a code-location reload would.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +39,7 @@ class CycleResult:
     evolved: list[tuple[str, bool]] = field(default_factory=list)  # (table, run succeeded)
     ingest: dict[str, dict[str, Any]] = field(default_factory=dict)
     upsert: dict[str, dict[str, Any]] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)  # wall time per phase
 
     @property
     def quiet(self) -> bool:
@@ -192,9 +194,9 @@ class PipelineDriver:
         out = {}
         for table in tables:
             meta = last_metadata(result, node_name("base", table))
-            meta["changed_keys"] = last_metadata(result, node_name("bucketed", table)).get(
-                "changed_keys", 0
-            )
+            bucketed = last_metadata(result, node_name("bucketed", table))
+            meta["changed_keys"] = bucketed.get("changed_keys", 0)
+            meta["bucketed_seconds"] = bucketed.get("seconds", 0.0)
             out[table] = meta
         return out
 
@@ -231,13 +233,20 @@ class PipelineDriver:
         return out
 
     def cycle(self) -> CycleResult:
+        seconds: dict[str, float] = {}
+        started = time.monotonic()
         ingest = self.ingest()
+        seconds["ingest"] = time.monotonic() - started
         evolved = self.evolve()
+        seconds["evolve"] = time.monotonic() - started - seconds["ingest"]
+        upsert = self.upsert()
+        seconds["upsert"] = time.monotonic() - started - seconds["ingest"] - seconds["evolve"]
         return CycleResult(
             read={t: int(m.get("records_read", 0) or 0) for t, m in ingest.items()},
             evolved=evolved,
             ingest=ingest,
-            upsert=self.upsert(),
+            upsert=upsert,
+            seconds=seconds,
         )
 
     def converge(self, max_cycles: int = 5) -> list[CycleResult]:
