@@ -16,7 +16,12 @@ of ledger, base and dead letters):
   between (ledger rows from the row images, base rows holding the same changes, dead letters
   redriven);
 - after an upsert commits, it reads the ledger commits it consumed: when any was decoded with a
-  version older than the spec file's, it runs the same backfill.
+  version older than the spec file's, it runs the same backfill, unless a backfill from that
+  version to the file's ran to its end before the upsert read the ledger, having read every one
+  of those commits and recovered every column they may hold wrong (its ``backfill-done`` ledger
+  commit says so): the ledger rows the upsert merged held the recovered values already, and
+  base's older rows were recovered by that backfill. This spares the second backfill that an
+  evolution's first upsert used to run for the rows the evolution had just recovered.
 
 Why that is enough: a value is lost only if a row decoded under an old version is written (into
 the ledger, or into base) after every backfill that would fix it has read. An evolution writes
@@ -37,14 +42,23 @@ from pathlib import Path
 from typing import Any
 
 from cdc_assets.errors import SpecError
-from cdc_assets.pipeline.evolve import BackfillResult, backfill_from_ledger
-from cdc_assets.pipeline.offsets import SPEC_VERSION_PROPERTY
+from cdc_assets.pipeline.evolve import (
+    BACKFILL_DONE_KIND,
+    BACKFILL_FROM_PROPERTY,
+    BACKFILL_MIN_DT_PROPERTY,
+    BACKFILL_THROUGH_PROPERTY,
+    BACKFILL_VERSION_PROPERTY,
+    BackfillResult,
+    backfill_from_ledger,
+)
+from cdc_assets.pipeline.offsets import KIND_PROPERTY, SPEC_VERSION_PROPERTY
 from cdc_assets.pipeline.spec_store import current_of, stored_specs
 from cdc_assets.pipeline.upsert import load_table
 from cdc_assets.schema.layers import ledger_layout
 from cdc_assets.schema.recover import changed_columns, value_columns
 from cdc_assets.spec.load import load_spec
 from cdc_assets.spec.models import TableSpec
+from cdc_assets.sql.backfill import backfill_min_dt
 
 
 @dataclass(frozen=True)
@@ -112,7 +126,9 @@ def after_ingest(
     columns = changed_columns(decoded_with, current)
     if not columns:
         return None
-    result = backfill_from_ledger(spark, catalog, iceberg_catalog, current, columns, started_at)
+    result = backfill_from_ledger(
+        spark, catalog, iceberg_catalog, current, columns, started_at, from_spec=decoded_with
+    )
     return CatchUp(
         current.name,
         f"the ingest decoded with v{decoded_with.spec_version}; an evolution made "
@@ -129,6 +145,39 @@ class LedgerCommit:
     snapshot_id: int
     spec_version: int
     timestamp_ms: int
+    sequence: int = 0
+
+
+def recovered_before(
+    ledger: Any, stale: list[LedgerCommit], version: int, min_dt: str | None, upto_sequence: int
+) -> bool:
+    """Whether the ``stale`` commits (all decoded with one older version) had their values
+    recovered to ``version`` from ``min_dt`` on by a backfill that ran to its end at or before
+    the ledger snapshot an upsert read (sequence ``upto_sequence``), after reading every one of
+    them: a ``backfill-done`` commit from their version to ``version`` says so."""
+    from pyiceberg.table.snapshots import ancestors_of
+
+    decoded = {c.spec_version for c in stale}
+    newest_stale = max(c.sequence for c in stale)
+    current = ledger.current_snapshot()
+    if len(decoded) != 1 or current is None:
+        return False
+    for snapshot in ancestors_of(current, ledger.metadata):
+        sequence = snapshot.sequence_number or 0
+        if sequence <= newest_stale:
+            return False  # a backfill committed before a stale commit did not read it
+        props = snapshot.summary.additional_properties if snapshot.summary else {}
+        if sequence > upto_sequence or props.get(KIND_PROPERTY) != BACKFILL_DONE_KIND:
+            continue
+        done_min_dt = props.get(BACKFILL_MIN_DT_PROPERTY, "")
+        if (
+            int(props.get(BACKFILL_THROUGH_PROPERTY, "-1")) >= newest_stale
+            and {int(props.get(BACKFILL_FROM_PROPERTY, "-1"))} == decoded
+            and int(props.get(BACKFILL_VERSION_PROPERTY, "-1")) == version
+            and (not done_min_dt or (min_dt is not None and done_min_dt <= min_dt))
+        ):
+            return True
+    return False
 
 
 def decoded_versions(ledger: Any, after_sequence: int, upto_sequence: int) -> list[LedgerCommit]:
@@ -147,7 +196,9 @@ def decoded_versions(ledger: Any, after_sequence: int, upto_sequence: int) -> li
         props = snapshot.summary.additional_properties if snapshot.summary else {}
         version = props.get(SPEC_VERSION_PROPERTY)
         if sequence <= upto_sequence and version is not None:
-            out.append(LedgerCommit(snapshot.snapshot_id, int(version), snapshot.timestamp_ms))
+            out.append(
+                LedgerCommit(snapshot.snapshot_id, int(version), snapshot.timestamp_ms, sequence)
+            )
     return out
 
 
@@ -177,7 +228,18 @@ def after_upsert(
     columns = changed_columns(spec, current) if oldest == spec.spec_version else []
     columns = columns or value_columns(current)
     since = datetime.fromtimestamp(min(c.timestamp_ms for c in stale) / 1000, UTC)
-    result = backfill_from_ledger(spark, catalog, iceberg_catalog, current, columns, since)
+    min_dt = backfill_min_dt(since, current.base.lookback_hours)
+    if recovered_before(ledger, stale, current.spec_version, min_dt, upto_sequence):
+        return None
+    result = backfill_from_ledger(
+        spark,
+        catalog,
+        iceberg_catalog,
+        current,
+        columns,
+        since,
+        from_spec=spec if oldest == spec.spec_version else None,
+    )
     return CatchUp(
         current.name,
         f"the upsert merged ledger rows decoded with v{oldest}; the spec is "

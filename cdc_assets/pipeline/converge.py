@@ -168,7 +168,13 @@ def converge(
     backfill = None
     if columns:
         backfill = backfill_from_ledger(
-            spark(), catalog, iceberg_catalog, evolved, columns, since=detected_at
+            spark(),
+            catalog,
+            iceberg_catalog,
+            evolved,
+            columns,
+            since=detected_at,
+            from_spec=current,
         )
     seconds["backfill"] = round(time.monotonic() - started, 2)
     history(

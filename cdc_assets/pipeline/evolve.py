@@ -54,6 +54,7 @@ from cdc_assets.schema.layers import (
     bucketed_layout,
     ledger_layout,
 )
+from cdc_assets.schema.recover import changed_columns
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.sql.backfill import (
     backfill_min_dt,
@@ -68,6 +69,15 @@ from cdc_assets.sql.backfill import (
 COMMIT_RETRIES = 5
 BACKFILL_KIND = "backfill"
 BACKFILL_COLUMNS_PROPERTY = "cdc.backfill-columns"
+# A backfill that ran to its end and recovered every column a row decoded under an older
+# version may hold wrong leaves an empty ledger commit saying so (pipeline.catch_up): from and
+# to which spec version, from which date, and the sequence number of the ledger snapshot it read
+# (every ledger commit up to it had its values recovered).
+BACKFILL_DONE_KIND = "backfill-done"
+BACKFILL_FROM_PROPERTY = "cdc.backfill-from-version"
+BACKFILL_VERSION_PROPERTY = "cdc.backfill-spec-version"
+BACKFILL_MIN_DT_PROPERTY = "cdc.backfill-min-dt"
+BACKFILL_THROUGH_PROPERTY = "cdc.backfill-through"
 
 T = TypeVar("T")
 
@@ -284,6 +294,10 @@ class BackfillResult:
     redriven: int = 0
     ledger_snapshot_id: int | None = None
     base_snapshot_id: int | None = None
+    # Sequence number of the ledger snapshot the ledger step read (None: an empty ledger), and
+    # whether it left redriven files base had not applied yet as they were.
+    ledger_sequence_read: int | None = None
+    left_redriven_files: bool = False
     snapshot_ids: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
 
@@ -360,9 +374,12 @@ def _backfill_ledger(
         snapshot = _readable_snapshot(ledger)
         if snapshot is None:
             return
+        read = ledger.snapshot_by_id(snapshot)
+        result.ledger_sequence_read = None if read is None else read.sequence_number or 0
         # Redriven rows base has not applied are found by their file names: leave their files.
         base = load_table(iceberg_catalog, base_layout(spec))
         pending = _redriven_files(ledger, base_state(base, shard_of(spec)).ledger_sequence)
+        result.left_redriven_files = bool(pending)
         values = render_ledger_values(
             spec, ledger_id, snapshot, columns, min_dt=min_dt, exclude_files=pending
         )
@@ -421,6 +438,21 @@ def _backfill_by_position(
     return _retry(attempt)
 
 
+def _mark_done(
+    iceberg_catalog: Any, spec: TableSpec, from_version: int, result: BackfillResult
+) -> None:
+    """The empty ledger commit of a backfill that ran to its end (``BACKFILL_DONE_KIND``)."""
+    props = {
+        KIND_PROPERTY: BACKFILL_DONE_KIND,
+        BACKFILL_COLUMNS_PROPERTY: ",".join(result.columns),
+        BACKFILL_FROM_PROPERTY: str(from_version),
+        BACKFILL_VERSION_PROPERTY: str(spec.spec_version),
+        BACKFILL_MIN_DT_PROPERTY: result.min_dt or "",
+        BACKFILL_THROUGH_PROPERTY: str(result.ledger_sequence_read),
+    }
+    _retry(lambda: commit_properties_only(load_table(iceberg_catalog, ledger_layout(spec)), props))
+
+
 def backfill_from_ledger(
     spark: Any,
     catalog: str,
@@ -428,6 +460,7 @@ def backfill_from_ledger(
     spec: TableSpec,
     columns: Sequence[str],
     since: datetime | None = None,
+    from_spec: TableSpec | None = None,
 ) -> BackfillResult:
     """Phase 3: recover ``columns`` (sink names of added or widened columns of ``spec``, the new
     version) for rows written before the jobs knew them.
@@ -447,11 +480,16 @@ def backfill_from_ledger(
     rows without the value again. Every step is idempotent, so a rerun (after a crash, or to
     be sure) changes only what is still missing.
 
+    With ``from_spec``, the version rows were decoded with: when ``columns`` hold every column
+    such a row may hold wrong (``schema.recover.changed_columns``), a backfill that ran to its
+    end says so in an empty ledger commit (``BACKFILL_DONE_KIND``), and an upsert that read the
+    ledger after it needs no catch-up of its own (``pipeline.catch_up``).
+
     A sharded table is backfilled shard by shard, each from its own ledger.
     """
     if spec.source.shards:
         results = [
-            backfill_from_ledger(spark, catalog, iceberg_catalog, view, columns, since)
+            backfill_from_ledger(spark, catalog, iceberg_catalog, view, columns, since, from_spec)
             for view in spec.shard_specs()
         ]
         total = results[-1]
@@ -495,6 +533,13 @@ def backfill_from_ledger(
     for plan in backfill_plans(spec, names):
         redriven = redrive(spark, catalog, spec, reason_contains=f"column {plan.name!r}:")
         result.redriven += redriven.to_ledger
+    complete = (
+        from_spec is not None
+        and set(changed_columns(from_spec, spec)) <= set(names)
+        and not result.left_redriven_files
+    )
+    if from_spec is not None and complete and result.ledger_sequence_read is not None:
+        _mark_done(iceberg_catalog, spec, from_spec.spec_version, result)
 
     for layer, layout in (
         ("cdc", ledger_layout(spec)),

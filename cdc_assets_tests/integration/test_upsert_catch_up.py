@@ -1,0 +1,104 @@
+"""The upsert's catch-up after an evolution (``pipeline.catch_up``), at the pipeline's level.
+
+An upsert that merges ledger rows decoded under an older spec runs the evolution's backfill
+again, unless a backfill that ran to its end before the upsert read the ledger had read those
+rows (its ``backfill-done`` ledger commit). First the common case, which no longer pays a
+second backfill: rows decoded with v1, the evolution to v2 and its backfill, then the upsert.
+Then the case the catch-up exists for: an ingest still on v1 commits after the evolution's
+backfill; the upsert that merges its rows must catch up, or the new column's values are lost.
+Base must equal an independent replay of the topic under v2 after each.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+from cdc_assets.demo.events import workload
+from cdc_assets.pipeline.catch_up import after_upsert
+from cdc_assets.pipeline.converge import converge
+from cdc_assets.pipeline.evolve import BACKFILL_DONE_KIND
+from cdc_assets.pipeline.offsets import KIND_PROPERTY
+from cdc_assets.pipeline.tables import ensure_tables
+from cdc_assets.pipeline.upsert import build_bucketed, merge_base
+from cdc_assets.resources import IcebergCatalogResource, KafkaResource
+from cdc_assets.schema.layers import ledger_layout
+from cdc_assets.settings import Settings
+from cdc_assets.spec.models import ColumnSpec, TableSpec
+from cdc_assets.spec.versions import render_spec_yaml
+from cdc_assets_tests.integration.test_evolve import later
+from cdc_assets_tests.integration.test_schema_evolution_flow import Table, with_column
+from cdc_assets_tests.integration.test_upsert import (
+    assert_base_matches,
+    expected_base,
+    ingest,
+)
+
+
+def _upsert_with_catch_up(
+    spark: Any, iceberg: IcebergCatalogResource, spec: TableSpec, specs_dir: Path
+) -> Any:
+    """An upsert as the base asset runs it: bucketed, MERGE, then the catch-up rule."""
+    catalog = iceberg.load_catalog()
+    build_bucketed(spark, "lake", catalog, spec)
+    merged = merge_base(spark, "lake", catalog, spec)
+    assert merged.applied
+    return after_upsert(
+        spark,
+        "lake",
+        catalog,
+        spec,
+        specs_dir,
+        merged.from_state.ledger_sequence,
+        merged.to_state.ledger_sequence,
+    )
+
+
+def test_an_upsert_after_the_evolution_s_backfill_skips_the_catch_up_a_later_v1_ingest_not(
+    it_settings: Settings,
+    spark: Any,
+    iceberg: IcebergCatalogResource,
+    kafka: KafkaResource,
+    tmp_path: Path,
+) -> None:
+    table = Table(it_settings, kafka, tmp_path)
+    v1 = table.v1
+    ensure_tables(spark, "lake", v1)
+    phone = ColumnSpec(id=9, name="phone", type="varchar(32)")
+    v2 = with_column(v1, phone, "display_name")
+
+    # The source added `phone`; the jobs still decode with v1 (the values wait in _row_json).
+    table.produce(later(workload(v2, random.Random(82), keys=20, events=60), 1))
+    ingest(spark, iceberg, kafka, v1)
+    catalog = iceberg.load_catalog()
+    done = converge(
+        lambda: spark,
+        "lake",
+        catalog,
+        table.specs_dir,
+        v1.name,
+        proposed_yaml=render_spec_yaml(v2),
+    )
+    assert done.decision == "applied"
+    v2 = table.spec()
+    assert v2.spec_version == 2
+    ledger = catalog.load_table(".".join((ledger_layout(v2).namespace, ledger_layout(v2).name)))
+    kinds = [
+        (s.summary.additional_properties if s.summary else {}).get(KIND_PROPERTY)
+        for s in ledger.snapshots()
+    ]
+    assert BACKFILL_DONE_KIND in kinds
+    # The backfill read every v1 commit: the upsert merges recovered values, no second backfill.
+    assert _upsert_with_catch_up(spark, iceberg, v2, table.specs_dir) is None
+    assert_base_matches(v2, iceberg, expected_base(v2, kafka))
+
+    # An ingest that loaded v1 before the evolution commits after it (the daemon's race): its
+    # rows lack the phones, and no backfill read them. The upsert that merges them catches up.
+    table.produce(later(workload(v2, random.Random(83), keys=20, events=60), 2))
+    ingest(spark, iceberg, kafka, v1)
+    caught = _upsert_with_catch_up(spark, iceberg, v2, table.specs_dir)
+    assert caught is not None
+    assert "phone" in caught.columns
+    assert caught.backfill.base_rows_updated > 0
+    assert_base_matches(v2, iceberg, expected_base(v2, kafka))
