@@ -52,6 +52,7 @@ from cdc_assets.schema.layers import (
     all_layouts,
     base_layout,
     bucketed_layout,
+    dead_letter_layout,
     ledger_layout,
 )
 from cdc_assets.schema.recover import changed_columns
@@ -438,6 +439,16 @@ def _backfill_by_position(
     return _retry(attempt)
 
 
+def _may_hold_rows(table: Any) -> bool:
+    """False when the table certainly holds no row: no snapshot, or one of 0 records (rows
+    removed by delete files still count: then True)."""
+    current = table.current_snapshot()
+    if current is None:
+        return False
+    props = current.summary.additional_properties if current.summary else {}
+    return props.get("total-records") != "0"
+
+
 def _mark_done(
     iceberg_catalog: Any, spec: TableSpec, from_version: int, result: BackfillResult
 ) -> None:
@@ -530,9 +541,11 @@ def backfill_from_ledger(
             min_dt,
             {**pending, **props},
         )
-    for plan in backfill_plans(spec, names):
-        redriven = redrive(spark, catalog, spec, reason_contains=f"column {plan.name!r}:")
-        result.redriven += redriven.to_ledger
+    # A redrive plans the whole decode before it reads a letter: none to read, none to plan.
+    if _may_hold_rows(load_table(iceberg_catalog, dead_letter_layout(spec))):
+        for plan in backfill_plans(spec, names):
+            redriven = redrive(spark, catalog, spec, reason_contains=f"column {plan.name!r}:")
+            result.redriven += redriven.to_ledger
     complete = (
         from_spec is not None
         and set(changed_columns(from_spec, spec)) <= set(names)
