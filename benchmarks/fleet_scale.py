@@ -16,6 +16,7 @@ with a workload on each, and measures with the project's real jobs and sensors:
 Prints a table, writes ``benchmarks/results/fleet_scale.json`` and ``.png``.
 
     python benchmarks/fleet_scale.py [--defs 10,100,1000] [--ticks 10,100,1000] [--cycles 10,30,100]
+        [--buckets N]
 """
 
 from __future__ import annotations
@@ -59,10 +60,14 @@ print(json.dumps({"load_s": t2 - t0, "build_s": t1 - t0, "resolve_s": t2 - t1,
 
 
 def generate_specs(
-    count: int, out: Path, prefix: str = "fleet", namespace: str = "fleet"
+    count: int,
+    out: Path,
+    prefix: str = "fleet",
+    namespace: str = "fleet",
+    buckets: int | None = None,
 ) -> list[str]:
     """``count`` specs cycling through the example shapes, with distinct names, sources, topics
-    and sink tables."""
+    and sink tables (and base's bucket count, when given; else the examples')."""
     out.mkdir(parents=True, exist_ok=True)
     templates = [yaml.safe_load((ROOT / "table_specs" / t).read_text()) for t in TEMPLATES]
     names = []
@@ -73,6 +78,8 @@ def generate_specs(
         spec["source"] = {**data["source"], "table": name, "topic": f"{prefix}.{name}"}
         spec["source"].pop("schema_change_topic", None)
         spec["sink"] = {**data["sink"], "namespace": namespace, "table": name}
+        if buckets is not None:
+            spec["base"] = {**data.get("base", {}), "buckets": buckets}
         (out / f"{name}.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
         names.append(name)
     return names
@@ -205,6 +212,9 @@ def main() -> None:
     parser.add_argument("--defs", default="10,100,1000", help="table counts for definitions load")
     parser.add_argument("--ticks", default="10,100,1000", help="table counts for a sensor tick")
     parser.add_argument("--cycles", default="10,30,100", help="table counts for the cycles")
+    parser.add_argument(
+        "--buckets", type=int, help="base's bucket count of every table (default: the examples')"
+    )
     args = parser.parse_args()
     counts = {
         k: [int(n) for n in getattr(args, k).split(",") if n] for k in ("defs", "ticks", "cycles")
@@ -221,7 +231,7 @@ def main() -> None:
             for n in sorted(set(counts["defs"]) | set(counts["ticks"]) | set(counts["cycles"])):
                 spec_dir = Path(tmp) / f"specs_{n}"
                 # Topics of their own per count: the names carry it.
-                generate_specs(n, spec_dir, prefix=f"fleet{n}")
+                generate_specs(n, spec_dir, prefix=f"fleet{n}", buckets=args.buckets)
                 specs = load_specs(spec_dir)
                 settings = replace(base, specs_dir=spec_dir)
                 if n in counts["defs"]:
@@ -237,6 +247,8 @@ def main() -> None:
                         settings, partial(produce_workloads, specs, state.bootstrap_servers, 1)
                     )
                     cycle["busy_tables"] = busy
+                    cycle["buckets"] = args.buckets or "examples' (16, 8, 8)"
+                    cycle["tables_at_once"] = settings.tables_at_once
                     rows["cycles"][n] = cycle
                     print(f"  cycle {n}: {cycle}", file=sys.stderr)
         finally:

@@ -1,5 +1,6 @@
-"""Benchmark: a fleet's cycles with several tables of a run at once (issue 20, part 4), against
-one table after another (the baseline, ``tables_at_once: 1``).
+"""Benchmark: a fleet's cycles with several tables of a run at once (issue 20, part 4), and with
+fewer buckets per base, against one table after another with the examples' 16 buckets (the
+baseline: ``tables_at_once: 1``, the first ``--buckets``).
 
 The cycles are the in-process driver's (what the daemon's sensors request: the ``ingest_ledgers``
 run of the tables whose topics grew, then ``upsert_bases`` of those), on the project's run
@@ -8,15 +9,16 @@ threads of the one driver, each on a Spark session of its own. The fixed cost of
 is mostly the driver's round trips (planning, Iceberg commits, catalog reads), which overlap;
 whether that pays on 2 cores is what this measures.
 
-Every width gets its own copy of the fleet (same specs, same events, its own topics and
-namespace). It runs the first cycle after onboarding, then a steady busy cycle with the next
-~100 events per table; every base must then equal the baseline's row for row, or the script
-fails. Per width it also counts the busy cycle's Spark jobs and runs a floor (``floor``: one
-INSERT and one MERGE per table, the least a design with a ledger and a base per table commits),
-so that the fixed cost can be read as a ratio to what the same driver can do at all. Prints a
-table, writes ``benchmarks/results/fleet_threads.json`` and ``.png``.
+Every (bucket count, width) pair gets its own copy of the fleet (same specs but for
+``base.buckets``, same events, its own topics and namespace). It runs the first cycle after
+onboarding, then a steady busy cycle with the next ~100 events per table; every base must then
+equal the baseline's row for row, or the script fails. Per pair it also counts the busy
+cycle's Spark jobs and runs a floor (``floor``: one INSERT and one MERGE per table, the least a
+design with a ledger and a base per table commits), so that the fixed cost can be read as a
+ratio to what the same driver can do at all. Prints a table, writes
+``benchmarks/results/fleet_threads.json`` and ``.png``.
 
-    python benchmarks/fleet_threads.py [--tables 30] [--workers 1,2,4]
+    python benchmarks/fleet_threads.py [--tables 30] [--workers 1,2,4] [--buckets 16,1]
 """
 
 from __future__ import annotations
@@ -68,14 +70,15 @@ FLOOR_BASE_PROPS = (
 )
 
 
-def floor(spark: Any, tables: int, k: int) -> dict[str, float]:
+def floor(spark: Any, tables: int, k: int, buckets: int) -> dict[str, float]:
     """The least a busy cycle of this design can cost per table, through the same driver: one
-    commit to a ledger-like table (INSERT of 100 rows) and one to a base-like table (MERGE of
-    100 keys), per table, k tables at once (threads with sessions of their own, as the run
-    executor's). Tables are made and written once untimed, then one round is timed."""
+    commit to a ledger-like table (INSERT of 100 rows) and one to a base-like table of
+    ``buckets`` buckets (MERGE of 100 keys), per table, k tables at once (threads with sessions
+    of their own, as the run executor's). Tables are made and written once untimed, then one
+    round is timed."""
     from concurrent.futures import ThreadPoolExecutor
 
-    ns = f"floor_{k}"
+    ns = f"floor_{buckets}_{k}"
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {ns}")
     for i in range(tables):
         spark.sql(
@@ -84,7 +87,7 @@ def floor(spark: Any, tables: int, k: int) -> dict[str, float]:
         )
         spark.sql(
             f"CREATE TABLE IF NOT EXISTS {ns}.b{i} (id BIGINT, v STRING) USING iceberg "
-            f"PARTITIONED BY (bucket(4, id)) TBLPROPERTIES ({FLOOR_BASE_PROPS})"
+            f"PARTITIONED BY (bucket({buckets}, id)) TBLPROPERTIES ({FLOOR_BASE_PROPS})"
         )
 
     def one(session: Any, i: int, tag: str) -> None:
@@ -130,8 +133,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tables", type=int, default=30)
     parser.add_argument("--workers", default="1,2,4", help="tables at once; 1 is the baseline")
+    parser.add_argument(
+        "--buckets", default="16", help="base bucket counts; the first is the baseline's"
+    )
     args = parser.parse_args()
     workers = sorted({1, *(int(k) for k in args.workers.split(",") if k)})
+    counts = list(dict.fromkeys(int(b) for b in args.buckets.split(",") if b))
 
     import dagster as dg
 
@@ -140,7 +147,7 @@ def main() -> None:
     from cdc_assets.spec import load_specs
     from cdc_assets.stack.local_stack import stack_down, stack_up
 
-    rows: dict[int, dict[str, Any]] = {}
+    rows: dict[tuple[int, int], dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         home = make_home(Path(tmp))
         state = stack_up(home)
@@ -151,9 +158,12 @@ def main() -> None:
             spark = resources["spark"].get_session()
             catalog = resources["spark"].catalog.name
             reference: dict[str, list[tuple[Any, ...]]] | None = None
-            for k in workers:
-                spec_dir = Path(tmp) / f"specs_{k}"
-                generate_specs(args.tables, spec_dir, prefix=f"threads{k}", namespace=f"w{k}")
+            for b, k in ((b, k) for b in counts for k in workers):
+                spec_dir = Path(tmp) / f"specs_{b}_{k}"
+                tag = f"{b}_{k}"
+                generate_specs(
+                    args.tables, spec_dir, prefix=f"threads{tag}", namespace=f"w{tag}", buckets=b
+                )
                 specs = load_specs(spec_dir)
                 settings = replace(home, specs_dir=spec_dir, tables_at_once=k)
                 with dg.DagsterInstance.ephemeral() as instance:
@@ -170,22 +180,28 @@ def main() -> None:
                     reference = bases
                 elif bases != reference:
                     differ = [t for t in bases if bases[t] != reference.get(t)]
-                    raise SystemExit(f"{k} at once: bases differ from the baseline's: {differ}")
-                rows[k] = {"first": first, "busy": busy, "floor": floor(spark, args.tables, k)}
-                print(f"  {k} at once: first {first}, busy {busy}", file=sys.stderr)
+                    raise SystemExit(
+                        f"{b} buckets, {k} at once: bases differ from the baseline's: {differ}"
+                    )
+                low = floor(spark, args.tables, k, b)
+                rows[(b, k)] = {"first": first, "busy": busy, "floor": low}
+                print(f"  {b} buckets, {k} at once: first {first}, busy {busy}", file=sys.stderr)
         finally:
             stack_down(home, purge=True)
     report(rows, args.tables)
 
 
-def report(rows: dict[int, dict[str, Any]], tables: int) -> None:
-    base = rows[1]
-    print(f"\n{tables} tables, ~100 events each per cycle; wall seconds (per table), ratio to 1")
+def report(rows: dict[tuple[int, int], dict[str, Any]], tables: int) -> None:
+    base = next(iter(rows.values()))
     print(
-        f"  {'at once':>7} {'first cycle':>18} {'ratio':>6} {'busy cycle':>18} {'ratio':>6} "
-        f"{'jobs/table':>10} {'floor':>18} {'busy/floor':>10}"
+        f"\n{tables} tables, ~100 events each per cycle; wall seconds (per table), ratio to the "
+        "first row"
     )
-    for k, r in sorted(rows.items()):
+    print(
+        f"  {'buckets':>7} {'at once':>7} {'first cycle':>18} {'ratio':>6} {'busy cycle':>18} "
+        f"{'ratio':>6} {'jobs/table':>10} {'floor':>18} {'busy/floor':>10}"
+    )
+    for (b, k), r in rows.items():
         cells = []
         for label in ("first", "busy"):
             wall = r[label]["wall_s"]
@@ -197,17 +213,17 @@ def report(rows: dict[int, dict[str, Any]], tables: int) -> None:
         cells.append(
             f"{jobs:10.1f} {low:8.1f} s ({low / tables:4.2f} s) {r['busy']['wall_s'] / low:10.2f}"
         )
-        print(f"  {k:>7} " + " ".join(cells))
+        print(f"  {b:>7} {k:>7} " + " ".join(cells))
     print("  every base equal to the baseline's, row for row")
     print(
-        "  floor: one INSERT of 100 rows and one MERGE of 100 keys per table, same driver, "
-        "same width"
+        "  floor: one INSERT of 100 rows and one MERGE of 100 keys per table (into that many "
+        "buckets), same driver, same width"
     )
     RESULTS.mkdir(parents=True, exist_ok=True)
     payload = {
         "code": code_version(),
         "tables": tables,
-        "workers": {str(k): r for k, r in rows.items()},
+        "runs": [{"buckets": b, "workers": k, **r} for (b, k), r in rows.items()],
     }
     (RESULTS / "fleet_threads.json").write_text(json.dumps(payload, indent=2))
 
@@ -216,17 +232,23 @@ def report(rows: dict[int, dict[str, Any]], tables: int) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(5.5, 3.4))
-    ks = sorted(rows)
-    for label, marker in (("first", "s"), ("busy", "o"), ("floor", "^")):
-        ax.plot(ks, [rows[k][label]["wall_s"] / tables for k in ks], marker=marker, label=label)
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for b in dict.fromkeys(b for b, _ in rows):
+        ks = [k for bb, k in rows if bb == b]
+        for label, marker in (("busy", "o"), ("floor", "^")):
+            ax.plot(
+                ks,
+                [rows[(b, k)][label]["wall_s"] / tables for k in ks],
+                marker=marker,
+                label=f"{label}, {b} buckets",
+            )
     ax.set(
-        title=f"cycle cost per table ({tables} tables, one driver, real jobs)",
+        title=f"busy cycle per table ({tables} tables, one driver, real jobs)",
         xlabel="tables at once",
         ylabel="s per table",
-        xticks=ks,
+        xticks=sorted({k for _, k in rows}),
     )
-    ax.legend()
+    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(RESULTS / "fleet_threads.png", dpi=110)
 

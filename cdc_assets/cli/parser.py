@@ -129,6 +129,12 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--namespace", help="Iceberg namespace (default: the database)")
     src.add_argument("--name", help="spec name (default: the table name)")
     src.add_argument("--sensitive", help="comma-separated columns to mark sensitive")
+    src.add_argument(
+        "--buckets",
+        type=int,
+        help="base's bucket count (default: from the table's size, one per 512 MiB of it on the "
+        "source, a power of two; see docs/specs.md)",
+    )
     src.add_argument("--out", help="spec file to write (default: <spec dir>/<name>.yaml)")
     src.add_argument("--force", action="store_true", help="replace an existing spec file")
     rec = specs_sub.add_parser(

@@ -181,10 +181,11 @@ def source_jdbc_url(
 def _specs_import_source(settings: Settings, args: argparse.Namespace) -> int:
     """Onboard a live table: its information_schema becomes version 1 of its spec, written to
     the spec directory (never over an existing spec without --force) and loaded back."""
-    from cdc_assets.pipeline.source_schema import import_source_spec
+    from cdc_assets.pipeline.source_schema import import_source_spec, source_size
     from cdc_assets.resources import build_resources
     from cdc_assets.spec.ddl_import import identifier
     from cdc_assets.spec.information_schema import SourceTable
+    from cdc_assets.spec.sizing import buckets_for
     from cdc_assets.spec.versions import render_spec_yaml
 
     if args.schema and args.connector != "postgresql":
@@ -200,6 +201,11 @@ def _specs_import_source(settings: Settings, args: argparse.Namespace) -> int:
         raise CdcAssetsError(f"{target} exists; pass --force to replace it")
     sensitive = [c.strip() for c in (args.sensitive or "").split(",") if c.strip()]
     spark = build_resources(settings)["spark"].get_session()
+    buckets, how = args.buckets, "as given"
+    if buckets is None:
+        size = source_size(spark, url, source)
+        buckets = buckets_for(size)
+        how = f"for {size.describe()}" if size is not None else "the default"
     spec, _ = import_source_spec(
         spark,
         url,
@@ -209,6 +215,7 @@ def _specs_import_source(settings: Settings, args: argparse.Namespace) -> int:
         namespace=args.namespace,
         name=name,
         sensitive=sensitive,
+        buckets=buckets,
     )
     header = (
         f"{spec.name} version {spec.spec_version}: {source.qualified()} in {args.connector} "
@@ -219,6 +226,7 @@ def _specs_import_source(settings: Settings, args: argparse.Namespace) -> int:
     write_spec_checked(target, text)
     sys.stdout.write(text)
     print(f"wrote {target} (read from {redact_url(url)})", file=sys.stderr)
+    print(f"base: bucket({spec.base.buckets}, {spec.bucket_column.name}), {how}", file=sys.stderr)
     return 0
 
 

@@ -18,8 +18,10 @@ from cdc_assets.spec.information_schema import (
     json_checks_query,
     json_columns,
     primary_key_query,
+    size_query,
 )
 from cdc_assets.spec.models import TableSpec
+from cdc_assets.spec.sizing import SourceSize, buckets_for
 
 
 def _rows(spark: Any, url: str, query: str) -> list[dict[str, Any]]:
@@ -48,6 +50,18 @@ def source_create_table(spark: Any, url: str, table: TableSpec | SourceTable) ->
     return create_table(src, columns, key, json=json)
 
 
+def source_size(spark: Any, url: str, table: TableSpec | SourceTable) -> SourceSize | None:
+    """The table's size as its database estimates it (None: the table is not there)."""
+    rows = _rows(spark, url, size_query(as_source_table(table)))
+    if not rows:
+        return None
+
+    def number(value: Any) -> int | None:
+        return None if value is None else int(value)
+
+    return SourceSize(number(rows[0]["size_bytes"]), number(rows[0]["row_estimate"]))
+
+
 def import_source_spec(
     spark: Any,
     url: str,
@@ -58,8 +72,12 @@ def import_source_spec(
     namespace: str | None = None,
     name: str | None = None,
     sensitive: Collection[str] = (),
+    buckets: int | None = None,
 ) -> tuple[TableSpec, str]:
     """Onboard a live table: version 1 of its spec, and the CREATE TABLE it was made from.
+
+    ``buckets`` is base's bucket count; None sizes it from the table's size
+    (``spec.sizing.buckets_for``), which ``source_size`` reads from the database.
 
     Onboarding is schema evolution from an empty schema: the information_schema becomes a
     CREATE TABLE, which the DDL import turns into a spec exactly as for `specs import-ddl`.
@@ -92,4 +110,7 @@ def import_source_spec(
         )
     except SpecError as err:
         raise SpecError(f"{source.qualified()}: {err}") from None
-    return spec, ddl
+    if buckets is None:
+        buckets = buckets_for(source_size(spark, url, source))
+    base = spec.base.model_copy(update={"buckets": buckets})
+    return spec.model_copy(update={"base": base}), ddl

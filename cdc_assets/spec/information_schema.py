@@ -122,6 +122,26 @@ def json_checks_query(table: TableSpec | SourceTable) -> str:
     )
 
 
+def size_query(table: TableSpec | SourceTable) -> str:
+    """The table's on-disk size in bytes and its row count, as the database estimates them
+    (columns ``size_bytes`` and ``row_estimate``): InnoDB's data length and row estimate,
+    PostgreSQL's table size (heap and TOAST) and ``reltuples`` (-1 before the first ANALYZE)."""
+    src = as_source_table(table)
+    if src.is_postgres:
+        return (
+            "SELECT pg_table_size(c.oid) AS size_bytes, "
+            "CAST(c.reltuples AS BIGINT) AS row_estimate "
+            "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            f"WHERE n.nspname = {_lit(src.pg_schema)} AND c.relname = {_lit(src.table)} "
+            "AND c.relkind IN ('r', 'p')"
+        )
+    return (
+        "SELECT data_length AS size_bytes, table_rows AS row_estimate "
+        "FROM information_schema.tables "
+        f"WHERE table_schema = {_lit(src.database)} AND table_name = {_lit(src.table)}"
+    )
+
+
 def json_columns(checks: Sequence[Mapping[str, Any]]) -> set[str]:
     """Names of the columns that a ``json_valid(`name`)`` check (rows of json_checks_query)
     declares as JSON."""

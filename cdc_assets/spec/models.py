@@ -25,6 +25,7 @@ from cdc_assets.schema.types import (
     parse_sink_type,
     parse_source_type,
 )
+from cdc_assets.spec.sizing import DEFAULT_BUCKETS
 
 Identifier = Annotated[str, StringConstraints(pattern=r"^[a-z_][a-z0-9_]*$", max_length=63)]
 SourceName = Annotated[str, StringConstraints(min_length=1, max_length=128)]
@@ -326,7 +327,7 @@ class MaintenanceSpec(_Strict):
 
 
 class BaseTableSpec(_Strict):
-    buckets: int = Field(default=16, ge=1, le=4096)
+    buckets: int = Field(default=DEFAULT_BUCKETS, ge=1, le=4096)
     bucket_column: SourceName | None = None
     properties: dict[str, str] = {}
     # Ledger partitions (dt) read by an upsert reach this far behind the base watermark, so

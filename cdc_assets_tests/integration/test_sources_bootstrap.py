@@ -289,6 +289,9 @@ def test_import_source_matches_the_example_specs(
         assert (imported.source.topic, imported.sink.namespace) == (src.topic, spec.sink.namespace)
         assert (imported.source.database, imported.source.schema_) == (src.database, src.schema_)
         assert imported.spec_version == 1
+        # A few dozen rows on the source: one bucket, sized from the database's estimate.
+        assert imported.base.buckets == 1
+        assert f"base: bucket(1, {imported.bucket_column.name}), for " in err
     # The directory of imported specs loads as a whole; a second import is refused.
     assert len(load_specs(tmp_path)) == 3
     again = ["specs", "import-source", "--connector", "postgresql", "--database", "shop"]

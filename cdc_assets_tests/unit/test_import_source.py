@@ -23,8 +23,10 @@ from cdc_assets.spec.information_schema import (
     json_checks_query,
     json_columns,
     primary_key_query,
+    size_query,
 )
 from cdc_assets.spec.models import TableSpec
+from cdc_assets.spec.sizing import DEFAULT_BUCKETS, MAX_BUCKETS, SourceSize, buckets_for
 from cdc_assets_tests.conftest import PROJECT_ROOT
 
 ORDER_ITEMS = SourceTable("mariadb", "shop", "order_items")
@@ -159,7 +161,7 @@ def test_topic_naming_follows_the_connectors() -> None:
 
 def test_queries_name_the_table_and_parse() -> None:
     for table, dialect in ((ORDER_ITEMS, "mysql"), (ORDERS, "postgres")):
-        queries = [columns_query(table), primary_key_query(table)]
+        queries = [columns_query(table), primary_key_query(table), size_query(table)]
         queries += [json_checks_query(table)] if dialect == "mysql" else []
         for query in queries:
             assert f"'{table.table}'" in query
@@ -167,6 +169,18 @@ def test_queries_name_the_table_and_parse() -> None:
     # A spec and its SourceTable ask the same questions.
     spec = example("orders")
     assert columns_query(spec) == columns_query(SourceTable.of(spec))
+
+
+def test_buckets_follow_the_source_size() -> None:
+    """A power of two per 512 MiB of source, at least one; the default when nothing is known."""
+    mib = 2**20
+    assert buckets_for(SourceSize(16 * 1024, 0)) == 1  # an empty InnoDB table: one page
+    assert buckets_for(SourceSize(512 * mib, None)) == 1
+    assert buckets_for(SourceSize(512 * mib + 1, None)) == 2
+    assert buckets_for(SourceSize(5 * 1024 * mib, 40_000_000)) == 16
+    assert buckets_for(SourceSize(10**15, None)) == MAX_BUCKETS
+    assert buckets_for(None) == buckets_for(SourceSize(None, 10)) == DEFAULT_BUCKETS
+    assert SourceSize(None, -1).describe() == "unknown size"
 
 
 def test_jdbc_url_from_flag_settings_or_nothing(tmp_path: Path) -> None:
@@ -223,7 +237,11 @@ def test_import_source_command_writes_validates_and_refuses_to_overwrite(
         calls.append((spark, url, table))
         return create_table(table, PG_ROWS, ["order_id"])
 
+    def fake_size(spark: Any, url: str, table: SourceTable) -> SourceSize:
+        return SourceSize(3 * 2**30, 12_000_000)
+
     monkeypatch.setattr(source_schema, "source_create_table", fake_create_table)
+    monkeypatch.setattr(source_schema, "source_size", fake_size)
     monkeypatch.setattr(resources, "build_resources", lambda _: {"spark": _FakeSpark()})
     monkeypatch.setenv(
         "CDC_ASSETS_SOURCE_URL_POSTGRESQL_SHOP", "jdbc:postgresql://h/shop?password=pw"
@@ -247,6 +265,9 @@ def test_import_source_command_writes_validates_and_refuses_to_overwrite(
     assert written.source.topic == "shop.public.orders"
     assert written.source.schema_ == "public"
     assert written.sink.namespace == "sales"
+    # 3 GiB on the source: six 512 MiB shares, the next power of two.
+    assert written.base.buckets == 8
+    assert "base: bucket(8, order_id), for 3,072.0 MiB, about 12,000,000 rows" in err
     same_shape(written, example("orders"))
 
     # A second import stops before reading anything; --force replaces the file.
@@ -255,6 +276,9 @@ def test_import_source_command_writes_validates_and_refuses_to_overwrite(
     assert len(calls) == 1
     assert main([*command[:-2], "--topic-prefix", "pg", "--force"]) == 0
     assert load_spec(tmp_path / "orders.yaml").source.topic == "pg.public.orders"
+    assert main([*command, "--buckets", "2", "--force"]) == 0
+    assert load_spec(tmp_path / "orders.yaml").base.buckets == 2
+    assert "bucket(2, order_id), as given" in capsys.readouterr().err
     assert main([*command, "--schema", "x", "--connector", "mariadb"]) == 2
 
 
