@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -45,7 +44,7 @@ from cdc_assets.schema.layers import dead_letter_layout, ledger_layout, order_mi
 from cdc_assets.schema.wire import plan_fields
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.sql.batch_decode import render_classified
-from cdc_assets.sql.ddl import literal, quote
+from cdc_assets.sql.ddl import literal, quote, temp_view_name
 from cdc_assets.sql.decode import (
     DEAD,
     ENVELOPE_EXTENSIONS,
@@ -182,7 +181,7 @@ def classify_records(records: Any, spec: TableSpec, schemas: TopicSchemas | None
     spark = records.sparkSession
     register_envelope_function(spark)
     schemas = schemas or TopicSchemas(None, value_subject(spec.source.topic))
-    view = re.sub(r"\W", "_", f"cdc_records_{spec.sink.namespace}_{spec.name}")
+    view = temp_view_name("records", spec.sink.namespace, spec.name)
     records.createOrReplaceTempView(view)
     query = render_classified(
         view,

@@ -15,7 +15,6 @@ change is applied only when newer than the stored row, so a second application i
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -61,7 +60,7 @@ from cdc_assets.schema.layers import (
 )
 from cdc_assets.schema.position import Position
 from cdc_assets.spec.models import TableSpec
-from cdc_assets.sql.ddl import quote
+from cdc_assets.sql.ddl import quote, temp_view_name
 from cdc_assets.sql.key_ranges import KeyRanges, key_ranges, render_key_ranges
 from cdc_assets.sql.plan import shuffles_between_scan_and_join
 from cdc_assets.sql.upsert import (
@@ -242,7 +241,7 @@ def build_bucketed(
                 spec,
                 window,
                 spark_identifier(catalog, base_layout(spec)),
-                view=f"cdc_moved_{spec.sink.namespace}_{spec.name}",
+                view=temp_view_name("moved", spec.sink.namespace, spec.name),
             )
         late = None
         # A change older than what base applied (delivered late): with placeholders the carried
@@ -274,7 +273,7 @@ def build_bucketed(
         changes = ObservedView(
             spark,
             select,
-            re.sub(r"\W", "_", f"cdc_changes_{spec.sink.namespace}_{spec.name}"),
+            temp_view_name("changes", spec.sink.namespace, spec.name),
             {"rows": "count(1)", "deletes": "count_if(_op = 'd')"},
         )
         try:
@@ -321,7 +320,7 @@ def _position(value: Any) -> Position | None:
 def late_keys_view(spark: Any, spec: TableSpec, window: ChangeWindow, base: str) -> str | None:
     """A temp view of the keys with a change delivered late (``render_late_keys``), None when
     there is none."""
-    view = f"cdc_late_{spec.sink.namespace}_{spec.name}"
+    view = temp_view_name("late", spec.sink.namespace, spec.name)
     spark.sql(f"CREATE OR REPLACE TEMP VIEW {view} AS {render_late_keys(spec, window, base)}")
     if spark.sql(f"SELECT 1 FROM {view} LIMIT 1").collect():
         return view
@@ -467,7 +466,7 @@ def _pinned_changes(spark: Any, catalog: str, table: Any, layout: TableLayout) -
     # Columns are matched by field id: a rename keeps the id, an added column has none there.
     name_then = {f.field_id: f.name for f in written.fields}
     written_as = {f.name: name_then.get(f.field_id) for f in current.fields}
-    view = re.sub(r"\W", "_", f"cdc_pinned_{layout.namespace}_{layout.name}")
+    view = temp_view_name("pinned", layout.namespace, layout.name)
     select = render_pinned_changes(
         spark_identifier(catalog, layout),
         snapshot.snapshot_id,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from cdc_assets.schema.alter import COMMENT_PROPERTY, METADATA_PROPERTIES, plan_creation
 from cdc_assets.schema.layers import TableLayout
 from cdc_assets.schema.types import SinkType
@@ -42,6 +44,13 @@ def quote(name: str) -> str:
 def literal(text: str) -> str:
     """A Spark SQL string literal."""
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def temp_view_name(kind: str, namespace: str, name: str) -> str:
+    """A temp view's name for one table's step, ``cdc_<kind>_<namespace>_<name>``, with every
+    character an unquoted identifier cannot hold as ``_``. Views belong to a Spark session, and
+    steps of two tables at once run on sessions of their own."""
+    return re.sub(r"\W", "_", f"cdc_{kind}_{namespace}_{name}")
 
 
 def table_identifier(catalog: str, layout: TableLayout) -> str:
