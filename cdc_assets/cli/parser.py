@@ -97,6 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("--name", help="spec name (default: the table name)")
     imp.add_argument("--schema", help="PostgreSQL schema, when the DDL does not qualify the table")
     imp.add_argument("--sensitive", help="comma-separated columns to mark sensitive")
+    imp.add_argument(
+        "--buckets", type=int, help="base's bucket count of a new spec (default 16: no size known)"
+    )
     imp.add_argument("--spec", help="existing spec: write its next version for the changed DDL")
     imp.add_argument(
         "--audit",
@@ -154,6 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("--namespace", help="Iceberg namespace (default: the database)")
     rec.add_argument("--name", help="spec name (default: the table name)")
     rec.add_argument("--sensitive", help="comma-separated columns to mark sensitive")
+    rec.add_argument("--buckets", type=int, help="base's bucket count (default 16: no size known)")
     rec.add_argument("--out", help="write the spec here (validated; not over another spec)")
     diff = specs_sub.add_parser(
         "diff", help="plan the change between two spec versions; exit 1 if any is unsupported"

@@ -54,6 +54,10 @@ def _specs_import_ddl(args: argparse.Namespace) -> int:
     ddl = read_text(args.file)
     sensitive = [c.strip() for c in (args.sensitive or "").split(",") if c.strip()]
     if args.spec:
+        if args.buckets is not None:
+            raise CdcAssetsError(
+                "--buckets is for a new spec: an existing table keeps its bucket count"
+            )
         current = load_spec_text(read_text(args.spec), args.spec)
         audit = [read_text(a) for a in args.audit or []]
         _, plan = plan_from_ddl(current, ddl, audit, sensitive=sensitive)
@@ -82,6 +86,7 @@ def _specs_import_ddl(args: argparse.Namespace) -> int:
             name=args.name,
             schema=args.schema,
             sensitive=sensitive,
+            buckets=args.buckets,
         )
     header = f"{spec.name} version {spec.spec_version}, from DDL by `cdc-assets specs import-ddl`."
     text = render_spec_yaml(spec, header)
@@ -122,6 +127,7 @@ def _specs_import_schema_record(settings: Settings, args: argparse.Namespace) ->
         args.namespace or args.database,
         name=args.name,
         sensitive=sensitive,
+        buckets=args.buckets,
     )
     spec = spec.model_copy(
         update={"source": spec.source.model_copy(update={"schema_change_topic": args.schema_topic})}

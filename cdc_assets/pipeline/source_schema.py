@@ -90,6 +90,8 @@ def import_source_spec(
             f"{source.connector} database {source.database!r} has no table "
             f"{source.qualified()!r} that the JDBC user can see"
         )
+    if buckets is None:
+        buckets = buckets_for(source_size(spark, url, source))
     try:
         spec = spec_from_ddl(
             ddl,
@@ -107,10 +109,8 @@ def import_source_spec(
             name=name,
             schema=source.pg_schema if source.is_postgres else None,
             sensitive=sensitive,
+            buckets=buckets,
         )
     except SpecError as err:
         raise SpecError(f"{source.qualified()}: {err}") from None
-    if buckets is None:
-        buckets = buckets_for(source_size(spark, url, source))
-    base = spec.base.model_copy(update={"buckets": buckets})
-    return spec.model_copy(update={"base": base}), ddl
+    return spec, ddl

@@ -80,9 +80,11 @@ def spec_from_ddl(
     schema: str | None = None,
     sensitive: Collection[str] = (),
     owners: Sequence[str] = (),
+    buckets: int | None = None,
 ) -> TableSpec:
     """A version-1 spec of the table a CREATE TABLE declares; ``sensitive`` names columns to mark
-    sensitive (the pipeline is then sensitive too)."""
+    sensitive (the pipeline is then sensitive too); ``buckets`` is base's bucket count (None: the
+    spec's default)."""
     table = parse_create_table(ddl, connector)
     _check_known(table, sensitive)
     used: set[str] = set()
@@ -109,6 +111,8 @@ def spec_from_ddl(
         "pipeline": {"sensitive": bool(sensitive)},
         "sink": {"namespace": namespace},
     }
+    if buckets is not None:
+        data["base"] = {"buckets": buckets}
     return _validated(data, f"DDL of {table.name}")
 
 

@@ -177,7 +177,14 @@ def test_import_ddl_then_evolve(tmp_path: Path, capsys: pytest.CaptureFixture[st
         (3, "display_name", False),
     ]
     assert v1.description == "Registered users"
+    assert v1.base.buckets == 16  # no size known: the spec's default
     capsys.readouterr()
+    # --buckets names the count of a new spec; an existing spec keeps its own.
+    sized = tmp_path / "users.yaml"
+    assert main([*args, "--buckets", "2", "--out", str(sized)]) == 0
+    assert load_spec(sized).base.buckets == 2
+    assert main(["specs", "import-ddl", ddl, "--spec", str(out), "--buckets", "4"]) == 2
+    assert "an existing table keeps its bucket count" in output(capsys)
     # Printed to stdout without --out: a loadable spec.
     assert main(args) == 0
     assert load_spec_text(capsys.readouterr().out, "stdout") == v1
