@@ -75,7 +75,9 @@ def processes_mentioning(text: str) -> list[str]:
 def round_trip(bootstrap: str, count: int) -> list[bytes]:
     """Produce ``count`` messages to a new, auto-created topic and consume them back."""
     topic = f"roundtrip-{uuid.uuid4().hex[:8]}"
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    # Idempotent: the first sends to a topic still being created are retried, and without
+    # idempotence a retried message can land after the ones sent behind it (seen once in CI).
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True})
     for i in range(count):
         producer.produce(topic, key=str(i).encode(), value=f"message-{i}".encode())
     assert producer.flush(30) == 0
