@@ -4,6 +4,7 @@ and for pyiceberg so both engines always open the same catalog. No I/O here."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 from urllib.parse import quote
 
@@ -11,6 +12,9 @@ from cdc_assets.sql.decode import ENVELOPE_EXTENSIONS
 
 CatalogType = Literal["jdbc", "rest"]
 
+# The file: file system of a local driver (in the project's jar, cdc_assets/jvm/udf).
+LOCAL_FILES_CLASS = "io.cdcassets.spark.LocalFiles"
+UDF_JAR_NAME = "cdc-assets-udf.jar"
 # Storage-partitioned join prerequisites for the MERGE into base (see the design notes); the
 # partially clustered distribution stays off because of known wrong-result bugs.
 SPJ_CONF = {
@@ -135,6 +139,13 @@ def spark_conf(
         # A local driver serves only this machine: keep its ports on loopback.
         conf["spark.driver.host"] = "127.0.0.1"
         conf["spark.driver.bindAddress"] = "127.0.0.1"
+        own = [j for j in jars if Path(j).name == UDF_JAR_NAME]
+        if own:
+            # Local files without a chmod process per file or .crc files beside them
+            # (LocalFiles.java): a small commit created dozens of processes. On the JVM's own
+            # class path, since spark-submit opens files before it loads spark.jars.
+            conf["spark.driver.extraClassPath"] = own[0]
+            conf["spark.hadoop.fs.file.impl"] = LOCAL_FILES_CLASS
     if jars:
         conf["spark.jars"] = ",".join(jars)
     conf.update(extra)

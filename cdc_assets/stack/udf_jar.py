@@ -15,6 +15,7 @@ import zipfile
 from pathlib import Path
 
 from cdc_assets.errors import JarSetupError
+from cdc_assets.resources.config import UDF_JAR_NAME
 from cdc_assets.settings import Settings
 from cdc_assets.stack.jars import (
     JVM_DIR,
@@ -26,7 +27,7 @@ from cdc_assets.stack.jars import (
 )
 
 SOURCE_DIR = JVM_DIR / "udf" / "src"
-JAR_NAME = "cdc-assets-udf.jar"
+JAR_NAME = UDF_JAR_NAME
 JAVA_RELEASE = "17"
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from cdc_assets.resources.config import (
+    LOCAL_FILES_CLASS,
     SPJ_CONF,
+    UDF_JAR_NAME,
     CatalogConfig,
     pyiceberg_catalog_props,
     spark_catalog_conf,
@@ -78,3 +80,33 @@ def test_spark_conf_has_iceberg_spj_and_extra_wins() -> None:
         "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
         "io.cdcassets.spark.CdcExtensions",  # the envelope reader, from the project's jar
     ]
+
+
+def _conf(master: str, jars: list[str]) -> dict[str, str]:
+    return spark_conf(
+        master=master,
+        app_name="x",
+        catalog=SQLITE,
+        jars=jars,
+        shuffle_partitions=4,
+        driver_memory="1g",
+        ui_enabled=False,
+        extra={},
+    )
+
+
+def test_local_driver_uses_the_projects_local_files() -> None:
+    conf = _conf("local[2]", ["/j/iceberg.jar", f"/j/udf/{UDF_JAR_NAME}"])
+    assert conf["spark.hadoop.fs.file.impl"] == LOCAL_FILES_CLASS
+    # On the JVM's class path: spark-submit resolves spark.jars through file: before loading them.
+    assert conf["spark.driver.extraClassPath"] == f"/j/udf/{UDF_JAR_NAME}"
+
+
+@pytest.mark.parametrize(
+    ("master", "jars"),
+    [("local[2]", ["/j/iceberg.jar"]), ("spark://m:7077", [f"/j/udf/{UDF_JAR_NAME}"])],
+)
+def test_hadoops_local_files_without_the_jar_or_on_a_cluster(master: str, jars: list[str]) -> None:
+    conf = _conf(master, jars)
+    assert "spark.hadoop.fs.file.impl" not in conf
+    assert "spark.driver.extraClassPath" not in conf
