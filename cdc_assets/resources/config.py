@@ -3,6 +3,7 @@ and for pyiceberg so both engines always open the same catalog. No I/O here."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -15,6 +16,7 @@ CatalogType = Literal["jdbc", "rest"]
 # The file: file system of a local driver (in the project's jar, cdc_assets/jvm/udf).
 LOCAL_FILES_CLASS = "io.cdcassets.spark.LocalFiles"
 UDF_JAR_NAME = "cdc-assets-udf.jar"
+CLASS_PATH = "spark.driver.extraClassPath"
 # Storage-partitioned join prerequisites for the MERGE into base (see the design notes); the
 # partially clustered distribution stays off because of known wrong-result bugs.
 SPJ_CONF = {
@@ -144,9 +146,13 @@ def spark_conf(
             # Local files without a chmod process per file or .crc files beside them
             # (LocalFiles.java): a small commit created dozens of processes. On the JVM's own
             # class path, since spark-submit opens files before it loads spark.jars.
-            conf["spark.driver.extraClassPath"] = own[0]
+            conf[CLASS_PATH] = own[0]
             conf["spark.hadoop.fs.file.impl"] = LOCAL_FILES_CLASS
     if jars:
         conf["spark.jars"] = ",".join(jars)
+    ours = conf.get(CLASS_PATH)
     conf.update(extra)
+    if ours and extra.get(CLASS_PATH) not in (None, ours):
+        # A class path of the caller's adds to ours: fs.file.impl still names our class.
+        conf[CLASS_PATH] = f"{ours}{os.pathsep}{extra[CLASS_PATH]}"
     return conf

@@ -82,7 +82,7 @@ def test_spark_conf_has_iceberg_spj_and_extra_wins() -> None:
     ]
 
 
-def _conf(master: str, jars: list[str]) -> dict[str, str]:
+def _conf(master: str, jars: list[str], extra: dict[str, str] | None = None) -> dict[str, str]:
     return spark_conf(
         master=master,
         app_name="x",
@@ -91,7 +91,7 @@ def _conf(master: str, jars: list[str]) -> dict[str, str]:
         shuffle_partitions=4,
         driver_memory="1g",
         ui_enabled=False,
-        extra={},
+        extra=extra or {},
     )
 
 
@@ -110,3 +110,15 @@ def test_hadoops_local_files_without_the_jar_or_on_a_cluster(master: str, jars: 
     conf = _conf(master, jars)
     assert "spark.hadoop.fs.file.impl" not in conf
     assert "spark.driver.extraClassPath" not in conf
+
+
+def test_a_class_path_of_the_callers_adds_to_the_jars() -> None:
+    jar = f"/j/udf/{UDF_JAR_NAME}"
+    conf = _conf("local[2]", [jar], {"spark.driver.extraClassPath": "/opt/x.jar"})
+    assert conf["spark.driver.extraClassPath"] == f"{jar}:/opt/x.jar"
+    assert conf["spark.hadoop.fs.file.impl"] == LOCAL_FILES_CLASS
+    # Hadoop's own file system, if the caller says so.
+    conf = _conf(
+        "local[2]", [jar], {"spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.LocalFileSystem"}
+    )
+    assert conf["spark.hadoop.fs.file.impl"] == "org.apache.hadoop.fs.LocalFileSystem"
