@@ -1,5 +1,5 @@
-"""The project's own JVM code (`cdc_assets/jvm/udf`: the Debezium envelope decoder) as a jar in the
-jar cache, next to the Spark jars Maven fetches.
+"""The project's own JVM code (`cdc_assets/jvm/udf`: the Debezium envelope decoder and the local
+driver's file system) as a jar in the jar cache, next to the Spark jars Maven fetches.
 
 It is compiled with the JDK's ``javac`` against the jars of the installed pyspark, so it needs no
 download and always matches the Spark it runs in. A stamp holding the digest of the sources and
