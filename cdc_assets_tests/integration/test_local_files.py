@@ -1,6 +1,7 @@
 """A local driver's ``file:`` file system (``LocalFiles.java``): Iceberg commits work through it,
 files get the permissions Hadoop's would give them, no ``.crc`` files appear, and a checksum file
-already beside a file is still verified."""
+already beside a file is still verified. And Iceberg plans the driver's scans in the calling
+thread (``SERIAL_PLANNING``)."""
 
 from __future__ import annotations
 
@@ -98,3 +99,9 @@ def test_an_iceberg_table_round_trips_through_it(spark: Any, tmp_path: Path) -> 
         assert not [p for p in files if p.name.endswith(".crc")]
     finally:
         spark.sql("DROP TABLE IF EXISTS local_files.t PURGE")
+
+
+def test_iceberg_plans_scans_in_the_drivers_own_thread(spark: Any) -> None:
+    entry = spark._jvm.org.apache.iceberg.SystemConfigs.SCAN_THREAD_POOL_ENABLED
+    assert entry.propertyKey() == "iceberg.scan.plan-in-worker-pool"
+    assert entry.value() is False
