@@ -1,17 +1,19 @@
-"""Benchmark: small Iceberg commits through the project's local file system (``LocalFiles``)
-against Hadoop's (the baseline), on a local driver.
+"""Benchmark: small Iceberg commits on a local driver with the project's JVM settings against
+Hadoop's and Iceberg's defaults (the baseline).
 
-Without Hadoop's native library, Hadoop's ``file:`` file system starts a ``chmod`` process for
-every file it creates and writes a ``.crc`` file beside each. A small table's commit creates
-several files (data, manifests, manifest list, metadata), so on a fleet of small tables those
-processes are part of every table's fixed cost. The file system is a setting of the driver's
-JVM, so each runs in a driver of its own (a child process of this script), which one first
-alternating between rounds; each round times ``--ops`` commits of each kind into a table of its
-own: an ``INSERT`` of 100 rows and a ``MERGE`` of 100 keys (half of them new), the floor of a
-fleet cycle's per-table work (``fleet_threads.py``). Prints a table of the medians, writes
-``benchmarks/results/local_files.json`` and ``.png``.
+Two settings of a local driver's JVM (``resources/config.py``) cut the fixed cost of a small
+commit. Without Hadoop's native library, Hadoop's ``file:`` file system starts a ``chmod``
+process for every file it creates and writes a ``.crc`` file beside each; the project's
+``LocalFiles`` does neither. And Iceberg plans scans in its worker pool, whose iterator polls
+every 10 ms; the project's driver plans them in the calling thread. Each is a setting of the
+driver's JVM, so each variant runs in a driver of its own (a child process of this script), the
+order changing between rounds; each round times ``--ops`` commits of each kind into a table of
+its own: an ``INSERT`` of 100 rows and a ``MERGE`` of 100 keys (half of them new), the floor of a
+fleet cycle's per-table work (``fleet_threads.py``). Variants: ``hadoop`` (both defaults),
+``files`` (``LocalFiles``, planning in the pool), ``project`` (both of the project's settings).
+Prints a table of the medians, writes ``benchmarks/results/local_driver.json`` and ``.png``.
 
-    python benchmarks/local_files.py [--rounds 3] [--ops 30] [--buckets 1]
+    python benchmarks/local_driver.py [--rounds 3] [--ops 30] [--buckets 1]
 """
 
 from __future__ import annotations
@@ -30,25 +32,35 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_common import ROOT, code_version, make_home
 
+from cdc_assets.resources.config import DRIVER_JAVA_OPTIONS, JIT_OPTIONS
+
 RESULTS = ROOT / "benchmarks" / "results"
-# The baseline is Hadoop's checksummed local file system, what a driver uses without ours.
-FILE_SYSTEMS = {"hadoop": "org.apache.hadoop.fs.LocalFileSystem", "project": None}
+# Hadoop's checksummed local file system, what a driver uses without the project's.
+HADOOP_FS = {"spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.LocalFileSystem"}
+# Without the property that plans Iceberg's scans in the calling thread.
+POOLED_PLANNING = {DRIVER_JAVA_OPTIONS: JIT_OPTIONS}
+# The first is the baseline.
+VARIANTS = {
+    "hadoop": {**HADOOP_FS, **POOLED_PLANNING},
+    "files": POOLED_PLANNING,
+    "project": {},
+}
+LABELS = {
+    "hadoop": "Hadoop's file system, planning in Iceberg's pool",
+    "files": "LocalFiles, planning in Iceberg's pool",
+    "project": "LocalFiles, planning in the calling thread",
+}
 
 
-def child(file_system: str, ops: int, buckets: int) -> dict[str, Any]:
-    """Time ``ops`` INSERTs and MERGEs in a fresh driver using ``file_system``."""
+def child(variant: str, ops: int, buckets: int) -> dict[str, Any]:
+    """Time ``ops`` INSERTs and MERGEs in a fresh driver with ``variant``'s settings."""
     from cdc_assets.resources import build_resources
 
     with tempfile.TemporaryDirectory() as tmp:
         home = make_home(Path(tmp))
         home.stack_dir.mkdir(parents=True, exist_ok=True)  # the catalog's SQLite file
-        impl = FILE_SYSTEMS[file_system]
         resource = build_resources(home)["spark"].model_copy(
-            update={
-                "master": "local[2]",
-                "remote": None,
-                "extra_conf": {"spark.hadoop.fs.file.impl": impl} if impl else {},
-            }
+            update={"master": "local[2]", "remote": None, "extra_conf": VARIANTS[variant]}
         )
         spark = resource.get_session()
         jvm = spark._jvm
@@ -79,9 +91,11 @@ def child(file_system: str, ops: int, buckets: int) -> dict[str, Any]:
             )
             timings["merge"].append(time.perf_counter() - t0)
         files = [p for p in Path(tmp).rglob("*") if p.is_file() and "warehouse" in p.parts]
+        planning = jvm.org.apache.iceberg.SystemConfigs.SCAN_THREAD_POOL_ENABLED.value()
         return {
-            "file_system": file_system,
+            "variant": variant,
             "class": fs.getClass().getName(),
+            "planning_in_pool": bool(planning),
             "insert_s": statistics.median(timings["insert"]),
             "merge_s": statistics.median(timings["merge"]),
             "files": len(files),
@@ -94,15 +108,16 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--ops", type=int, default=30)
     parser.add_argument("--buckets", type=int, default=1)
-    parser.add_argument("--child", choices=sorted(FILE_SYSTEMS), help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=sorted(VARIANTS), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         print(json.dumps(child(args.child, args.ops, args.buckets)))
         return
     runs: list[dict[str, Any]] = []
-    names = list(FILE_SYSTEMS)
+    names = list(VARIANTS)
     for r in range(args.rounds):
-        for name in names if r % 2 == 0 else names[::-1]:
+        shift = r % len(names)  # each variant goes first in some round
+        for name in names[shift:] + names[:shift]:
             done = subprocess.run(
                 [
                     sys.executable,
@@ -124,7 +139,8 @@ def main() -> None:
             row = json.loads(done.stdout.strip().splitlines()[-1])
             print(
                 f"  round {r + 1} {name:>8}: INSERT {row['insert_s'] * 1000:5.0f} ms, "
-                f"MERGE {row['merge_s'] * 1000:5.0f} ms ({row['class']})",
+                f"MERGE {row['merge_s'] * 1000:5.0f} ms ({row['class']}, "
+                f"planning in pool: {row['planning_in_pool']})",
                 flush=True,
             )
             runs.append(row)
@@ -134,23 +150,24 @@ def main() -> None:
 def report(runs: list[dict[str, Any]], args: argparse.Namespace) -> None:
     medians = {
         name: {
-            k: statistics.median(r[k] for r in runs if r["file_system"] == name)
+            k: statistics.median(r[k] for r in runs if r["variant"] == name)
             for k in ("insert_s", "merge_s", "files", "crc_files")
         }
-        for name in FILE_SYSTEMS
+        for name in VARIANTS
     }
     base = medians["hadoop"]
     print(
         f"\n{args.ops} commits of each kind per driver, {args.rounds} drivers each, "
-        f"{args.buckets} bucket(s); medians, ratio to Hadoop's file system"
+        f"{args.buckets} bucket(s); medians, ratio to Hadoop's and Iceberg's defaults"
     )
     print(
-        f"  {'file system':>12} {'INSERT':>8} {'ratio':>6} {'MERGE':>8} {'ratio':>6} "
+        f"  {'variant':>48} {'INSERT':>8} {'ratio':>6} {'MERGE':>8} {'ratio':>6} "
         f"{'files':>6} {'.crc':>6}"
     )
     for name, m in medians.items():
         print(
-            f"  {name:>12} {m['insert_s'] * 1000:5.0f} ms {m['insert_s'] / base['insert_s']:6.2f} "
+            f"  {LABELS[name]:>48} {m['insert_s'] * 1000:5.0f} ms "
+            f"{m['insert_s'] / base['insert_s']:6.2f} "
             f"{m['merge_s'] * 1000:5.0f} ms {m['merge_s'] / base['merge_s']:6.2f} "
             f"{m['files']:6.0f} {m['crc_files']:6.0f}"
         )
@@ -160,31 +177,32 @@ def report(runs: list[dict[str, Any]], args: argparse.Namespace) -> None:
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "ops": args.ops,
         "buckets": args.buckets,
+        "labels": LABELS,
         "medians": medians,
         "runs": runs,
     }
-    (RESULTS / "local_files.json").write_text(json.dumps(payload, indent=2))
+    (RESULTS / "local_driver.json").write_text(json.dumps(payload, indent=2))
 
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(5.5, 3.4))
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
     kinds = ("insert_s", "merge_s")
-    width = 0.38
-    for i, name in enumerate(FILE_SYSTEMS):
+    width = 0.27
+    for i, name in enumerate(VARIANTS):
         ax.bar(
-            [k + (i - 0.5) * width for k in range(len(kinds))],
+            [k + (i - 1) * width for k in range(len(kinds))],
             [medians[name][k] * 1000 for k in kinds],
             width,
-            label=f"{name} file system",
+            label=LABELS[name],
         )
     ax.set_xticks(range(len(kinds)), ["INSERT of 100 rows", "MERGE of 100 keys"])
     ax.set(title="one small Iceberg commit, local driver", ylabel="median ms")
-    ax.legend()
+    ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(RESULTS / "local_files.png", dpi=110)
+    fig.savefig(RESULTS / "local_driver.png", dpi=110)
 
 
 if __name__ == "__main__":
