@@ -259,19 +259,25 @@ def main() -> None:
 
 
 def keep_previous(rows: dict[str, dict[int, Any]]) -> dict[str, str]:
-    """Fill the sections this run did not measure from the results file (a run of one section
-    keeps the others' figures); returns the commit each section was measured at."""
+    """Fill the counts this run did not measure from the results file (a run of one section,
+    or of one count, keeps the others' figures, each row with the commit it was measured at);
+    returns the commit each section was last measured at."""
     path = RESULTS / "fleet_scale.json"
     previous = json.loads(path.read_text()) if path.exists() else {}
     measured_at = {}
     for section in ("defs", "ticks", "cycles"):
+        before = previous.get("measured_at", {}).get(section, previous.get("code", "unknown"))
+        kept = {
+            int(n): {"code": before, **v}
+            for n, v in previous.get(section, {}).items()
+            if int(n) not in rows[section]
+        }
+        for row in rows[section].values():
+            row["code"] = code_version()
+        rows[section] = dict(sorted({**kept, **rows[section]}.items()))
+        # Each count's row names the commit it was measured at; the section's is the newest.
         if rows[section]:
-            measured_at[section] = code_version()
-        elif previous.get(section):
-            rows[section] = {int(n): v for n, v in previous[section].items()}
-            measured_at[section] = previous.get("measured_at", {}).get(
-                section, previous.get("code", "unknown")
-            )
+            measured_at[section] = code_version() if len(kept) < len(rows[section]) else before
     return measured_at
 
 

@@ -1,0 +1,347 @@
+"""Benchmark: freshness of one hot table while the rest of a fleet trickles (issue 20, part 4).
+
+For each fleet size N, generates N specs (``fleet_scale.generate_specs``: three shapes, one of
+them a composite key), creates their topics on a broker of its own and onboards them. Then, for
+``--seconds``, a feeder thread writes change events: the hot table (the fleet's first) gets
+``--hot-rate`` events a second, and each of the other N - 1 tables one event every
+``--interval`` minutes on average (a Poisson stream over the fleet, each event to a table picked
+at random). Meanwhile the in-process driver runs what the daemon's sensors would request, as
+often as the ``new_kafka_offsets`` sensor may tick (every 5 s): the ingest run of the tables whose
+topics grew, then the upsert of those tables.
+
+A hot event's freshness is the time from its send to the end of the first upsert after which
+base's watermark covers its offset (what a reader of base sees). The baseline is N = 1, the hot
+table alone, in the same script. The trickling tables see their first change during the
+measurement (nothing warms them up before), which is what a fleet's quiet tables cost.
+
+Prints a table, writes ``benchmarks/results/fleet_freshness.json`` and ``.png``.
+
+    python benchmarks/fleet_freshness.py [--tables 1,100,1000] [--seconds 300] [--hot-rate 2]
+        [--interval 60] [--buckets 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_common import ROOT, code_version, make_home
+from fleet_scale import generate_specs
+
+RESULTS = ROOT / "benchmarks" / "results"
+TARGET_P95_S = 120.0
+# How often the new_kafka_offsets sensor may tick (its minimum_interval_seconds).
+TICK_S = 5.0
+
+
+@dataclass
+class Feeder:
+    """A thread writing the hot table's events at a steady rate and the others' as a Poisson
+    stream; records each hot event's send time by its offset (one partition per topic)."""
+
+    specs: list[Any]
+    bootstrap: str
+    hot_rate: float
+    fleet_rate: float  # trickle events a second over the N - 1 other tables
+    seed: int = 20
+    sent_at: dict[int, float] = field(default_factory=dict)
+    trickled: set[str] = field(default_factory=set)
+    trickle_events: int = 0
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+    _queues: dict[str, list[Any]] = field(default_factory=dict)
+
+    def _next(self, spec: Any, rng: random.Random) -> Any:
+        """The table's next record of a workload of its own (generated on first use)."""
+        from cdc_assets.demo.events import workload
+
+        queue = self._queues.get(spec.name)
+        if not queue:
+            queue = workload(spec, rng, keys=30, events=200, markers=False)
+            self._queues[spec.name] = queue
+        return queue.pop(0)
+
+    def send(self, producer: Any, spec: Any, rng: random.Random, hot: bool) -> None:
+        record = self._next(spec, rng)
+        sent = time.perf_counter()
+        offsets: list[int] = []
+
+        def delivered(err: Any, msg: Any) -> None:
+            if err is not None:
+                raise RuntimeError(f"{spec.source.topic}: {err}")
+            offsets.append(msg.offset())
+
+        producer.produce(
+            spec.source.topic, value=record.value, key=record.key, on_delivery=delivered
+        )
+        producer.flush(30)
+        if not offsets:
+            raise RuntimeError(f"{spec.source.topic}: a record was not delivered")
+        if hot:
+            self.sent_at[offsets[0]] = sent
+
+    def start(self) -> None:
+        from confluent_kafka import Producer
+
+        producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 0})
+        rng = random.Random(self.seed)
+        hot, others = self.specs[0], self.specs[1:]
+
+        def run() -> None:
+            now = time.perf_counter()
+            next_hot = now
+            next_trickle = now + rng.expovariate(self.fleet_rate) if others else float("inf")
+            while not self._stop.is_set():
+                wait = min(next_hot, next_trickle) - time.perf_counter()
+                if wait > 0 and self._stop.wait(wait):
+                    break
+                if next_hot <= next_trickle:
+                    self.send(producer, hot, rng, hot=True)
+                    next_hot += 1.0 / self.hot_rate
+                else:
+                    spec = rng.choice(others)
+                    self.send(producer, spec, rng, hot=False)
+                    self.trickled.add(spec.name)
+                    self.trickle_events += 1
+                    next_trickle += rng.expovariate(self.fleet_rate)
+
+        self._thread = threading.Thread(target=run, name="feeder", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(60)
+
+
+def create_topics(specs: list[Any], bootstrap: str) -> None:
+    """Every table's topic, one partition (so that a hot event's offset orders it)."""
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.cimpl import NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    topics = [NewTopic(s.source.topic, num_partitions=1, replication_factor=1) for s in specs]
+    for i in range(0, len(topics), 200):
+        for future in admin.create_topics(topics[i : i + 200]).values():
+            future.result(60)
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def measure(
+    settings: Any, specs: list[Any], bootstrap: str, args: argparse.Namespace
+) -> dict[str, Any]:
+    import dagster as dg
+
+    from cdc_assets.jobs.inprocess import PipelineDriver
+    from cdc_assets.pipeline.watermark import base_state
+    from cdc_assets.resources import build_resources
+    from cdc_assets.schema.layers import base_layout
+
+    resources = build_resources(settings)
+    resources["spark"] = resources["spark"].model_copy(update={"master": "local[2]"})
+    n = len(specs)
+    others = n - 1
+    feeder = Feeder(
+        specs, bootstrap, args.hot_rate, others / (args.interval * 60.0) if others else 0.0
+    )
+    hot_base = base_layout(specs[0])
+    with dg.DagsterInstance.ephemeral() as instance:
+        driver = PipelineDriver(settings, instance, resource_overrides=resources)
+        started = time.perf_counter()
+        driver.onboard()
+        onboard_s = time.perf_counter() - started
+        print(f"  {n} tables onboarded in {onboard_s:.1f} s", file=sys.stderr)
+        catalog = resources["iceberg"].load_catalog()
+
+        def hot_applied() -> int:
+            table = catalog.load_table(f"{hot_base.namespace}.{hot_base.name}")
+            return int(base_state(table).watermark.get(0, 0))
+
+        # The hot table's first cycle (its first events) before the clock starts: the driver's
+        # warm-up and the table's first-cycle work are not what a steady hot table sees.
+        warm = _producer(bootstrap)
+        for _ in range(10):
+            feeder.send(warm, specs[0], random.Random(1), hot=True)
+        driver.ingest()
+        driver.upsert()
+        feeder.sent_at.clear()
+        seen = hot_applied()
+        latencies: list[float] = []
+        cycles: list[dict[str, Any]] = []
+
+        def cycle() -> None:
+            nonlocal seen
+            t0 = time.perf_counter()
+            ingested = driver.ingest()
+            t1 = time.perf_counter()
+            upserted = driver.upsert()
+            t2 = time.perf_counter()
+            applied = hot_applied()
+            for offset in range(seen, applied):
+                if offset in feeder.sent_at:
+                    latencies.append(t2 - feeder.sent_at[offset])
+            seen = max(seen, applied)
+            cycles.append(
+                {
+                    "ingest_s": t1 - t0,
+                    "upsert_s": t2 - t1,
+                    "tables": sum(1 for m in ingested.values() if m),
+                    "upserted": len(upserted),
+                }
+            )
+
+        feeder.start()
+        phase_start = time.perf_counter()
+        last = 0.0
+        while time.perf_counter() - phase_start < args.seconds:
+            time.sleep(max(0.0, last + TICK_S - time.perf_counter()))
+            last = time.perf_counter()
+            cycle()
+            print(
+                f"  {n} tables, {time.perf_counter() - phase_start:5.0f} s: cycle "
+                f"{cycles[-1]['ingest_s'] + cycles[-1]['upsert_s']:5.1f} s over "
+                f"{cycles[-1]['tables']} tables; hot p95 so far "
+                f"{percentile(latencies, 0.95):.1f} s",
+                file=sys.stderr,
+            )
+        feeder.stop()
+        wall = time.perf_counter() - phase_start
+        # What was sent before the feeder stopped is applied by the next cycles: every hot
+        # event gets its freshness (none is left out for being late).
+        for _ in range(10):
+            if seen > max(feeder.sent_at, default=-1):
+                break
+            cycle()
+    busy = sum(c["ingest_s"] + c["upsert_s"] for c in cycles)
+    return {
+        "tables": n,
+        "onboard_s": onboard_s,
+        "hot_events": len(feeder.sent_at),
+        "hot_applied": len(latencies),
+        "trickle_events": feeder.trickle_events,
+        "trickled_tables": len(feeder.trickled),
+        "phase_s": wall,
+        "cycles": len(cycles),
+        "cycle_mean_s": busy / len(cycles) if cycles else 0.0,
+        "cycle_max_s": max((c["ingest_s"] + c["upsert_s"] for c in cycles), default=0.0),
+        "tables_per_cycle": statistics.mean(c["tables"] for c in cycles) if cycles else 0.0,
+        "busy_share": busy / wall if wall else 0.0,
+        "p50_s": percentile(latencies, 0.50),
+        "p95_s": percentile(latencies, 0.95),
+        "max_s": max(latencies, default=float("nan")),
+        "latencies": [round(x, 3) for x in latencies],
+    }
+
+
+def _producer(bootstrap: str) -> Any:
+    from confluent_kafka import Producer
+
+    return Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tables", default="1,100,1000", help="fleet sizes (1 is the baseline)")
+    parser.add_argument("--seconds", type=float, default=300.0, help="length of each measurement")
+    parser.add_argument("--hot-rate", type=float, default=2.0, help="hot events a second")
+    parser.add_argument(
+        "--interval", type=float, default=60.0, help="mean minutes between a quiet table's changes"
+    )
+    parser.add_argument("--buckets", type=int, default=1, help="base's bucket count")
+    args = parser.parse_args()
+    counts = sorted({int(n) for n in args.tables.split(",") if n})
+
+    from cdc_assets.spec import load_specs
+    from cdc_assets.stack.local_stack import stack_down, stack_up
+
+    rows: dict[int, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        base = make_home(Path(tmp))
+        state = stack_up(base)
+        try:
+            for n in counts:
+                spec_dir = Path(tmp) / f"specs_{n}"
+                generate_specs(
+                    n, spec_dir, prefix=f"fresh{n}", namespace=f"fresh{n}", buckets=args.buckets
+                )
+                specs = sorted(load_specs(spec_dir), key=lambda s: s.name)  # hot: the first
+                create_topics(specs, state.bootstrap_servers)
+                settings = replace(base, specs_dir=spec_dir)
+                rows[n] = measure(settings, specs, state.bootstrap_servers, args)
+                print(f"  {n}: { {k: v for k, v in rows[n].items() if k != 'latencies'} }")
+        finally:
+            stack_down(base, purge=True)
+    report(rows, args)
+
+
+def report(rows: dict[int, dict[str, Any]], args: argparse.Namespace) -> None:
+    baseline = rows.get(1) or rows[min(rows)]
+    print(
+        f"\nFreshness of one hot table ({args.hot_rate:g} events/s) while the others change once "
+        f"per {args.interval:g} min on average; {args.seconds:g} s each, buckets {args.buckets}"
+    )
+    print(
+        f"  {'tables':>6} {'hot p50':>8} {'hot p95':>8} {'ratio':>6} {'max':>7} {'cycles':>6} "
+        f"{'mean cycle':>10} {'tables/cycle':>12} {'busy':>5} {'trickled':>8} {'onboard':>8}"
+    )
+    for n, r in sorted(rows.items()):
+        print(
+            f"  {n:>6} {r['p50_s']:>7.1f}s {r['p95_s']:>7.1f}s "
+            f"{r['p95_s'] / baseline['p95_s']:>6.2f} {r['max_s']:>6.1f}s {r['cycles']:>6} "
+            f"{r['cycle_mean_s']:>9.1f}s {r['tables_per_cycle']:>12.1f} "
+            f"{r['busy_share']:>5.0%} {r['trickled_tables']:>8} {r['onboard_s']:>7.0f}s"
+        )
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "code": code_version(),
+        "target_p95_s": TARGET_P95_S,
+        "hot_rate": args.hot_rate,
+        "interval_minutes": args.interval,
+        "seconds": args.seconds,
+        "buckets": args.buckets,
+        "tick_s": TICK_S,
+        "rows": {str(n): r for n, r in sorted(rows.items())},
+    }
+    (RESULTS / "fleet_freshness.json").write_text(json.dumps(payload, indent=2))
+    plot(rows)
+
+
+def plot(rows: dict[int, dict[str, Any]]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for n, r in sorted(rows.items()):
+        values = sorted(r["latencies"])
+        if values:
+            ax.plot(values, [(i + 1) / len(values) for i in range(len(values))], label=f"{n}")
+    ax.axvline(TARGET_P95_S, ls="--", c="grey")
+    ax.axhline(0.95, ls=":", c="grey")
+    ax.set(
+        title="hot table freshness (CDF) by fleet size",
+        xlabel="send to visible in base (s)",
+        ylabel="share of hot events",
+    )
+    ax.legend(title="tables")
+    fig.tight_layout()
+    fig.savefig(RESULTS / "fleet_freshness.png", dpi=110)
+
+
+if __name__ == "__main__":
+    main()
