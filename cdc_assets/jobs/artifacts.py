@@ -7,7 +7,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from cdc_assets.pipeline.artifacts import publish_table, publish_view
+from cdc_assets.pipeline.artifacts import publish_tables, publish_view
 from cdc_assets.pipeline.views import live_columns, published_schema
 from cdc_assets.resources.spark import SparkResource
 from cdc_assets.schema.views import derive_all, table_schema
@@ -23,7 +23,7 @@ def build_artifacts_job(specs_dir: Path, views_dir: Path) -> dg.JobDefinition:
     def publish_artifacts(context: dg.OpExecutionContext, spark: SparkResource) -> None:
         root = artifacts_root(spark.home)
         specs = load_specs(specs_dir)
-        published = [publish_table(spec, root) for spec in specs]
+        published = publish_tables(specs, root)
         views = load_views(views_dir)
         if views:
             session = spark.get_session()

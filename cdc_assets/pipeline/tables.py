@@ -22,12 +22,19 @@ class TableOutcome:
     created: bool
 
 
-def ensure_tables(spark: Any, catalog: str, spec: TableSpec) -> list[TableOutcome]:
-    """Create every layer's table that does not exist yet; existing tables are left unchanged."""
+def ensure_tables(
+    spark: Any, catalog: str, spec: TableSpec, namespaces: set[str] | None = None
+) -> list[TableOutcome]:
+    """Create every layer's table that does not exist yet; existing tables are left unchanged.
+    ``namespaces``: the namespaces this caller already made sure of (updated here), so that a
+    fleet's onboarding creates each once, not once per table and layer."""
     outcomes = []
+    ensured = set() if namespaces is None else namespaces
     for layer, layout in all_layouts(spec).items():
         identifier = f"{catalog}.{layout.namespace}.{layout.name}"
-        spark.sql(render_create_namespace(catalog, layout.namespace))
+        if layout.namespace not in ensured:
+            spark.sql(render_create_namespace(catalog, layout.namespace))
+            ensured.add(layout.namespace)
         exists = bool(spark.catalog.tableExists(identifier))
         if not exists:
             spark.sql(render_create_table(catalog, layout))

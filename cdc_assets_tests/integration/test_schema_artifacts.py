@@ -1,4 +1,4 @@
-"""Schema packages (issue 23, part 1): built with `python -m build`, published into a PEP 503
+"""Schema packages (issue 23, part 1): built with `build`, published into a PEP 503
 file index, installed by pip with `==` and `>=` pins, imported and used to validate rows: the
 pydantic record, the pandera frame (nullability, enum values), the Avro and JSON schemas. A
 published version never changes; a view's version moves only when its schema does.
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from cdc_assets.pipeline.artifacts import publish, publish_table, publish_view
+from cdc_assets.pipeline.artifacts import publish, publish_table, publish_tables, publish_view
 from cdc_assets.schema.artifacts import ArtifactError, render_artifact
 from cdc_assets.schema.views import RelationSchema, SchemaColumn, table_schema
 from cdc_assets.spec import load_specs
@@ -159,3 +159,33 @@ def test_packages_publish_install_and_validate(tmp_path: Path) -> None:
             "created_at",
         ],
     }
+
+
+def test_packages_published_at_once_keep_every_index_page(tmp_path: Path) -> None:
+    """``publish_tables`` builds several packages at once (threads), each publish rewriting the
+    root page and its own: the root page still names every package, each page its wheels."""
+    import re
+
+    index = tmp_path / "artifacts"
+    specs = load_specs(PROJECT_ROOT / "table_specs")
+    many = [
+        s.model_copy(
+            update={
+                "name": f"{s.name}_{i}",
+                "sink": s.sink.model_copy(update={"table": f"{s.sink.table or s.name}_{i}"}),
+            }
+        )
+        for i in range(2)
+        for s in specs
+    ]
+    published = publish_tables(many, index)
+    assert [p.created for p in published] == [True] * len(many)
+    root = (index / "simple" / "index.html").read_text()
+    listed = set(re.findall(r'href="([^"/]+)/"', root))
+    assert listed == {p.wheel.parent.name for p in published}
+    for p in published:
+        page = (p.wheel.parent / "index.html").read_text()
+        assert f'href="{p.wheel.name}"' in page
+    assert not list(index.rglob("*.tmp"))  # every page was replaced whole
+    # Publishing them again is a no-op for each.
+    assert [p.created for p in publish_tables(many, index)] == [False] * len(many)
