@@ -31,9 +31,11 @@ Prints a table, writes ``benchmarks/results/fleet_freshness.json`` and ``.png`` 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
+import signal
 import statistics
 import subprocess
 import sys
@@ -306,6 +308,8 @@ def measure_daemon(
                     env=env,
                     stdout=log,
                     stderr=subprocess.STDOUT,
+                    # Its code server and run workers in its process group: stopped with it.
+                    start_new_session=True,
                 )
 
             def applied() -> int:
@@ -348,14 +352,17 @@ def measure_daemon(
             for offset, sent in sorted(feeder.sent_at.items()):
                 at = next(ms for ms, mark in marks if mark.get(0, 0) > offset)
                 latencies.append(at / 1000 - (sent + wall_offset))
-            runs = run_summary(instance, [hot.name], since)
+            runs = run_summary(instance, [s.name for s in specs], since)
         finally:
             if daemon is not None:
-                daemon.terminate()
-                try:
+                # The daemon, its code server and the runs still going (their files are in the
+                # stack's directory, which the next fleet size or stack_down removes).
+                os.killpg(daemon.pid, signal.SIGTERM)
+                with contextlib.suppress(subprocess.TimeoutExpired):
                     daemon.wait(60)
-                except subprocess.TimeoutExpired:
-                    daemon.kill()
+                time.sleep(5)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(daemon.pid, signal.SIGKILL)
     for job, line in runs.items():
         print(f"  {n} tables, {job}: {line}", file=sys.stderr)
     return {
@@ -430,7 +437,16 @@ def main() -> None:
     report(rows, args)
 
 
-def report(rows: dict[int, dict[str, Any]], args: argparse.Namespace) -> None:
+def report(measured: dict[int, dict[str, Any]], args: argparse.Namespace) -> None:
+    name = "fleet_freshness_daemon" if args.daemon else "fleet_freshness"
+    path = RESULTS / f"{name}.json"
+    code = code_version()
+    rows = {n: {**r, "code": code} for n, r in measured.items()}
+    if path.exists():
+        # A run of some sizes keeps the other sizes' rows, each with the commit it measured.
+        previous = json.loads(path.read_text())
+        for n, row in previous.get("rows", {}).items():
+            rows.setdefault(int(n), {**row, "code": row.get("code", previous["code"])})
     baseline = rows.get(1) or rows[min(rows)]
     print(
         f"\nFreshness of one hot table ({args.hot_rate:g} events/s) while the others change once "
@@ -453,12 +469,13 @@ def report(rows: dict[int, dict[str, Any]], args: argparse.Namespace) -> None:
             f"  {n:>6} {r['p50_s']:>7.1f}s {r['p95_s']:>7.1f}s "
             f"{r['p95_s'] / baseline['p95_s']:>6.2f} {r['max_s']:>6.1f}s {cycle} "
             f"{r['trickled_tables']:>8} {r['onboard_s']:>7.0f}s"
+            + ("" if r["code"] == code else f"  (at {r['code']})")
         )
         for job, line in r.get("runs", {}).items():
             print(f"         {job}: {line}")
     RESULTS.mkdir(parents=True, exist_ok=True)
     payload = {
-        "code": code_version(),
+        "code": code,
         "mode": "dagster-daemon" if args.daemon else "in-process driver",
         "target_p95_s": TARGET_P95_S,
         "hot_rate": args.hot_rate,
@@ -468,8 +485,7 @@ def report(rows: dict[int, dict[str, Any]], args: argparse.Namespace) -> None:
         "tick_s": TICK_S,
         "rows": {str(n): r for n, r in sorted(rows.items())},
     }
-    name = "fleet_freshness_daemon" if args.daemon else "fleet_freshness"
-    (RESULTS / f"{name}.json").write_text(json.dumps(payload, indent=2))
+    path.write_text(json.dumps(payload, indent=2))
     plot(rows, name)
 
 

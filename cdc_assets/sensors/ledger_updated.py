@@ -8,6 +8,11 @@ from cdc_assets.assets.keys import asset_key, table_of
 from cdc_assets.jobs.asset_job import AssetJob
 from cdc_assets.sensors.runs import MICRO_BATCH_RETRIES, WAITING, table_tags, tables_in_runs
 
+# The run queue starts an upsert before the ingests queued with it: the upsert finishes what an
+# ingest began (its changes reach base), an ingest only starts more. Dagster's queue orders by
+# this tag, higher first (default 0).
+UPSERT_PRIORITY = {"dagster/priority": "1"}
+
 
 def upsert_selection(asset_keys: list[dg.AssetKey]) -> list[dg.AssetKey]:
     """The bucketed and base assets of every table whose cdc or schema asset is in
@@ -53,6 +58,7 @@ def build_ledger_updated_sensor(
                 "cdc/trigger": "ledger_updated",
                 "cdc/ingest_run": run.run_id,
                 **MICRO_BATCH_RETRIES,
+                **UPSERT_PRIORITY,
             },
         )
 

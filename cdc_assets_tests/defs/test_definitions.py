@@ -382,6 +382,49 @@ def test_ledger_updated_sensor_leaves_out_tables_whose_upsert_is_queued(
         # a failed upsert is started again by the daemon (run_retries in the Dagster home)
         assert request.tags["dagster/max_retries"] == "2"
         assert yaml.safe_load(DAGSTER_YAML)["run_retries"] == {"enabled": True}
+        # the run queue starts it before the ingests queued with it
+        assert request.tags["dagster/priority"] == "1"
+
+
+def test_new_offsets_sensor_adds_no_run_while_an_ingest_waits(
+    defs: dg.Definitions, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """One ingest run waiting to start covers its tables up to its start; the tables that grew
+    meanwhile go into one run once it started, not into a small run per tick."""
+    from dagster._core.test_utils import create_run_for_test
+
+    from cdc_assets.resources import KafkaResource
+
+    def latest_offsets(self: KafkaResource, topics: list[str]) -> dict[str, dict[int, int]]:
+        return {t: {0: 3} for t in topics}
+
+    monkeypatch.setattr(KafkaResource, "latest_offsets", latest_offsets)
+    sensor = defs.get_sensor_def("new_kafka_offsets")
+    kafka = KafkaResource(bootstrap_servers="127.0.0.1:9", home=str(tmp_path))
+    with dg.instance_for_test() as instance:
+        waiting = create_run_for_test(
+            instance,
+            job_name="ingest_ledgers",
+            asset_selection=frozenset({asset_key("cdc", "users")}),
+            # NOT_STARTED: a run created and waiting for its launch, like a queued one
+            status=dg.DagsterRunStatus.NOT_STARTED,
+        )
+        context = dg.build_sensor_context(instance=instance, resources={"kafka": kafka})
+        result = sensor(context)
+        assert isinstance(result, dg.SensorResult)
+        assert not result.run_requests
+        assert result.cursor is None  # nothing marked as requested
+        instance.handle_run_event(
+            waiting.run_id,
+            dg.DagsterEvent(
+                event_type_value=dg.DagsterEventType.RUN_START.value, job_name="ingest_ledgers"
+            ),
+        )
+        result = sensor(dg.build_sensor_context(instance=instance, resources={"kafka": kafka}))
+        assert isinstance(result, dg.SensorResult)
+        (request,) = result.run_requests or []
+        # the started run still reads users; the others go into one run
+        assert request.tags["cdc/tables"] == "order_items,orders"
 
 
 def test_base_rows_subtract_merge_on_read_deletes() -> None:
