@@ -2,7 +2,7 @@
 
 Every run starts a Spark driver, which costs more than reading a few batches: one run for all
 the tables that changed since the previous tick keeps that cost once per tick, not per table.
-And no new run while one is still waiting to start: the waiting run reads to the end it finds
+And no new run while one is queued: the queued run reads to the end it finds
 when it starts, and the next one takes every table that grew meanwhile. Through the daemon a
 run's launch (a process loading the definitions of every spec) took about 20 s at 1,000 specs,
 and a fleet whose quiet tables change now and then queued a small run every tick: a hot table
@@ -22,7 +22,6 @@ from cdc_assets.resources.kafka import KafkaResource
 from cdc_assets.sensors.runs import (
     IN_FLIGHT,
     MICRO_BATCH_RETRIES,
-    WAITING,
     table_tags,
     tables_in_runs,
 )
@@ -50,9 +49,11 @@ def build_new_offsets_sensor(specs: list[TableSpec], job: AssetJob) -> dg.Sensor
     def new_kafka_offsets(
         context: dg.SensorEvaluationContext, kafka: KafkaResource
     ) -> dg.SensorResult:
-        if context.instance.get_runs_count(dg.RunsFilter(job_name=job.name, statuses=WAITING)):
-            # The waiting run covers its tables' events up to its start; the cursor stays, so
-            # the first tick after it starts asks for everything else at once.
+        queued = [dg.DagsterRunStatus.QUEUED]
+        if context.instance.get_runs_count(dg.RunsFilter(job_name=job.name, statuses=queued)):
+            # The queued run covers its tables' events up to its start; the cursor stays, so
+            # the first tick after it starts asks for everything else at once. Queued only: a
+            # run left NOT_STARTED (its launch never came) must not hold every table back.
             return dg.SensorResult(
                 run_requests=[], cursor=context.cursor, skip_reason="an ingest run is waiting"
             )

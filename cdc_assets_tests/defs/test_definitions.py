@@ -391,7 +391,13 @@ def test_new_offsets_sensor_adds_no_run_while_an_ingest_waits(
 ) -> None:
     """One ingest run waiting to start covers its tables up to its start; the tables that grew
     meanwhile go into one run once it started, not into a small run per tick."""
+    from dagster._core.remote_origin import (
+        InProcessCodeLocationOrigin,
+        RemoteJobOrigin,
+        RemoteRepositoryOrigin,
+    )
     from dagster._core.test_utils import create_run_for_test
+    from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 
     from cdc_assets.resources import KafkaResource
 
@@ -402,12 +408,32 @@ def test_new_offsets_sensor_adds_no_run_while_an_ingest_waits(
     sensor = defs.get_sensor_def("new_kafka_offsets")
     kafka = KafkaResource(bootstrap_servers="127.0.0.1:9", home=str(tmp_path))
     with dg.instance_for_test() as instance:
+        create_run_for_test(
+            instance,
+            job_name="ingest_ledgers",
+            asset_selection=frozenset({asset_key("cdc", "users")}),
+            status=dg.DagsterRunStatus.NOT_STARTED,
+        )
+        # A run that never got queued holds nothing back.
+        result = sensor(dg.build_sensor_context(instance=instance, resources={"kafka": kafka}))
+        assert isinstance(result, dg.SensorResult)
+        assert len(result.run_requests or []) == 1
         waiting = create_run_for_test(
             instance,
             job_name="ingest_ledgers",
             asset_selection=frozenset({asset_key("cdc", "users")}),
-            # NOT_STARTED: a run created and waiting for its launch, like a queued one
-            status=dg.DagsterRunStatus.NOT_STARTED,
+            status=dg.DagsterRunStatus.QUEUED,
+            remote_job_origin=RemoteJobOrigin(
+                repository_origin=RemoteRepositoryOrigin(
+                    code_location_origin=InProcessCodeLocationOrigin(
+                        loadable_target_origin=LoadableTargetOrigin(
+                            module_name="cdc_assets.definitions"
+                        )
+                    ),
+                    repository_name="__repository__",
+                ),
+                job_name="ingest_ledgers",
+            ),
         )
         context = dg.build_sensor_context(instance=instance, resources={"kafka": kafka})
         result = sensor(context)
