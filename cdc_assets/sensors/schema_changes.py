@@ -2,7 +2,7 @@
 
 MySQL/MariaDB: it reads Debezium's schema-change topics. PostgreSQL has none: on every tick the
 sensor reads the schema embedded in the newest row events of each topic that grew since it last
-read it, which shows new columns (the ingest also reports them as ``unknown_fields``) and
+read it (or whose change it requested and the spec does not have yet), which shows new columns (the ingest also reports them as ``unknown_fields``) and
 widenings it states exactly. A topic that did not grow holds no event with a new shape, and
 reading one costs a Kafka consumer of its own: at 1,000 tables, a third of them PostgreSQL,
 reading every topic on every tick took 28 s and held up the other sensors' ticks. The spec is
@@ -164,6 +164,9 @@ def build_schema_change_sensor(
                         )
                     continue
             digest = hashlib.sha256(create.encode()).hexdigest()[:16]
+            # Read again next tick, grown or not, until the spec has the events' shape: a
+            # registry's versions are applied one per run, and a run may fail.
+            read_at.pop(key, None)
             out.append(
                 request(
                     spec.name,
