@@ -2,12 +2,13 @@
 
 MySQL/MariaDB: it reads Debezium's schema-change topics. PostgreSQL has none: on every tick the
 sensor reads the schema embedded in the newest row events of each topic that grew since it last
-read it (or whose change it requested and the spec does not have yet), which shows new columns (the ingest also reports them as ``unknown_fields``) and
-widenings it states exactly. A topic that did not grow holds no event with a new shape, and
-reading one costs a Kafka consumer of its own: at 1,000 tables, a third of them PostgreSQL,
-reading every topic on every tick took 28 s and held up the other sensors' ticks. The spec is
-re-read from the spec directory whenever a topic is read, so a change that an evolution already
-applied (or the initial CREATE TABLE of a snapshot) starts nothing.
+read it (or whose change it requested and the spec does not have yet), which shows new columns
+(the ingest also reports them as ``unknown_fields``) and widenings it states exactly. A topic
+that did not grow holds no event with a new shape, and reading one costs a Kafka consumer of its
+own: at 1,000 tables, a third of them PostgreSQL, reading every topic on every tick took 28 s
+and held up the other sensors' ticks. The spec is re-read from the spec directory whenever a
+topic is read, so a change that an evolution already applied (or the initial CREATE TABLE of a
+snapshot) starts nothing.
 """
 
 from __future__ import annotations
