@@ -81,3 +81,21 @@ def driver_jvm_pid() -> int | None:
         except psutil.Error:
             continue
     return None
+
+
+def start_daemon(env: dict[str, str], log: Any, *, own_group: bool = False) -> Any:
+    """``dagster-daemon run`` on the project's workspace, its output into ``log`` (a binary
+    file); ``own_group``: in a process group of its own, with its code server and run workers,
+    so that the caller can stop them all (``os.killpg``)."""
+    import subprocess
+    import sys
+
+    daemon = str(Path(sys.executable).parent / "dagster-daemon")
+    return subprocess.Popen(
+        [daemon, "run", "-w", str(ROOT / "workspace.yaml")],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=own_group,
+    )

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import ROOT, code_version, make_home
+from bench_common import ROOT, code_version, make_home, start_daemon
 from fleet_scale import generate_specs
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -297,20 +297,8 @@ def measure_daemon(
         print(f"  {n} tables onboarded in {onboard_s:.1f} s", file=sys.stderr)
         try:
             with open(log_path, "wb") as log:
-                daemon = subprocess.Popen(
-                    [
-                        str(Path(sys.executable).parent / "dagster-daemon"),
-                        "run",
-                        "-w",
-                        str(ROOT / "workspace.yaml"),
-                    ],
-                    cwd=ROOT,
-                    env=env,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    # Its code server and run workers in its process group: stopped with it.
-                    start_new_session=True,
-                )
+                # Its code server and run workers in its process group: stopped with it.
+                daemon = start_daemon(env, log, own_group=True)
 
             def applied() -> int:
                 marks = base_watermarks(catalog, hot)

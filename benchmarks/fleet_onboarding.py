@@ -48,6 +48,7 @@ def cli_publish(spec: Any, index_root: Path) -> None:
         published_versions,
         schema_digest,
         write_index,
+        write_sources,
     )
     from cdc_assets.schema.artifacts import render_artifact
     from cdc_assets.schema.views import table_schema
@@ -60,10 +61,7 @@ def cli_publish(spec: Any, index_root: Path) -> None:
     project = index_root / "simple" / normalized(artifact.distribution)
     with tempfile.TemporaryDirectory(prefix="cdc-baseline-") as tmp:
         source = Path(tmp) / "src"
-        for path, text in artifact.files.items():
-            target = source / path
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(text, encoding="utf-8")
+        write_sources(artifact, source)
         command = [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", tmp]
         subprocess.run([*command, str(source)], capture_output=True, check=True)
         project.mkdir(parents=True, exist_ok=True)

@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_common import code_version, make_home  # noqa: E402
+from bench_common import code_version, make_home, start_daemon  # noqa: E402
 
 
 def topic_events(bootstrap: str, topic: str) -> list[dict[str, Any]]:
@@ -276,18 +276,7 @@ def main() -> int:
         PipelineDriver(settings, instance).onboard()
         specs = load_specs(specs_dir)
         log = open(tmp / "daemon.log", "wb")  # noqa: SIM115 - open for the daemon's lifetime
-        daemon = subprocess.Popen(
-            [
-                str(Path(sys.executable).parent / "dagster-daemon"),
-                "run",
-                "-w",
-                str(ROOT / "workspace.yaml"),
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+        daemon = start_daemon(env, log)
         workload = Workload(settings, specs, seed=7, key_base=next_key_base(settings, specs))
         catalog = build_resources(settings)["iceberg"].load_catalog()
         bootstrap, topics = state.bootstrap_servers, [s.source.topic for s in specs]

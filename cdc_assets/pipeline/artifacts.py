@@ -84,6 +84,14 @@ def view_version(index_root: Path, artifact: Artifact) -> str:
     return f"{newest + 1}.0.0"
 
 
+def write_sources(artifact: Artifact, source: Path) -> None:
+    """The rendered package's files under ``source``, ready for a build."""
+    for path, text in artifact.files.items():
+        target = source / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+
+
 def build_wheel(artifact: Artifact, out_dir: Path) -> Path:
     """A wheel of the rendered package, built by ``build``'s own API in this environment
     (``python -m build --wheel --no-isolation`` without its process: half the time) and the
@@ -93,10 +101,7 @@ def build_wheel(artifact: Artifact, out_dir: Path) -> Path:
 
     with tempfile.TemporaryDirectory(prefix="cdc-artifact-") as tmp:
         source = Path(tmp) / "src"
-        for path, text in artifact.files.items():
-            target = source / path
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(text, encoding="utf-8")
+        write_sources(artifact, source)
         try:
             built = ProjectBuilder(source, runner=quiet_subprocess_runner).build("wheel", tmp)
         except BuildBackendException as exc:
