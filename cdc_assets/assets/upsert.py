@@ -54,6 +54,8 @@ def bucketed_metadata(result: BucketedResult) -> dict[str, Any]:
         "deletes": result.deletes,
         "truncate_at": result.truncate.text() if result.truncate else "",
         "redriven_files": result.redriven_files,
+        # Left in the ledger for base's MERGE to read (pipeline.upsert.leaves_window_in_ledger).
+        "left_in_ledger": result.direct,
         "watermark_before": _state(result.from_state),
         "watermark_after": _state(result.to_state),
         "ledger_snapshot": str(result.to_state.ledger_snapshot or ""),
