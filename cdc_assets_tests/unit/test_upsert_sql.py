@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import sqlglot
 
+from cdc_assets.pipeline.upsert import DIRECT_MAX_ROWS, PRUNE_MIN_BYTES, leaves_window_in_ledger
 from cdc_assets.schema.position import Position
 from cdc_assets.schema.wire import plan_fields
 from cdc_assets.spec import load_specs
@@ -20,6 +23,7 @@ from cdc_assets.sql.upsert import (
     render_late_keys,
     render_newest_changes,
     render_pinned_changes,
+    render_probe_with_counts,
     render_tombstone_merge,
     render_window_probe,
 )
@@ -56,6 +60,38 @@ def test_window_reads_offset_ranges_of_one_ledger_snapshot() -> None:
     assert "_before_json" in sql  # moves are counted (placeholder sources) ...
     assert "_before_json" not in render_window_probe(WINDOW, count_moves=False)  # ... or not
     assert "count_if(l._op = 'd') AS delete_candidates" in sql
+
+
+def test_a_window_left_in_ledger_is_probed_and_counted_in_one_statement() -> None:
+    newest = render_newest_changes(
+        SPECS["users"], WINDOW, "`lake`.`app`.`users_tombstones`", carry_unavailable=False
+    )
+    sql = render_probe_with_counts(render_window_probe(WINDOW, count_moves=False), newest)
+    tree = sqlglot.parse_one(sql, read="spark")
+    assert tree.named_selects == ["*", "changed_keys", "changed_deletes"]
+    # the probe and the newest changes read one ledger snapshot
+    assert set(re.findall(r"VERSION AS OF (\d+)", sql)) == {"42"}
+
+
+class _Snapshot:
+    def __init__(self, size: int) -> None:
+        self.summary = {"total-files-size": str(size)}
+
+
+class _Base:
+    def __init__(self, size: int | None) -> None:
+        self.size = size
+
+    def current_snapshot(self) -> _Snapshot | None:
+        return None if self.size is None else _Snapshot(self.size)
+
+
+def test_only_small_windows_into_small_bases_are_left_in_the_ledger() -> None:
+    assert leaves_window_in_ledger(100, _Base(None))  # base still empty
+    assert leaves_window_in_ledger(DIRECT_MAX_ROWS - 1, _Base(PRUNE_MIN_BYTES - 1))
+    assert not leaves_window_in_ledger(DIRECT_MAX_ROWS, _Base(0))
+    assert not leaves_window_in_ledger(None, _Base(0))  # redriven files: size not known
+    assert not leaves_window_in_ledger(100, _Base(PRUNE_MIN_BYTES))  # worth bucketing
 
 
 def test_changes_that_may_become_deletes() -> None:
