@@ -48,7 +48,7 @@ def _state(state: UpsertState) -> dict[str, Any]:
 
 
 def bucketed_metadata(result: BucketedResult) -> dict[str, Any]:
-    return {
+    meta = {
         "up_to_date": result.up_to_date,
         "changed_keys": result.rows,
         "deletes": result.deletes,
@@ -61,6 +61,9 @@ def bucketed_metadata(result: BucketedResult) -> dict[str, Any]:
         "ledger_snapshot": str(result.to_state.ledger_snapshot or ""),
         "seconds": round(result.seconds, 2),
     }
+    if result.direct:  # nothing written: base's MERGE counts the window's changes
+        del meta["changed_keys"], meta["deletes"]
+    return meta
 
 
 def merge_metadata(result: MergeResult) -> dict[str, Any]:
@@ -84,6 +87,8 @@ def merge_metadata(result: MergeResult) -> dict[str, Any]:
     rows = live_rows(result.summary)
     if rows is not None:
         meta["base_rows"] = rows
+    if result.changed_keys is not None:  # a window left in the ledger, counted here
+        meta["changed_keys"], meta["deletes"] = result.changed_keys, result.deletes
     return meta
 
 
@@ -151,6 +156,10 @@ def build_upsert_assets(
             {
                 "changed keys": rows,
                 "deletes": deletes,
+                "left in the ledger (counted by base)": ", ".join(
+                    _shard(v) for v, r in zip(spec.shard_specs(), results, strict=True) if r.direct
+                )
+                or "-",
                 "truncate at": meta["truncate_at"] or "-",
                 "seconds": seconds,
             },

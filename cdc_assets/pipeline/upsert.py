@@ -38,6 +38,7 @@ from cdc_assets.pipeline.small_work import SMALL_WORK_ROWS, offsets_span, small_
 from cdc_assets.pipeline.watermark import (
     DELETE_CANDIDATES,
     DIRECT_MIN_DT,
+    DIRECT_MOVED,
     FROM_STATE,
     TRUNCATE,
     UPSERT_KIND,
@@ -72,7 +73,6 @@ from cdc_assets.sql.upsert import (
     render_late_keys,
     render_newest_changes,
     render_pinned_changes,
-    render_probe_with_counts,
     render_tombstone_merge,
     render_window_probe,
 )
@@ -120,7 +120,7 @@ class BucketedResult:
     truncate: Position | None = None
     redriven_files: int = 0
     up_to_date: bool = False
-    direct: bool = False  # the window was left in the ledger for base's MERGE to read
+    direct: bool = False  # the window was left in the ledger for base's MERGE (rows: 0)
     seconds: float = 0.0
 
 
@@ -139,6 +139,9 @@ class MergeResult:
     attempts: int = 0
     seconds: float = 0.0
     key_ranges: int | None = None  # ranges the MERGEs pruned base and tombstones by, if any
+    # Of a window left in the ledger: its newest changes, and how many are deletes.
+    changed_keys: int | None = None
+    deletes: int | None = None
 
 
 def _redriven_files(ledger: Any, after_sequence: int) -> list[str]:
@@ -213,18 +216,11 @@ def build_bucketed(
     # files are of unknown size.
     size = None if extra else offsets_span(state.watermark, end)
     placeholders = spec.source.connector in PLACEHOLDER_CONNECTORS
-    direct = not placeholders and leaves_window_in_ledger(size, base_table)
+    direct = leaves_window_in_ledger(size, base_table)
     with session_conf(spark, small_work_conf(size)):
         probe_sql = render_window_probe(
             window, count_moves=placeholders, may_delete=may_delete(spec, "l")
         )
-        if direct:
-            # Counted with the floor base has: a truncate in the window moves it, and then
-            # bucketed is written after all (below).
-            counted_sql = render_newest_changes(
-                spec, window, spark_identifier(catalog, tomb_l), carry_unavailable=False
-            )
-            probe_sql = render_probe_with_counts(probe_sql, counted_sql)
         probe = spark.sql(probe_sql).collect()[0]
         floor = state.floor
         truncate = None
@@ -248,16 +244,24 @@ def build_bucketed(
             else None,
             shard=shard,
         )
-        if direct and truncate is None:
+        # A change older than what base applied (delivered late): with placeholders the carried
+        # values of its key are recomputed from the key's ledger history. Changes all newer than
+        # base's newest position cannot be late, which spares the join with base.
+        maybe_late = oldest is not None and (
+            state.max_position is None or oldest <= state.max_position
+        )
+        # A late change of a placeholder source takes its key's whole history, whose newest
+        # change may be another (and another op) than the window's: written to bucketed.
+        if direct and truncate is None and not (placeholders and maybe_late):
             props = {
                 **to_state.properties(),
                 FROM_STATE: state.token(),
                 UPSERT_KIND: "bucketed",
-                DELETE_CANDIDATES: str(probe["changed_deletes"]),
+                DELETE_CANDIDATES: str(probe["delete_candidates"]),
                 DIRECT_MIN_DT: min_dt or "-",
+                DIRECT_MOVED: str(int(placeholders and bool(probe["moved_creates"]))),
             }
             _leave_in_ledger(load_table(iceberg_catalog, bucketed_l), props)
-            result.rows, result.deletes = probe["changed_keys"], probe["changed_deletes"]
             result.to_state, result.direct = to_state, True
             result.seconds = time.monotonic() - started
             return result
@@ -272,12 +276,6 @@ def build_bucketed(
                 view=temp_view_name("moved", spec.sink.namespace, spec.name),
             )
         late = None
-        # A change older than what base applied (delivered late): with placeholders the carried
-        # values of its key are recomputed from the key's ledger history. Changes all newer than
-        # base's newest position cannot be late, which spares the join with base.
-        maybe_late = oldest is not None and (
-            state.max_position is None or oldest <= state.max_position
-        )
         if placeholders and maybe_late:
             late = late_keys_view(spark, spec, window, spark_identifier(catalog, base_layout(spec)))
         select = render_newest_changes(
@@ -498,8 +496,14 @@ def merge_base(
             f"({props.get(FROM_STATE)}) than base has ({state.token()}); "
             "materialize the bucketed asset again, then base"
         )
+    views: list[str] = []
     if DIRECT_MIN_DT in props:
-        bucketed = _ledger_changes(spark, catalog, iceberg_catalog, spec, props, state, to_state)
+        bucketed = _ledger_changes(
+            spark, catalog, iceberg_catalog, spec, props, state, to_state, views
+        )
+        # Counted exactly now: the tombstones' MERGE runs only when there are deletes.
+        result.changed_keys, result.deletes = _counts(spark, bucketed)
+        props = {**props, DELETE_CANDIDATES: str(result.deletes)}
     else:
         # Every read of bucketed below is of the snapshot whose state this MERGE commits:
         # another upsert of the table (a second process, a deployment without the pool limit)
@@ -512,7 +516,8 @@ def merge_base(
             spark, catalog, iceberg_catalog, spec, base_table, props, bucketed, result, prune
         )
     finally:
-        spark.catalog.dropTempView(bucketed)
+        for view in (bucketed, *views):
+            spark.catalog.dropTempView(view)
 
 
 def _pinned_changes(spark: Any, catalog: str, table: Any, layout: TableLayout) -> str:
@@ -544,16 +549,18 @@ def _ledger_changes(
     props: Mapping[str, str],
     state: UpsertState,
     to_state: UpsertState,
+    views: list[str],
 ) -> str:
     """A temp view of the newest changes of a window the bucketed build left in the ledger
-    (``leaves_window_in_ledger``), from ``state``'s offsets to ``to_state``'s.
+    (``leaves_window_in_ledger``), from ``state``'s offsets to ``to_state``'s; the views it
+    reads (the moved rows' values, with placeholders) are added to ``views``.
 
     It reads the ledger's current snapshot, not the one the build probed: rows of the window
     are only ever added to (a redrive, idempotent to apply twice) or given values (an
     evolution's backfill, which bucketed would have received too), and a snapshot expiry cannot
-    take away the one read. Evaluated by each statement that reads it, the tombstones' MERGE
-    before base's included: a remembered delete is dropped only when newer than the change,
-    so the tombstones this run adds leave the view as it was."""
+    take away the one read. The changes are computed once, before the tombstones' MERGE, and
+    kept as a local checkpoint (in Spark's block manager, a few thousand rows at most): the
+    MERGEs then plan over rows in hand, not over the window's query again."""
     ledger_l = ledger_layout(spec)
     ledger = load_table(iceberg_catalog, ledger_l)
     min_dt = props[DIRECT_MIN_DT]
@@ -565,12 +572,35 @@ def _ledger_changes(
         min_dt=None if min_dt == "-" else min_dt,
         floor=to_state.floor,
     )
+    # The moved rows' values, as the build would have found them: base has not moved since.
+    moved = None
+    if props.get(DIRECT_MOVED) == "1":
+        moved = moved_values_view(
+            spark,
+            spec,
+            window,
+            spark_identifier(catalog, base_layout(spec)),
+            view=temp_view_name("moved", spec.sink.namespace, spec.name),
+        )
+        if moved is not None:
+            views.append(moved)
     view = temp_view_name("window", spec.sink.namespace, spec.name)
     select = render_newest_changes(
-        spec, window, spark_identifier(catalog, tombstones_layout(spec)), carry_unavailable=False
+        spec,
+        window,
+        spark_identifier(catalog, tombstones_layout(spec)),
+        carry_unavailable=spec.source.connector in PLACEHOLDER_CONNECTORS,
+        moved=moved,
     )
-    spark.sql(f"CREATE OR REPLACE TEMP VIEW {view} AS {select}")
+    with session_conf(spark, small_work_conf(offsets_span(state.watermark, to_state.watermark))):
+        spark.sql(select).localCheckpoint(eager=True).createOrReplaceTempView(view)
     return view
+
+
+def _counts(spark: Any, view: str) -> tuple[int, int]:
+    """Rows and deletes of ``view``."""
+    row = spark.sql(f"SELECT count(1) AS n, count_if(_op = 'd') AS d FROM {view}").collect()[0]
+    return int(row["n"]), int(row["d"])
 
 
 def _merge_pinned(

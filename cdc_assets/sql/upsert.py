@@ -130,18 +130,6 @@ def render_window_probe(
     )
 
 
-def render_probe_with_counts(probe: str, newest: str) -> str:
-    """The window probe (`render_window_probe`) and, in the same statement, how many keys the
-    newest changes (``newest``, a `render_newest_changes` SELECT) hold (``changed_keys``) and
-    how many of them are deletes (``changed_deletes``): one Spark job where the bucketed table's
-    build would otherwise run two statements (the probe, then the write that counts)."""
-    return (
-        f"SELECT p.*, c.changed_keys, c.changed_deletes FROM ({probe}) p CROSS JOIN "
-        f"(SELECT count(1) AS changed_keys, count_if(n._op = 'd') AS changed_deletes "
-        f"FROM ({newest}) n) c"
-    )
-
-
 def may_delete(spec: TableSpec, alias: str) -> str:
     """SQL true for a ledger row of ``alias`` that may become a delete in bucketed: a delete, or
     an update whose before image may hold another key (`old_key_deletes`, which decides it for

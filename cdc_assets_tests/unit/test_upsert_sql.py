@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import re
-
 import pytest
 import sqlglot
 
@@ -23,7 +21,6 @@ from cdc_assets.sql.upsert import (
     render_late_keys,
     render_newest_changes,
     render_pinned_changes,
-    render_probe_with_counts,
     render_tombstone_merge,
     render_window_probe,
 )
@@ -60,17 +57,6 @@ def test_window_reads_offset_ranges_of_one_ledger_snapshot() -> None:
     assert "_before_json" in sql  # moves are counted (placeholder sources) ...
     assert "_before_json" not in render_window_probe(WINDOW, count_moves=False)  # ... or not
     assert "count_if(l._op = 'd') AS delete_candidates" in sql
-
-
-def test_a_window_left_in_ledger_is_probed_and_counted_in_one_statement() -> None:
-    newest = render_newest_changes(
-        SPECS["users"], WINDOW, "`lake`.`app`.`users_tombstones`", carry_unavailable=False
-    )
-    sql = render_probe_with_counts(render_window_probe(WINDOW, count_moves=False), newest)
-    tree = sqlglot.parse_one(sql, read="spark")
-    assert tree.named_selects == ["*", "changed_keys", "changed_deletes"]
-    # the probe and the newest changes read one ledger snapshot
-    assert set(re.findall(r"VERSION AS OF (\d+)", sql)) == {"42"}
 
 
 class _Snapshot:
