@@ -48,22 +48,17 @@ def _state(state: UpsertState) -> dict[str, Any]:
 
 
 def bucketed_metadata(result: BucketedResult) -> dict[str, Any]:
-    meta = {
+    return {
         "up_to_date": result.up_to_date,
         "changed_keys": result.rows,
         "deletes": result.deletes,
         "truncate_at": result.truncate.text() if result.truncate else "",
         "redriven_files": result.redriven_files,
-        # Left in the ledger for base's MERGE to read (pipeline.upsert.leaves_window_in_ledger).
-        "left_in_ledger": result.direct,
         "watermark_before": _state(result.from_state),
         "watermark_after": _state(result.to_state),
         "ledger_snapshot": str(result.to_state.ledger_snapshot or ""),
         "seconds": round(result.seconds, 2),
     }
-    if result.direct:  # nothing written: base's MERGE counts the window's changes
-        del meta["changed_keys"], meta["deletes"]
-    return meta
 
 
 def merge_metadata(result: MergeResult) -> dict[str, Any]:
@@ -87,8 +82,6 @@ def merge_metadata(result: MergeResult) -> dict[str, Any]:
     rows = live_rows(result.summary)
     if rows is not None:
         meta["base_rows"] = rows
-    if result.changed_keys is not None:  # a window left in the ledger, counted here
-        meta["changed_keys"], meta["deletes"] = result.changed_keys, result.deletes
     return meta
 
 
@@ -156,10 +149,6 @@ def build_upsert_assets(
             {
                 "changed keys": rows,
                 "deletes": deletes,
-                "left in the ledger (counted by base)": ", ".join(
-                    _shard(v) for v, r in zip(spec.shard_specs(), results, strict=True) if r.direct
-                )
-                or "-",
                 "truncate at": meta["truncate_at"] or "-",
                 "seconds": seconds,
             },

@@ -34,11 +34,9 @@ from cdc_assets.pipeline.offsets import (
     decode_offsets,
 )
 from cdc_assets.pipeline.session_kind import is_connect
-from cdc_assets.pipeline.small_work import SMALL_WORK_ROWS, offsets_span, small_work_conf
+from cdc_assets.pipeline.small_work import offsets_span, small_work_conf
 from cdc_assets.pipeline.watermark import (
     DELETE_CANDIDATES,
-    DIRECT_MIN_DT,
-    DIRECT_MOVED,
     FROM_STATE,
     TRUNCATE,
     UPSERT_KIND,
@@ -87,9 +85,6 @@ PLACEHOLDER_CONNECTORS = ("postgresql",)
 # as long (2M `users` rows, 71 MB in 16 files, took 3.5 s to MERGE whole). A fleet of small
 # tables pays the query on every upsert and gets nothing back.
 PRUNE_MIN_BYTES = 16 * 1024 * 1024
-# Below this many ledger records a window into a small base is left in the ledger
-# (``leaves_window_in_ledger``); 0 writes every window to bucketed.
-DIRECT_MAX_ROWS = SMALL_WORK_ROWS
 
 
 class StaleChangesError(CdcAssetsError):
@@ -120,7 +115,6 @@ class BucketedResult:
     truncate: Position | None = None
     redriven_files: int = 0
     up_to_date: bool = False
-    direct: bool = False  # the window was left in the ledger for base's MERGE (rows: 0)
     seconds: float = 0.0
 
 
@@ -139,9 +133,6 @@ class MergeResult:
     attempts: int = 0
     seconds: float = 0.0
     key_ranges: int | None = None  # ranges the MERGEs pruned base and tombstones by, if any
-    # Of a window left in the ledger: its newest changes, and how many are deletes.
-    changed_keys: int | None = None
-    deletes: int | None = None
 
 
 def _redriven_files(ledger: Any, after_sequence: int) -> list[str]:
@@ -184,8 +175,7 @@ def build_bucketed(
     ledger_l, bucketed_l = ledger_layout(spec), bucketed_layout(spec)
     tomb_l = tombstones_layout(spec)
     shard = shard_of(spec)
-    base_table = load_table(iceberg_catalog, base_layout(spec))
-    state = base_state(base_table, shard)
+    state = base_state(load_table(iceberg_catalog, base_layout(spec)), shard)
     ledger = load_table(iceberg_catalog, ledger_l)
     current = ledger.current_snapshot()
     result = BucketedResult(spec.name, state, state)
@@ -215,9 +205,8 @@ def build_bucketed(
     # A window of a few thousand changes plans statically (pipeline.small_work); redriven
     # files are of unknown size.
     size = None if extra else offsets_span(state.watermark, end)
-    placeholders = spec.source.connector in PLACEHOLDER_CONNECTORS
-    direct = leaves_window_in_ledger(size, base_table)
     with session_conf(spark, small_work_conf(size)):
+        placeholders = spec.source.connector in PLACEHOLDER_CONNECTORS
         probe_sql = render_window_probe(
             window, count_moves=placeholders, may_delete=may_delete(spec, "l")
         )
@@ -244,27 +233,6 @@ def build_bucketed(
             else None,
             shard=shard,
         )
-        # A change older than what base applied (delivered late): with placeholders the carried
-        # values of its key are recomputed from the key's ledger history. Changes all newer than
-        # base's newest position cannot be late, which spares the join with base.
-        maybe_late = oldest is not None and (
-            state.max_position is None or oldest <= state.max_position
-        )
-        # A late change of a placeholder source takes its key's whole history, whose newest
-        # change may be another (and another op) than the window's: written to bucketed.
-        if direct and truncate is None and not (placeholders and maybe_late):
-            props = {
-                **to_state.properties(),
-                FROM_STATE: state.token(),
-                UPSERT_KIND: "bucketed",
-                DELETE_CANDIDATES: str(probe["delete_candidates"]),
-                DIRECT_MIN_DT: min_dt or "-",
-                DIRECT_MOVED: str(int(placeholders and bool(probe["moved_creates"]))),
-            }
-            _leave_in_ledger(load_table(iceberg_catalog, bucketed_l), props)
-            result.to_state, result.direct = to_state, True
-            result.seconds = time.monotonic() - started
-            return result
         window = ChangeWindow(**{**window.__dict__, "floor": floor})
         moved = None
         if placeholders and probe["moved_creates"]:
@@ -276,6 +244,12 @@ def build_bucketed(
                 view=temp_view_name("moved", spec.sink.namespace, spec.name),
             )
         late = None
+        # A change older than what base applied (delivered late): with placeholders the carried
+        # values of its key are recomputed from the key's ledger history. Changes all newer than
+        # base's newest position cannot be late, which spares the join with base.
+        maybe_late = oldest is not None and (
+            state.max_position is None or oldest <= state.max_position
+        )
         if placeholders and maybe_late:
             late = late_keys_view(spark, spec, window, spark_identifier(catalog, base_layout(spec)))
         select = render_newest_changes(
@@ -337,33 +311,6 @@ def build_bucketed(
     result.redriven_files = len(extra)
     result.seconds = time.monotonic() - started
     return result
-
-
-def leaves_window_in_ledger(records: int | None, base: Any) -> bool:
-    """Whether the bucketed build leaves a window of ``records`` ledger records (None: not
-    known) in the ledger for base's MERGE to read, instead of writing it to bucketed: below
-    ``DIRECT_MAX_ROWS`` records into a base under ``PRUNE_MIN_BYTES``. The bucketed table's
-    write and commit are two of a small table's ten or so Spark statements per cycle; what
-    bucketing buys (a storage-partitioned join, key ranges to prune by) pays off only on a
-    base large enough to be worth not shuffling or reading whole."""
-    if records is None or records >= DIRECT_MAX_ROWS:
-        return False
-    snapshot = base.current_snapshot()
-    summary = snapshot.summary if snapshot is not None and snapshot.summary else {}
-    return int(summary.get("total-files-size", "0")) < PRUNE_MIN_BYTES
-
-
-def _leave_in_ledger(bucketed: Any, props: Mapping[str, str]) -> None:
-    """Empty the bucketed table and record ``props`` in one pyiceberg commit (no Spark job): a
-    reader of bucketed then finds no rows of an older window, and base's MERGE its window."""
-    from pyiceberg.expressions import AlwaysTrue
-
-    snapshot = bucketed.current_snapshot()
-    summary = snapshot.summary if snapshot is not None and snapshot.summary else {}
-    if int(summary.get("total-records", "0")) > 0:
-        bucketed.delete(AlwaysTrue(), snapshot_properties=dict(props))
-    else:
-        commit_properties_only(bucketed, props)
 
 
 def _position(value: Any) -> Position | None:
@@ -496,28 +443,17 @@ def merge_base(
             f"({props.get(FROM_STATE)}) than base has ({state.token()}); "
             "materialize the bucketed asset again, then base"
         )
-    views: list[str] = []
-    if DIRECT_MIN_DT in props:
-        bucketed = _ledger_changes(
-            spark, catalog, iceberg_catalog, spec, props, state, to_state, views
-        )
-        # Counted exactly now: the tombstones' MERGE runs only when there are deletes.
-        result.changed_keys, result.deletes = _counts(spark, bucketed)
-        props = {**props, DELETE_CANDIDATES: str(result.deletes)}
-    else:
-        # Every read of bucketed below is of the snapshot whose state this MERGE commits:
-        # another upsert of the table (a second process, a deployment without the pool limit)
-        # may rebuild bucketed meanwhile, and the key ranges must hold every key the MERGE then
-        # reads.
-        bucketed = _pinned_changes(spark, catalog, bucketed_table, bucketed_l)
+    # Every read of bucketed below is of the snapshot whose state this MERGE commits: another
+    # upsert of the table (a second process, a deployment without the pool limit) may rebuild
+    # bucketed meanwhile, and the key ranges must hold every key the MERGE then reads.
+    bucketed = _pinned_changes(spark, catalog, bucketed_table, bucketed_l)
     result.seconds = time.monotonic() - started
     try:
         return _merge_pinned(
             spark, catalog, iceberg_catalog, spec, base_table, props, bucketed, result, prune
         )
     finally:
-        for view in (bucketed, *views):
-            spark.catalog.dropTempView(view)
+        spark.catalog.dropTempView(bucketed)
 
 
 def _pinned_changes(spark: Any, catalog: str, table: Any, layout: TableLayout) -> str:
@@ -539,68 +475,6 @@ def _pinned_changes(spark: Any, catalog: str, table: Any, layout: TableLayout) -
     )
     spark.sql(f"CREATE OR REPLACE TEMP VIEW {view} AS {select}")
     return view
-
-
-def _ledger_changes(
-    spark: Any,
-    catalog: str,
-    iceberg_catalog: Any,
-    spec: TableSpec,
-    props: Mapping[str, str],
-    state: UpsertState,
-    to_state: UpsertState,
-    views: list[str],
-) -> str:
-    """A temp view of the newest changes of a window the bucketed build left in the ledger
-    (``leaves_window_in_ledger``), from ``state``'s offsets to ``to_state``'s; the views it
-    reads (the moved rows' values, with placeholders) are added to ``views``.
-
-    It reads the ledger's current snapshot, not the one the build probed: rows of the window
-    are only ever added to (a redrive, idempotent to apply twice) or given values (an
-    evolution's backfill, which bucketed would have received too), and a snapshot expiry cannot
-    take away the one read. The changes are computed once, before the tombstones' MERGE, and
-    kept as a local checkpoint (in Spark's block manager, a few thousand rows at most): the
-    MERGEs then plan over rows in hand, not over the window's query again."""
-    ledger_l = ledger_layout(spec)
-    ledger = load_table(iceberg_catalog, ledger_l)
-    min_dt = props[DIRECT_MIN_DT]
-    window = ChangeWindow(
-        ledger=spark_identifier(catalog, ledger_l),
-        snapshot_id=ledger.current_snapshot().snapshot_id,
-        start=dict(state.watermark),
-        end=dict(to_state.watermark),
-        min_dt=None if min_dt == "-" else min_dt,
-        floor=to_state.floor,
-    )
-    # The moved rows' values, as the build would have found them: base has not moved since.
-    moved = None
-    if props.get(DIRECT_MOVED) == "1":
-        moved = moved_values_view(
-            spark,
-            spec,
-            window,
-            spark_identifier(catalog, base_layout(spec)),
-            view=temp_view_name("moved", spec.sink.namespace, spec.name),
-        )
-        if moved is not None:
-            views.append(moved)
-    view = temp_view_name("window", spec.sink.namespace, spec.name)
-    select = render_newest_changes(
-        spec,
-        window,
-        spark_identifier(catalog, tombstones_layout(spec)),
-        carry_unavailable=spec.source.connector in PLACEHOLDER_CONNECTORS,
-        moved=moved,
-    )
-    with session_conf(spark, small_work_conf(offsets_span(state.watermark, to_state.watermark))):
-        spark.sql(select).localCheckpoint(eager=True).createOrReplaceTempView(view)
-    return view
-
-
-def _counts(spark: Any, view: str) -> tuple[int, int]:
-    """Rows and deletes of ``view``."""
-    row = spark.sql(f"SELECT count(1) AS n, count_if(_op = 'd') AS d FROM {view}").collect()[0]
-    return int(row["n"]), int(row["d"])
 
 
 def _merge_pinned(
@@ -630,10 +504,8 @@ def _merge_pinned(
     # Most runs of most tables delete nothing: the window probe saw no change that could become
     # a delete, or else a probe of the bucketed deletes (one column, LIMIT 1) is cheaper than a
     # MERGE that joins none of them with the tombstones.
-    # A window left in the ledger was counted exactly: no probe.
-    direct = DIRECT_MIN_DT in props
     if props.get(DELETE_CANDIDATES) != "0" and (
-        direct or spark.sql(f"SELECT 1 FROM {bucketed} WHERE _op = 'd' LIMIT 1").collect()
+        spark.sql(f"SELECT 1 FROM {bucketed} WHERE _op = 'd' LIMIT 1").collect()
     ):
         _run_with_retry(
             spark,
@@ -658,13 +530,8 @@ def _merge_pinned(
         others = [n for n in spec.source.shard_names if n != shard]
         commit_props = {**shard_states(base_table, others), **commit_props}
     # A Connect client cannot see the plan a statement ran with: it plans the MERGE once more.
-    # A window read from the ledger is not bucketed: nothing to see there.
-    planned = merge_plan(spark, merge_sql) if is_connect(spark) and not direct else None
-    if direct:
-        # Base is small (``leaves_window_in_ledger``): the change set's size decides the plan.
-        conf = small_work_conf(offsets_span(state.watermark, to_state.watermark))
-    else:
-        conf = {DISTRIBUTION_MODE_CONF: "none"} if _lines_up(base_table) else {}
+    planned = merge_plan(spark, merge_sql) if is_connect(spark) else None
+    conf = {DISTRIBUTION_MODE_CONF: "none"} if _lines_up(base_table) else {}
 
     def still_from_state() -> None:
         # A conflict may mean another upsert committed: re-running this MERGE would then commit
@@ -678,13 +545,11 @@ def _merge_pinned(
 
     with session_conf(spark, conf):
         merged = _run_with_retry(spark, merge_sql, commit_props, result, still_from_state)
-    if not direct:
-        # The plan the MERGE ran with, not a second planning: did base reach the join
-        # unshuffled?
-        shuffles = shuffles_between_scan_and_join(
-            planned or executed_plan(merged), plain_identifier(catalog, base_l)
-        )
-        result.storage_partitioned = None if shuffles is None else not any(shuffles)
+    # The plan the MERGE ran with, not a second planning: did base reach the join unshuffled?
+    shuffles = shuffles_between_scan_and_join(
+        planned or executed_plan(merged), plain_identifier(catalog, base_l)
+    )
+    result.storage_partitioned = None if shuffles is None else not any(shuffles)
     failpoint("after_base_merge")
     table = load_table(iceberg_catalog, base_l)
     if base_state(table, shard).token() != to_state.token():

@@ -35,11 +35,6 @@ TRUNCATE = "cdc.truncate"
 # On bucketed: how many changes of its window may have become a delete (sql.upsert.may_delete).
 # "0" spares base the probe of bucketed's deletes; a table written before it has none.
 DELETE_CANDIDATES = "cdc.delete-candidates"
-# On bucketed: the window was left in the ledger (pipeline.upsert, "direct"); base's MERGE reads
-# it from there. The value is the window's oldest ledger dt partition ("-": none).
-DIRECT_MIN_DT = "cdc.direct-min-dt"
-# ... and whether it moved rows to other keys without all their columns ("1"; placeholders).
-DIRECT_MOVED = "cdc.direct-moved"
 COUNTS = "cdc.counts"
 
 SESSION_PROPERTY_PREFIX = "spark.sql.iceberg.snapshot-property."

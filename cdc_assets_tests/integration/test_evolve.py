@@ -39,13 +39,7 @@ from cdc_assets.schema.layers import all_layouts, base_layout, ledger_layout
 from cdc_assets.settings import Settings
 from cdc_assets.spec.models import ColumnSpec, TableSpec
 from cdc_assets_tests.integration.test_ingest import isolated, read_table, same
-from cdc_assets_tests.integration.test_upsert import (
-    changed_keys,
-    example_spec,
-    expected_base,
-    ingest,
-    upsert,
-)
+from cdc_assets_tests.integration.test_upsert import example_spec, expected_base, ingest, upsert
 from cdc_assets_tests.support.base_oracle import Key
 
 FILES_PER_STAGE = 100  # binlog files between stages: more than one workload crosses
@@ -276,7 +270,7 @@ def test_old_jobs_keep_running_on_evolved_tables(flow: Flow) -> None:
     for name in ("v2 events, v1 jobs on v2 tables", "v3 events, v2 jobs on v3 tables"):
         ingested, bucketed, merged = flow.runs[name]
         assert ingested.ledger > 0, name
-        assert changed_keys(bucketed, merged) > 0, name
+        assert bucketed.rows > 0, name
         assert merged.applied, name
     before = flow.runs["v2 events, v1 jobs"][0]
     assert "nickname" in before.unknown_fields  # it reached the ledger only as row image text

@@ -22,7 +22,6 @@ from cdc_assets.jobs.maintenance import (
     build_maintenance_job,
     maintenance_run_config,
 )
-from cdc_assets.pipeline import upsert as upsert_module
 from cdc_assets.pipeline.maintenance import (
     MaintenanceConflictError,
     MaintenanceResult,
@@ -86,10 +85,7 @@ def test_maintenance_compacts_purges_expires_and_keeps_the_pipeline_state(
     spark: Any,
     iceberg: IcebergCatalogResource,
     kafka: KafkaResource,
-    monkeypatch: Any,
 ) -> None:
-    # Every window written to bucketed: compaction must keep base lined up with it.
-    monkeypatch.setattr(upsert_module, "DIRECT_MAX_ROWS", 0)
     spec = isolated(example_spec(it_settings, "users"), partitions=2, kafka=kafka)
     spec = with_retention(
         spec, snapshot_retention_hours=1, retain_last_snapshots=1, tombstone_retention_hours=1

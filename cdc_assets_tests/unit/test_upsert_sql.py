@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 import sqlglot
 
-from cdc_assets.pipeline.upsert import DIRECT_MAX_ROWS, PRUNE_MIN_BYTES, leaves_window_in_ledger
 from cdc_assets.schema.position import Position
 from cdc_assets.schema.wire import plan_fields
 from cdc_assets.spec import load_specs
@@ -57,27 +56,6 @@ def test_window_reads_offset_ranges_of_one_ledger_snapshot() -> None:
     assert "_before_json" in sql  # moves are counted (placeholder sources) ...
     assert "_before_json" not in render_window_probe(WINDOW, count_moves=False)  # ... or not
     assert "count_if(l._op = 'd') AS delete_candidates" in sql
-
-
-class _Snapshot:
-    def __init__(self, size: int) -> None:
-        self.summary = {"total-files-size": str(size)}
-
-
-class _Base:
-    def __init__(self, size: int | None) -> None:
-        self.size = size
-
-    def current_snapshot(self) -> _Snapshot | None:
-        return None if self.size is None else _Snapshot(self.size)
-
-
-def test_only_small_windows_into_small_bases_are_left_in_the_ledger() -> None:
-    assert leaves_window_in_ledger(100, _Base(None))  # base still empty
-    assert leaves_window_in_ledger(DIRECT_MAX_ROWS - 1, _Base(PRUNE_MIN_BYTES - 1))
-    assert not leaves_window_in_ledger(DIRECT_MAX_ROWS, _Base(0))
-    assert not leaves_window_in_ledger(None, _Base(0))  # redriven files: size not known
-    assert not leaves_window_in_ledger(100, _Base(PRUNE_MIN_BYTES))  # worth bucketing
 
 
 def test_changes_that_may_become_deletes() -> None:
