@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import dagster as dg
@@ -25,6 +25,7 @@ from cdc_assets.jobs.onboard import build_onboard_job
 from cdc_assets.jobs.upsert import build_upsert_job
 from cdc_assets.pipeline.spec_store import load_with_stored_versions
 from cdc_assets.resources import build_resources
+from cdc_assets.run_launcher import tables_from_env
 from cdc_assets.sensors.drift_detected import build_drift_sensor
 from cdc_assets.sensors.ledger_updated import build_ledger_updated_sensor
 from cdc_assets.sensors.new_offsets import build_new_offsets_sensor
@@ -40,17 +41,22 @@ def build_defs(
     specs: list[TableSpec] | None = None,
     settings: Settings | None = None,
     resource_overrides: Mapping[str, Any] | None = None,
+    only_tables: Collection[str] | None = None,
 ) -> dg.Definitions:
-    """Definitions for ``specs`` (default: the spec directory of ``settings``, with its views)."""
+    """Definitions for ``specs`` (default: the spec directory of ``settings``, with its views;
+    with ``only_tables``, only those specs of the directory and no views: a run worker's)."""
     # Source URLs default to the local sources of `stack up --sources`, when they run.
     settings = with_local_sources(settings or load_settings())
     from_directory = specs is None
     resources = {**build_resources(settings), **(resource_overrides or {})}
     if specs is None:
         # An evolution that ran on another machine stored versions this checkout's files lack.
-        specs = load_with_stored_versions(
-            load_specs(settings.specs_dir), resources["iceberg"].existing_catalog
-        )
+        # Every spec is loaded, so that load-time errors across specs (two specs on one topic)
+        # stay the same in a run worker that builds a few of them.
+        loaded = load_specs(settings.specs_dir)
+        if only_tables is not None:
+            loaded = [s for s in loaded if s.name in only_tables]
+        specs = load_with_stored_versions(loaded, resources["iceberg"].existing_catalog)
     hourly = hourly_partitions(settings.partitions_start or deployment_start(settings.home))
     assets = [
         a
@@ -78,7 +84,7 @@ def build_defs(
     check_job = build_check_job()
     # Views belong to the spec directory: a caller that hands over its own list of specs (a
     # subset, generated ones) gets no views, which may read tables outside that list.
-    views = load_views(settings.views_dir) if from_directory else []
+    views = load_views(settings.views_dir) if from_directory and only_tables is None else []
     view_assets, view_checks = build_view_definitions(
         specs, views, settings.catalog_name, settings.specs_dir, settings.views_dir
     )
@@ -126,4 +132,5 @@ def build_defs(
     )
 
 
-defs = build_defs()
+# A run worker started by the project's run launcher builds its run's tables only.
+defs = build_defs(only_tables=tables_from_env())

@@ -40,6 +40,10 @@ DAGSTER_YAML = """concurrency:
   # Every run starts a Spark driver: more than two at once thrash a laptop-sized machine.
   runs:
     max_concurrent_runs: 2
+# Each run worker builds the definitions of its run's tables only, not the whole fleet's.
+run_launcher:
+  module: cdc_assets.run_launcher
+  class: TableRunLauncher
 # A queued run starts within a second, not the default five: the sensors' micro-batches queue a
 # run every few seconds and the wait is part of every change's way into base.
 run_queue:
