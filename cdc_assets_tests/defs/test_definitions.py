@@ -157,6 +157,46 @@ def test_each_spec_schedule_cron_times_its_own_checks(tmp_path: Path) -> None:
     assert one.get_schedule_def("table_checks").cron_schedule == "5 * * * *"
 
 
+def test_table_checks_start_no_run_while_the_previous_is_in_flight(defs: dg.Definitions) -> None:
+    """At a thousand tables one run of every check can outlast the cron's period: the schedule
+    then skips its ticks instead of queueing a run per tick behind it."""
+    from dagster._core.test_utils import create_run_for_test
+
+    schedule = defs.get_schedule_def("table_checks")
+    with dg.instance_for_test() as instance:
+
+        def tick() -> dg.RunRequest | dg.SkipReason:
+            result = schedule.evaluate_tick(dg.build_schedule_context(instance=instance))
+            if result.skip_message:
+                return dg.SkipReason(result.skip_message)
+            (request,) = result.run_requests or []
+            return request
+
+        first = tick()
+        assert isinstance(first, dg.RunRequest)
+        assert first.tags["cdc/schedule"] == "table_checks"
+        for status, skips in (
+            (dg.DagsterRunStatus.NOT_STARTED, False),  # never queued: it will not start
+            (dg.DagsterRunStatus.SUCCESS, False),
+            (dg.DagsterRunStatus.FAILURE, False),
+            (dg.DagsterRunStatus.STARTED, True),
+            (dg.DagsterRunStatus.CANCELING, True),
+        ):
+            run = create_run_for_test(
+                instance, job_name="check_tables", tags=dict(first.tags), status=status
+            )
+            result = tick()
+            assert isinstance(result, dg.SkipReason) == skips, (status, result)
+            if skips:
+                assert run.run_id in (result.skip_message or "")
+            instance.delete_run(run.run_id)
+        other = create_run_for_test(
+            instance, job_name="check_tables", status=dg.DagsterRunStatus.STARTED
+        )
+        assert isinstance(tick(), dg.RunRequest), "a run the schedule did not start holds nothing"
+        instance.delete_run(other.run_id)
+
+
 def test_ledgers_share_hourly_partitions(defs: dg.Definitions) -> None:
     graph = defs.resolve_asset_graph()
     partitions = {graph.get(asset_key("cdc", t)).partitions_def for t in TABLES}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import dagster as dg
@@ -11,7 +12,13 @@ from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 
 from cdc_assets.assets.keys import asset_key, table_of
 from cdc_assets.definitions import build_defs
-from cdc_assets.run_launcher import PID_TAG, RUN_TABLES_ENV, run_tables, tables_from_env
+from cdc_assets.run_launcher import (
+    MAX_ENV_CHARS,
+    PID_TAG,
+    RUN_TABLES_ENV,
+    run_tables,
+    tables_from_env,
+)
 from cdc_assets.settings import load_settings
 from cdc_assets_tests.conftest import PROJECT_ROOT
 
@@ -30,6 +37,8 @@ def test_run_tables_fall_back_to_everything() -> None:
     assert run_tables(None, None) is None
     assert run_tables([], None) is None
     assert run_tables([asset_key("cdc", "users"), dg.AssetKey(["view", "v"])], None) is None
+    many = [asset_key("cdc", f"table_{i:06d}") for i in range(MAX_ENV_CHARS // 10)]
+    assert run_tables(many, None) is None
 
 
 def test_tables_from_env() -> None:
@@ -56,7 +65,9 @@ def launcher_instance(tmp_path: Path):  # type: ignore[no-untyped-def]
         yield instance
 
 
-def _launch(instance: dg.DagsterInstance, keys: list[dg.AssetKey]) -> dg.DagsterRun:
+def _launch(
+    instance: dg.DagsterInstance, keys: list[dg.AssetKey], wait: bool = True
+) -> dg.DagsterRun:
     origin = LoadableTargetOrigin(
         python_file=None,
         module_name="cdc_assets_tests.support.launcher_location",
@@ -75,7 +86,7 @@ def _launch(instance: dg.DagsterInstance, keys: list[dg.AssetKey]) -> dg.Dagster
             asset_selection=frozenset(keys),
         )
         instance.launch_run(run.run_id, workspace)
-        return poll_for_finished_run(instance, run.run_id, timeout=120)
+    return poll_for_finished_run(instance, run.run_id, timeout=120) if wait else run
 
 
 def _built(instance: dg.DagsterInstance, key: dg.AssetKey) -> dict[str, str]:
@@ -98,4 +109,21 @@ def test_a_run_with_a_view_builds_everything(launcher_instance: dg.DagsterInstan
     )
     assert run.status == dg.DagsterRunStatus.SUCCESS, run.status
     built = _built(launcher_instance, asset_key("cdc", "alpha"))
-    assert built == {"built": "alpha,beta,gamma", "env": "<unset>"}
+    assert built == {"built": "alpha,beta,gamma,sleepy", "env": "<unset>"}
+
+
+def test_terminating_a_run_cancels_its_worker(launcher_instance: dg.DagsterInstance) -> None:
+    run = _launch(launcher_instance, [asset_key("cdc", "sleepy")], wait=False)
+    deadline = time.monotonic() + 60
+    while not _step_started(launcher_instance, run.run_id):
+        assert time.monotonic() < deadline, launcher_instance.get_run_by_id(run.run_id)
+        time.sleep(0.2)
+    assert launcher_instance.run_launcher.terminate(run.run_id)
+    ended = poll_for_finished_run(launcher_instance, run.run_id, timeout=60)
+    assert ended.status == dg.DagsterRunStatus.CANCELED, ended.status
+    assert not launcher_instance.run_launcher.terminate(run.run_id)  # finished: nothing to stop
+
+
+def _step_started(instance: dg.DagsterInstance, run_id: str) -> bool:
+    records = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.STEP_START).records
+    return bool(records)

@@ -5,19 +5,22 @@ over all of them. Each asset's materialization records what its run worker built
 from __future__ import annotations
 
 import os
+import time
 
 import dagster as dg
 
 from cdc_assets.assets.keys import asset_key
 from cdc_assets.run_launcher import RUN_TABLES_ENV, tables_from_env
 
-TABLES = ("alpha", "beta", "gamma")
+TABLES = ("alpha", "beta", "gamma", "sleepy")
 BUILT = [t for t in TABLES if t in (tables_from_env() or TABLES)]
 
 
 def _ledger(table: str) -> dg.AssetsDefinition:
     @dg.asset(key=asset_key("cdc", table))
     def ledger() -> dg.MaterializeResult:
+        if table == "sleepy":  # a run to terminate
+            time.sleep(120)
         return dg.MaterializeResult(
             metadata={"built": ",".join(BUILT), "env": os.environ.get(RUN_TABLES_ENV, "<unset>")}
         )
