@@ -2,6 +2,8 @@
 touched (an evolution's backfill and redrive leave ledger rows that only an upsert brings to base).
 """
 
+import time
+
 import dagster as dg
 
 from cdc_assets.assets.keys import asset_key, table_of
@@ -12,6 +14,9 @@ from cdc_assets.sensors.runs import MICRO_BATCH_RETRIES, WAITING, table_tags, ta
 # ingest began (its changes reach base), an ingest only starts more. Dagster's queue orders by
 # this tag, higher first (default 0).
 UPSERT_PRIORITY = {"dagster/priority": "1"}
+# The first tick (no cursor yet) upserts the tables of the runs that succeeded this long before.
+FIRST_TICK_LOOKBACK_S = 3600.0
+RUNS_PER_TICK = 500
 
 
 def upsert_selection(asset_keys: list[dg.AssetKey]) -> list[dg.AssetKey]:
@@ -25,41 +30,85 @@ def build_ledger_updated_sensor(
     ingest_job: AssetJob,
     upsert_job: AssetJob,
     evolve_job: AssetJob | None = None,
-) -> dg.RunStatusSensorDefinition:
-    @dg.run_status_sensor(
+) -> dg.SensorDefinition:
+    watched = [ingest_job.name, *([evolve_job.name] if evolve_job is not None else [])]
+
+    @dg.sensor(
         name="ledger_updated",
-        run_status=dg.DagsterRunStatus.SUCCESS,
-        monitored_jobs=[ingest_job] if evolve_job is None else [ingest_job, evolve_job],
-        request_job=upsert_job,
+        job=upsert_job,
         # It reads run events of this instance only: checking often costs little and keeps the
         # upsert right behind the ingest.
         minimum_interval_seconds=5,
         default_status=dg.DefaultSensorStatus.RUNNING,
         description="Starts an upsert of the tables a successful ingest or evolution run wrote to.",
     )
-    def ledger_updated(context: dg.RunStatusSensorContext) -> dg.RunRequest | dg.SkipReason:
-        run = context.dagster_run
-        selection = upsert_selection(list(run.asset_selection or []))
-        if not selection:
-            return dg.SkipReason(f"run {run.run_id} selected no ledger")
-        # A queued upsert reads the ledger when it starts: it covers this ingest too.
-        waiting = tables_in_runs(context.instance, upsert_job.name, "base", WAITING)
-        tables = sorted({t for k in selection if (t := table_of(k))} - waiting)
-        if not tables:
-            return dg.SkipReason(f"an upsert of each table of run {run.run_id} is already queued")
-        return dg.RunRequest(
-            run_key=run.run_id,
-            asset_selection=[k for k in selection if table_of(k) in tables],
-            # No checks in the micro-batch: they read whole tables and would hold back the next
-            # upsert; the `table_checks` schedule runs them.
-            asset_check_keys=[],
-            tags={
-                **table_tags(tables),
-                "cdc/trigger": "ledger_updated",
-                "cdc/ingest_run": run.run_id,
-                **MICRO_BATCH_RETRIES,
-                **UPSERT_PRIORITY,
-            },
-        )
+    def ledger_updated(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+        # Not Dagster's run_status_sensor: its first tick only sets its cursor, so an ingest
+        # that ended before it (a daemon's first minute: the ingest of a table that already had
+        # changes) was never upserted. The first tick here takes the last hour's successes.
+        after = int(context.cursor) if context.cursor else None
+        records = context.instance.fetch_run_status_changes(
+            dg.RunStatusChangeRecordsFilter(
+                event_type=dg.DagsterEventType.RUN_SUCCESS,
+                job_names=watched,
+                after_storage_id=after,
+                after_timestamp=None if after is not None else time.time() - FIRST_TICK_LOOKBACK_S,
+            ),
+            limit=RUNS_PER_TICK,
+            ascending=True,
+        ).records
+        if not records:
+            return dg.SensorResult(skip_reason="no ingest or evolution run succeeded since")
+        cursor = str(records[-1].storage_id)
+        runs = {
+            r.run_id: r
+            for r in context.instance.get_runs(dg.RunsFilter(run_ids=[r.run_id for r in records]))
+        }
+        known = _asset_keys(context)
+        # A queued upsert reads the ledger when it starts: it covers these runs too.
+        covered = tables_in_runs(context.instance, upsert_job.name, "base", WAITING)
+        requests = []
+        for record in records:
+            run = runs.get(record.run_id)
+            if run is None:
+                continue
+            selection = [
+                k
+                for k in upsert_selection(list(run.asset_selection or []))
+                if known is None or k in known  # another code location's run of the same job
+            ]
+            tables = sorted({t for k in selection if (t := table_of(k))} - covered)
+            if not tables:
+                continue
+            covered.update(tables)
+            requests.append(
+                dg.RunRequest(
+                    run_key=run.run_id,
+                    asset_selection=[k for k in selection if table_of(k) in tables],
+                    # No checks in the micro-batch: they read whole tables and would hold back
+                    # the next upsert; the `table_checks` schedule runs them.
+                    asset_check_keys=[],
+                    tags={
+                        **table_tags(tables),
+                        "cdc/trigger": "ledger_updated",
+                        "cdc/ingest_run": run.run_id,
+                        **MICRO_BATCH_RETRIES,
+                        **UPSERT_PRIORITY,
+                    },
+                )
+            )
+        if not requests:
+            return dg.SensorResult(
+                skip_reason=f"an upsert of each table of {len(records)} run(s) is already queued",
+                cursor=cursor,
+            )
+        return dg.SensorResult(run_requests=requests, cursor=cursor)
 
     return ledger_updated
+
+
+def _asset_keys(context: dg.SensorEvaluationContext) -> set[dg.AssetKey] | None:
+    repository = context.repository_def
+    if repository is None:
+        return None
+    return set(repository.asset_graph.get_all_asset_keys())

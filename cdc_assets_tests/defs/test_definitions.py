@@ -354,14 +354,6 @@ def test_ledger_updated_sensor_targets_the_ingested_tables() -> None:
     ]
 
 
-def test_ledger_updated_sensor_watches_ingests_and_evolutions(defs: dg.Definitions) -> None:
-    sensor = defs.get_sensor_def("ledger_updated")
-    assert isinstance(sensor, dg.RunStatusSensorDefinition)
-    # No public accessor for the monitored jobs; the run-status machinery reads this one.
-    watched = {getattr(j, "name", None) for j in sensor._monitored_jobs or []}
-    assert {"ingest_ledgers", "evolve_schemas"} <= watched
-
-
 def test_runs_share_one_process_and_spark_driver(defs: dg.Definitions) -> None:
     for name in ("ingest_ledgers", "upsert_bases", "evolve_schemas", "check_schema_drift"):
         executor = defs.resolve_job_def(name).executor_def
@@ -381,19 +373,54 @@ def test_tables_at_once_comes_from_the_environment(tmp_path: Path) -> None:
             load_settings({**env, "CDC_ASSETS_TABLES_AT_ONCE": bad})
 
 
+def _succeeded(instance: dg.DagsterInstance, job: str, keys: set[dg.AssetKey]) -> dg.DagsterRun:
+    """A run of ``job`` selecting ``keys`` that has just succeeded (its RUN_SUCCESS event)."""
+    from dagster._core.test_utils import create_run_for_test
+
+    run = create_run_for_test(
+        instance, job_name=job, asset_selection=frozenset(keys), status=dg.DagsterRunStatus.STARTED
+    )
+    success = dg.DagsterEvent(event_type_value=dg.DagsterEventType.RUN_SUCCESS.value, job_name=job)
+    instance.report_dagster_event(success, run_id=run.run_id)
+    return run
+
+
+def _ledger_updated_tick(
+    defs: dg.Definitions, instance: dg.DagsterInstance, cursor: str | None
+) -> tuple[list[dg.RunRequest], str | None]:
+    sensor = defs.get_sensor_def("ledger_updated")
+    context = dg.build_sensor_context(
+        instance=instance, cursor=cursor, repository_def=defs.get_repository_def()
+    )
+    result = sensor.evaluate_tick(context)
+    return list(result.run_requests or []), result.cursor
+
+
+def test_ledger_updated_sensor_watches_ingests_and_evolutions(defs: dg.Definitions) -> None:
+    """Every successful ingest or evolution gets an upsert of its tables, the runs that ended
+    before the sensor's first tick too (a fresh daemon's first ingest); other jobs none."""
+    with dg.instance_for_test() as instance:
+        before = _succeeded(instance, "ingest_ledgers", {asset_key("cdc", "users")})
+        _succeeded(instance, "upsert_bases", {asset_key("base", "orders")})
+        requests, cursor = _ledger_updated_tick(defs, instance, None)
+        assert [r.run_key for r in requests] == [before.run_id]
+        assert requests[0].asset_selection == [
+            asset_key("bucketed", "users"),
+            asset_key("base", "users"),
+        ]
+        assert _ledger_updated_tick(defs, instance, cursor) == ([], cursor)  # nothing new
+        evolved = _succeeded(instance, "evolve_schemas", {asset_key("schema", "orders")})
+        requests, cursor = _ledger_updated_tick(defs, instance, cursor)
+        assert [(r.run_key, r.tags["cdc/tables"]) for r in requests] == [(evolved.run_id, "orders")]
+
+
 def test_ledger_updated_sensor_leaves_out_tables_whose_upsert_is_queued(
     defs: dg.Definitions,
 ) -> None:
     from dagster._core.test_utils import create_run_for_test
 
-    sensor = defs.get_sensor_def("ledger_updated")
     with dg.instance_for_test() as instance:
-        ingest = create_run_for_test(
-            instance,
-            job_name="ingest_ledgers",
-            asset_selection=frozenset({asset_key("cdc", t) for t in TABLES}),
-            status=dg.DagsterRunStatus.SUCCESS,
-        )
+        ingest = _succeeded(instance, "ingest_ledgers", {asset_key("cdc", t) for t in TABLES})
         create_run_for_test(
             instance,
             job_name="upsert_bases",
@@ -401,17 +428,9 @@ def test_ledger_updated_sensor_leaves_out_tables_whose_upsert_is_queued(
             # NOT_STARTED: a run created and waiting for its launch, like a queued one
             status=dg.DagsterRunStatus.NOT_STARTED,
         )
-        success = dg.DagsterEvent(
-            event_type_value=dg.DagsterEventType.RUN_SUCCESS.value, job_name="ingest_ledgers"
-        )
-        context = dg.build_run_status_sensor_context(
-            sensor_name="ledger_updated",
-            dagster_event=success,
-            dagster_instance=instance,
-            dagster_run=ingest,
-        )
-        request = sensor(context)  # type: ignore[call-arg]
-        assert isinstance(request, dg.RunRequest)
+        # A second ingest of orders in the same tick: the first request covers it.
+        _succeeded(instance, "ingest_ledgers", {asset_key("cdc", "orders")})
+        (request,), _ = _ledger_updated_tick(defs, instance, None)
         assert request.asset_selection == [
             asset_key(layer, t) for t in ("order_items", "orders") for layer in ("bucketed", "base")
         ]
