@@ -16,12 +16,13 @@ from cdc_assets.settings import ENV_SPECS, Settings
 
 def cmd_jars(settings: Settings, _: argparse.Namespace) -> int:
     from cdc_assets.stack.jars import KINDS, ensure_jars, jar_cache_size
-    from cdc_assets.stack.udf_jar import ensure_udf_jar
+    from cdc_assets.stack.own_jars import ensure_connect_jar, ensure_udf_jar
 
     for kind in KINDS:
         jars = ensure_jars(kind, settings)
         console.print(f"{kind}: {len(jars)} jars in {settings.jars_dir / kind}")
     console.print(f"udf: {ensure_udf_jar(settings)}")
+    console.print(f"connect-ext: {ensure_connect_jar(settings)}")
     console.print(f"jar cache: {jar_cache_size(settings) / 2**20:.1f} MiB")
     return 0
 

@@ -10,6 +10,7 @@ bootstrap) are filled at registration; then each connector's task must be RUNNIN
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import signal
@@ -58,9 +59,13 @@ def connect_files(settings: Settings) -> ConnectFiles:
 
 
 def connect_classpath(settings: Settings) -> str:
-    """Java ``-cp`` value for the worker: Kafka Connect and the Debezium connectors."""
+    """Java ``-cp`` value for the worker: Kafka Connect, the Debezium connectors and the
+    project's connectors around them (`own_jars.CONNECT_EXT`)."""
+    from cdc_assets.stack.own_jars import ensure_connect_jar
+
     ensure_jars("connect", settings)
-    return str(settings.jars_dir / "connect" / "*")
+    extensions = ensure_connect_jar(settings)
+    return os.pathsep.join([str(settings.jars_dir / "connect" / "*"), str(extensions)])
 
 
 def render_worker_properties(*, bootstrap: str, port: int) -> str:
@@ -227,7 +232,7 @@ def logical_names() -> dict[sources.ServerName, str]:
     for name in CONNECTOR_FILES:
         config = json.loads((CONNECTORS_DIR / name).read_text(encoding="utf-8"))["config"]
         kind: sources.ServerName = (
-            "postgres" if "postgresql" in config["connector.class"].lower() else "mariadb"
+            "postgres" if "postgres" in config["connector.class"].lower() else "mariadb"
         )
         names[kind] = config["topic.prefix"]
     return names
@@ -255,7 +260,7 @@ def register_connectors(
     definitions = connector_configs(placeholder_values(settings, bootstrap))
     for definition in definitions:
         config = definition["config"]
-        kind = "postgres" if "postgresql" in config["connector.class"].lower() else "mariadb"
+        kind = "postgres" if "postgres" in config["connector.class"].lower() else "mariadb"
         if avro and kind in avro:
             config.update(avro_converters(avro[kind]))
         _request_retrying(
@@ -292,7 +297,7 @@ def capture_config(
     config = next(
         dict(d["config"])
         for d in connector_configs(values)
-        if ("postgresql" in d["config"]["connector.class"].lower()) == (server == "postgres")
+        if ("postgres" in d["config"]["connector.class"].lower()) == (server == "postgres")
     )
     for key in [k for k in config if k.startswith("transforms")]:
         del config[key]  # topics keep Debezium's own names under the prefix

@@ -82,7 +82,7 @@ def ensure_jars(kind: str, settings: Settings, *, quiet: bool = False) -> list[P
 def spark_jars(settings: Settings) -> list[Path]:
     """Jars to put on Spark's classpath next to the pyspark wheel's own: the Maven-fetched ones and
     the project's own functions, fetched or compiled first when missing."""
-    from cdc_assets.stack.udf_jar import ensure_udf_jar
+    from cdc_assets.stack.own_jars import ensure_udf_jar
 
     return [*ensure_jars("spark", settings), ensure_udf_jar(settings)]
 

@@ -38,7 +38,7 @@ def test_unknown_jar_kind() -> None:
 
 
 def test_missing_javac_stops_the_udf_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from cdc_assets.stack import udf_jar
+    from cdc_assets.stack import own_jars
 
     real_which = jars.shutil.which
     monkeypatch.setattr(
@@ -46,5 +46,5 @@ def test_missing_javac_stops_the_udf_build(tmp_path: Path, monkeypatch: pytest.M
     )
     settings = load_settings({"CDC_ASSETS_HOME": str(tmp_path)})
     with pytest.raises(ToolMissingError, match="javac not found on PATH: install a Java 17 JDK"):
-        udf_jar.ensure_udf_jar(settings, quiet=True)
+        own_jars.ensure_udf_jar(settings, quiet=True)
     assert not (tmp_path / "jars" / "udf").exists()
