@@ -74,7 +74,7 @@ def build_ledger_updated_sensor(
                 continue
             selection = [
                 k
-                for k in upsert_selection(list(run.asset_selection or []))
+                for k in upsert_selection(_run_assets(context, run))
                 if known is None or k in known  # another code location's run of the same job
             ]
             tables = sorted({t for k in selection if (t := table_of(k))} - covered)
@@ -105,6 +105,17 @@ def build_ledger_updated_sensor(
         return dg.SensorResult(run_requests=requests, cursor=cursor)
 
     return ledger_updated
+
+
+def _run_assets(context: dg.SensorEvaluationContext, run: dg.DagsterRun) -> list[dg.AssetKey]:
+    """The assets ``run`` selected. A run of the whole job (the UI's "Materialize all" on the
+    job's page) selects none by name: then every asset of the job."""
+    if run.asset_selection is not None:
+        return list(run.asset_selection)
+    repository = context.repository_def
+    if repository is None or not repository.has_job(run.job_name):
+        return []
+    return sorted(repository.get_job(run.job_name).asset_layer.selected_asset_keys)
 
 
 def _asset_keys(context: dg.SensorEvaluationContext) -> set[dg.AssetKey] | None:

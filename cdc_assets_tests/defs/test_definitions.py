@@ -373,12 +373,18 @@ def test_tables_at_once_comes_from_the_environment(tmp_path: Path) -> None:
             load_settings({**env, "CDC_ASSETS_TABLES_AT_ONCE": bad})
 
 
-def _succeeded(instance: dg.DagsterInstance, job: str, keys: set[dg.AssetKey]) -> dg.DagsterRun:
-    """A run of ``job`` selecting ``keys`` that has just succeeded (its RUN_SUCCESS event)."""
+def _succeeded(
+    instance: dg.DagsterInstance, job: str, keys: set[dg.AssetKey] | None
+) -> dg.DagsterRun:
+    """A run of ``job`` selecting ``keys`` (None: the whole job) that has just succeeded (its
+    RUN_SUCCESS event)."""
     from dagster._core.test_utils import create_run_for_test
 
     run = create_run_for_test(
-        instance, job_name=job, asset_selection=frozenset(keys), status=dg.DagsterRunStatus.STARTED
+        instance,
+        job_name=job,
+        asset_selection=None if keys is None else frozenset(keys),
+        status=dg.DagsterRunStatus.STARTED,
     )
     success = dg.DagsterEvent(event_type_value=dg.DagsterEventType.RUN_SUCCESS.value, job_name=job)
     instance.report_dagster_event(success, run_id=run.run_id)
@@ -412,6 +418,21 @@ def test_ledger_updated_sensor_watches_ingests_and_evolutions(defs: dg.Definitio
         evolved = _succeeded(instance, "evolve_schemas", {asset_key("schema", "orders")})
         requests, cursor = _ledger_updated_tick(defs, instance, cursor)
         assert [(r.run_key, r.tags["cdc/tables"]) for r in requests] == [(evolved.run_id, "orders")]
+
+
+def test_ledger_updated_sensor_upserts_every_table_after_a_whole_job_ingest(
+    defs: dg.Definitions,
+) -> None:
+    """A run of the whole ingest job (no asset selection: the UI's "Materialize all" on the job)
+    wrote every table's ledger; every table gets its upsert."""
+    with dg.instance_for_test() as instance:
+        run = _succeeded(instance, "ingest_ledgers", None)
+        (request,), _ = _ledger_updated_tick(defs, instance, None)
+        assert request.run_key == run.run_id
+        assert request.tags["cdc/tables"] == ",".join(sorted(TABLES))
+        assert request.asset_selection == [
+            asset_key(layer, t) for t in sorted(TABLES) for layer in ("bucketed", "base")
+        ]
 
 
 def test_ledger_updated_sensor_leaves_out_tables_whose_upsert_is_queued(
