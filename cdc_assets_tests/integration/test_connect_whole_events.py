@@ -1,16 +1,17 @@
 """A Kafka Connect worker that dies between the records of one source event loses none of them.
 
-A primary-key update on MariaDB becomes three records that share one offset: a delete, its
-tombstone and a create. Debezium's own offsets let Connect commit "after the update" once the
-delete is acknowledged; a worker that dies before the create is sent then resumes after the
-update, and the row under its new key never reaches Kafka (debezium/dbz#2549; it failed a
-clean-clone CI run of this project). The project's connectors (`jvm/connect`,
-``WholeEventOffsets``) give every record but an event's last the offset of the event before.
+A primary-key update becomes three records that share one offset: a delete, its tombstone and a
+create. Debezium's own offsets let Connect commit "after the update" once the delete is
+acknowledged; a worker that dies before the create is sent then resumes after the update, and the
+row under its new key never reaches Kafka (debezium/dbz#2549; it failed a clean-clone CI run of
+this project). The project's connectors (`jvm/connect`, ``WholeEventOffsets``) give every record
+but an event's last the offset of the event before.
 
 The connectors' test hook makes the crash deterministic: while a file exists, the task cuts its
-batch after a primary-key update's delete, waits for an offset commit and halts the worker's JVM.
-With the project's offsets the restarted worker sends the update again; with Debezium's
-(``cdc.assets.whole.event.offsets=false``) the create is lost, which shows the test can fail.
+batch after a primary-key update's delete, lets Connect commit offsets and halts the worker's
+JVM. On MariaDB and on PostgreSQL, with the project's offsets the restarted worker sends the
+update again; with Debezium's (``cdc.assets.whole.event.offsets=false``) the create is lost,
+which shows the test can fail.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import json
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,42 +41,86 @@ MARKER = 999
 TIMEOUT_S = 120.0
 
 
+@dataclass
+class Moves:
+    server: sources.ServerName
+    offsets: str  # "whole" (the project's) or "debezium" (Debezium's own)
+    container: str  # database (MariaDB) or schema (PostgreSQL)
+    table: str
+    halt: Path
+    topic: str = ""
+
+    def execute(self, settings: Settings, sql: str) -> None:
+        if self.server == "mariadb":
+            sources.mariadb_execute(settings, sql)
+        else:
+            sources.postgres_execute(settings, sql, "shop")
+
+
 @pytest.fixture(scope="module")
 def admin(sources_stack: StackState) -> AdminClient:
     return AdminClient({"bootstrap.servers": sources_stack.bootstrap_servers})
 
 
-@pytest.fixture(params=["whole", "debezium"])
+@pytest.fixture(
+    params=[
+        ("mariadb", "whole"),
+        ("mariadb", "debezium"),
+        ("postgres", "whole"),
+        ("postgres", "debezium"),
+    ],
+    ids=lambda p: "-".join(p),
+)
 def moved(
     request: pytest.FixtureRequest,
     sources_home: Settings,
     sources_stack: StackState,
     admin: AdminClient,
     tmp_path: Path,
-) -> Iterator[tuple[str, extra_connector.ExtraConnector, Path]]:
-    """(offsets kind, a connector of its own on a table of its own, the halt file)."""
+) -> Iterator[Moves]:
+    """A connector of its own on a table of its own, and the halt file of its test hook."""
+    server, offsets = request.param
     tag = uuid.uuid4().hex[:6]
     table = f"moves_{tag}"
-    sources.mariadb_execute(
-        sources_home,
-        f"CREATE TABLE app.{table} (id INT PRIMARY KEY, v VARCHAR(16) NOT NULL); "
-        f"INSERT INTO app.{table} VALUES (1, 'one'), (2, 'two'), (3, 'three');",
+    create = (
+        f"CREATE TABLE {{}}.{table} (id INT PRIMARY KEY, v VARCHAR(16) NOT NULL); "
+        f"INSERT INTO {{}}.{table} VALUES (1, 'one'), (2, 'two'), (3, 'three');"
     )
-    halt = tmp_path / "halt"
+    overrides = {ENABLED: str(offsets == "whole").lower()}
+    if server == "mariadb":
+        moves = Moves(server, offsets, "app", table, tmp_path / "halt")
+        sources.mariadb_execute(sources_home, create.format("app", "app"))
+    else:
+        moves = Moves(server, offsets, "public", table, tmp_path / "halt")
+        sources.postgres_execute(
+            sources_home,
+            create.format("public", "public")
+            + f"GRANT SELECT ON public.{table} TO {sources.CDC_USER};"
+            f"CREATE PUBLICATION pub_{tag} FOR TABLE public.{table};",
+            "shop",
+        )
+        overrides["publication.name"] = f"pub_{tag}"
+    overrides[HALT_FILE] = str(moves.halt)
     extra = extra_connector.register(
         sources_home,
         sources_stack.bootstrap_servers,
-        "mariadb",
+        server,
         tag,
-        [f"app.{table}"],
-        overrides={ENABLED: str(request.param == "whole").lower(), HALT_FILE: str(halt)},
+        [f"{moves.container}.{table}"],
+        overrides=overrides,
     )
+    moves.topic = extra.topic(moves.container, table)
     try:
-        yield request.param, extra, halt
+        yield moves
     finally:
-        halt.unlink(missing_ok=True)
+        moves.halt.unlink(missing_ok=True)
         extra_connector.remove(sources_home, extra, admin)
-        sources.mariadb_execute(sources_home, f"DROP TABLE app.{table};")
+        if server == "mariadb":
+            sources.mariadb_execute(sources_home, f"DROP TABLE app.{table};")
+        else:
+            sources.postgres_execute(
+                sources_home, f"DROP PUBLICATION pub_{tag}; DROP TABLE public.{table};", "shop"
+            )
 
 
 def wait_dead(settings: Settings, pid: int) -> None:
@@ -108,26 +154,23 @@ def events(bootstrap: str, topic: str, until_key: int) -> list[dict[str, Any]]:
 
 
 def test_a_worker_halted_inside_a_primary_key_update(
-    moved: tuple[str, extra_connector.ExtraConnector, Path],
-    sources_home: Settings,
-    sources_stack: StackState,
+    moved: Moves, sources_home: Settings, sources_stack: StackState
 ) -> None:
-    kind, extra, halt = moved
-    table = extra.config["table.include.list"].split(".")[1]
+    name = f"{moved.container}.{moved.table}"
     pid, _ = connect.running_worker(sources_home)
-    halt.touch()
-    sources.mariadb_execute(sources_home, f"UPDATE app.{table} SET id = 10 WHERE id = 1;")
+    moved.halt.touch()
+    moved.execute(sources_home, f"UPDATE {name} SET id = 10 WHERE id = 1;")
     wait_dead(sources_home, pid)
-    assert not halt.exists(), "the worker died, but not by the connector's test hook"
+    assert not moved.halt.exists(), "the worker died, but not by the connector's test hook"
     connect.restart_worker(sources_home, sources_stack.bootstrap_servers)
     # A later change: once its create is on the topic, everything before it is too.
-    sources.mariadb_execute(sources_home, f"INSERT INTO app.{table} VALUES ({MARKER}, 'm');")
+    moved.execute(sources_home, f"INSERT INTO {name} VALUES ({MARKER}, 'm');")
 
-    changes = events(sources_stack.bootstrap_servers, extra.topic("app", table), MARKER)
+    changes = events(sources_stack.bootstrap_servers, moved.topic, MARKER)
     deletes = [e for e in changes if e["op"] == "d" and e["before"]["id"] == 1]
     creates = [e for e in changes if e["op"] == "c" and e["after"]["id"] == 10]
     assert deletes, "the update's delete was sent before the halt"
-    if kind == "whole":
+    if moved.offsets == "whole":
         # Sent again after the restart, and this time whole.
         assert len(deletes) == 2, changes
         assert [e["after"]["v"] for e in creates] == ["one"], changes
