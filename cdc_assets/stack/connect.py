@@ -119,13 +119,18 @@ def start_worker(settings: Settings, bootstrap: str) -> int:
     files = connect_files(settings)
     entry = sources.load_state(settings).get("connect")
     marker = str(files.worker_properties)
+    classpath = connect_classpath(settings)
     if isinstance(entry, dict) and entry.get("bootstrap") == bootstrap:
         pid, port = entry.get("pid"), entry.get("port")
-        alive = isinstance(pid, int) and local_process.runs(pid, marker)
-        if alive and isinstance(port, int) and _healthy(port):
+        # A worker started before an upgrade lacks the connector classes the configs now name.
+        current = (
+            isinstance(pid, int)
+            and local_process.runs(pid, marker)
+            and classpath in local_process.cmdline(pid)
+        )
+        if current and isinstance(port, int) and _healthy(port):
             return port
     stop_worker(settings)
-    classpath = connect_classpath(settings)
     files.base.mkdir(parents=True, exist_ok=True)
     port = sources.choose_port(settings, "connect")
     files.worker_properties.write_text(
