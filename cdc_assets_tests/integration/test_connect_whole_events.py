@@ -17,6 +17,7 @@ which shows the test can fail.
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
 from collections.abc import Iterator
@@ -177,3 +178,25 @@ def test_a_worker_halted_inside_a_primary_key_update(
     else:
         # Debezium's offsets: the restarted task resumed after the update.
         assert (len(deletes), len(creates)) == (1, 0), changes
+
+
+def test_a_worker_of_another_classpath_is_restarted(
+    sources_home: Settings, sources_stack: StackState, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`stack up --sources` keeps a running worker only when it runs the current classpath: one
+    started before an upgrade lacks the connector classes the configs now name."""
+    bootstrap = sources_stack.bootstrap_servers
+    pid, port = connect.running_worker(sources_home)
+    assert connect.start_worker(sources_home, bootstrap) == port  # current: kept
+    assert connect.running_worker(sources_home)[0] == pid
+
+    real = connect.connect_classpath(sources_home)
+    with monkeypatch.context() as m:
+        m.setattr(connect, "connect_classpath", lambda settings: real + os.pathsep + "upgraded")
+        connect.restart_worker(sources_home, bootstrap)
+    upgraded, _ = connect.running_worker(sources_home)
+    assert upgraded != pid
+    assert "upgraded" in " ".join(local_process.cmdline(upgraded))
+    # And back: the session's other tests find the worker as the stack starts it.
+    connect.restart_worker(sources_home, bootstrap)
+    assert connect.running_worker(sources_home)[0] != upgraded
