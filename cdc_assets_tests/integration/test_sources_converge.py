@@ -251,7 +251,12 @@ def assert_converged(mirror: Mirror, spark: Any) -> dict[str, int]:
         diff = diff_mirror(spec, source, read_base_rows(spark, "lake", spec))
         rows[name] = diff.source_rows
         if not diff.equal:
-            problems.append(diff.summary())
+            keys = [*diff.missing_keys, *diff.extra_keys, *(k for k, _ in diff.examples)][:5]
+            try:
+                story = topic_story(mirror.bootstrap, spec, keys)
+            except Exception as exc:  # the diagnosis must not hide the difference
+                story = f"    (the topic could not be read: {exc!r})"
+            problems.append(diff.summary() + "\n  their events on the topic:\n" + story)
         generator = mirror.mariadb if name in MARIADB_TABLES else mirror.postgres
         key = spec.primary_key[0]
         written = [r for r in source if KEY_BASE <= int(r[key]) < MARKER_BASE]  # type: ignore[call-overload]
@@ -262,6 +267,39 @@ def assert_converged(mirror: Mirror, spark: Any) -> dict[str, int]:
             problems.append("workload model vs source: " + model.summary())
     assert not problems, "\n".join(problems)
     return rows
+
+
+def topic_story(bootstrap: str, spec: TableSpec, keys: list[Any]) -> str:
+    """Every change event of ``keys`` on the spec's topic (offset, op, source position, header
+    names), one line each: whether the connector delivered what base lacks. A failure's
+    diagnosis, read only when base differs from the source."""
+    wanted = {tuple(str(v) for v in k) for k in keys}
+    topic = spec.source.topic
+    end = end_offsets(bootstrap, [topic])[topic]
+    consumer = _consumer(bootstrap)
+    lines: list[str] = []
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        offset = -1
+        while offset < end - 1:
+            msg = consumer.poll(5)
+            if msg is None:
+                break
+            offset = msg.offset()
+            if msg.error() is not None or msg.value() is None:
+                continue
+            event = json.loads(msg.value())["payload"]
+            image = event.get("after") or event.get("before") or {}
+            key = tuple(str(image.get(c)) for c in spec.primary_key)
+            if key in wanted:
+                source = event.get("source", {})
+                position = [source.get(f) for f in ("file", "pos", "row", "lsn") if f in source]
+                names = [h for h, _ in msg.headers() or []]
+                headers = [h for h in names if not h.startswith("__debezium.context.")]
+                lines.append(f"    {key} @{offset}: {event['op']} {position} {headers}")
+    finally:
+        consumer.close()
+    return "\n".join(lines) or "    (none)"
 
 
 def replays(mirror: Mirror, starts: dict[str, int]) -> dict[str, int]:
