@@ -58,10 +58,23 @@ def offsets_span(start: Mapping[int, int], end: Mapping[int, int]) -> int:
 def small_work_conf(records: int | None, *, interpreted: bool = False) -> dict[str, str]:
     """The session settings for a batch of about ``records`` records (None: not known);
     ``interpreted``: the batch may run without generated code when it is small enough (the
-    ingest's decode; not the upsert, whose queries also read the tombstones and base)."""
+    ingest's decode; the upsert decides that with `interpreted_conf`, from every table its
+    statements read)."""
     if records is None or records >= SMALL_WORK_ROWS:
         return {}
     static = {ADAPTIVE_CONF: "false", SHUFFLE_PARTITIONS_CONF: str(SMALL_WORK_PARTITIONS)}
-    if interpreted and records < INTERPRETED_ROWS:
-        return {**static, **INTERPRETED_CONF}
+    if interpreted:
+        return {**static, **interpreted_conf(records)}
     return static
+
+
+def interpreted_conf(rows: int | None) -> dict[str, str]:
+    """``INTERPRETED_CONF`` for statements that read about ``rows`` rows in all, from every
+    table they scan (None: not known, so generated code)."""
+    return dict(INTERPRETED_CONF) if rows is not None and rows < INTERPRETED_ROWS else {}
+
+
+def snapshot_records(summary: Mapping[str, str] | None) -> int:
+    """Rows an Iceberg table's current snapshot holds by its summary (``total-records``, which
+    counts rows a position delete has removed too: an upper bound); 0 without a snapshot."""
+    return int((summary or {}).get("total-records", "0"))

@@ -34,7 +34,12 @@ from cdc_assets.pipeline.offsets import (
     decode_offsets,
 )
 from cdc_assets.pipeline.session_kind import is_connect
-from cdc_assets.pipeline.small_work import offsets_span, small_work_conf
+from cdc_assets.pipeline.small_work import (
+    interpreted_conf,
+    offsets_span,
+    small_work_conf,
+    snapshot_records,
+)
 from cdc_assets.pipeline.watermark import (
     DELETE_CANDIDATES,
     FROM_STATE,
@@ -175,7 +180,8 @@ def build_bucketed(
     ledger_l, bucketed_l = ledger_layout(spec), bucketed_layout(spec)
     tomb_l = tombstones_layout(spec)
     shard = shard_of(spec)
-    state = base_state(load_table(iceberg_catalog, base_layout(spec)), shard)
+    base_table = load_table(iceberg_catalog, base_layout(spec))
+    state = base_state(base_table, shard)
     ledger = load_table(iceberg_catalog, ledger_l)
     current = ledger.current_snapshot()
     result = BucketedResult(spec.name, state, state)
@@ -205,8 +211,15 @@ def build_bucketed(
     # A window of a few thousand changes plans statically (pipeline.small_work); redriven
     # files are of unknown size.
     size = None if extra else offsets_span(state.watermark, end)
-    with session_conf(spark, small_work_conf(size)):
-        placeholders = spec.source.connector in PLACEHOLDER_CONNECTORS
+    placeholders = spec.source.connector in PLACEHOLDER_CONNECTORS
+    conf = small_work_conf(size)
+    if size is not None:
+        # The window's queries also read the tombstones and, for placeholder values, base.
+        reads = table_records(load_table(iceberg_catalog, tomb_l))
+        conf.update(
+            interpreted_conf(size + reads + (table_records(base_table) if placeholders else 0))
+        )
+    with session_conf(spark, conf):
         probe_sql = render_window_probe(
             window, count_moves=placeholders, may_delete=may_delete(spec, "l")
         )
@@ -311,6 +324,12 @@ def build_bucketed(
     result.redriven_files = len(extra)
     result.seconds = time.monotonic() - started
     return result
+
+
+def table_records(table: Any) -> int:
+    """Rows of a pyiceberg table's current snapshot, by its summary (an upper bound)."""
+    snapshot = table.current_snapshot()
+    return snapshot_records(snapshot.summary if snapshot is not None else None)
 
 
 def _position(value: Any) -> Position | None:
@@ -447,11 +466,17 @@ def merge_base(
     # upsert of the table (a second process, a deployment without the pool limit) may rebuild
     # bucketed meanwhile, and the key ranges must hold every key the MERGE then reads.
     bucketed = _pinned_changes(spark, catalog, bucketed_table, bucketed_l)
+    # The MERGEs read the changes, base and the tombstones: small ones all run interpreted.
+    reads = sum(
+        table_records(t)
+        for t in (bucketed_table, base_table, load_table(iceberg_catalog, tombstones_layout(spec)))
+    )
     result.seconds = time.monotonic() - started
     try:
-        return _merge_pinned(
-            spark, catalog, iceberg_catalog, spec, base_table, props, bucketed, result, prune
-        )
+        with session_conf(spark, interpreted_conf(reads)):
+            return _merge_pinned(
+                spark, catalog, iceberg_catalog, spec, base_table, props, bucketed, result, prune
+            )
     finally:
         spark.catalog.dropTempView(bucketed)
 

@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cdc_assets.demo.events import KafkaRecord, produce, workload
+from cdc_assets.pipeline import small_work
 from cdc_assets.pipeline import upsert as upsert_module
 from cdc_assets.pipeline.ingest import ingest_incremental
 from cdc_assets.pipeline.tables import ensure_tables
@@ -93,7 +94,16 @@ def assert_base_matches(
     assert not diffs, "\n".join(diffs[:30])
 
 
-@pytest.mark.parametrize(("table", "partitions"), [("users", 2), ("orders", 1), ("order_items", 3)])
+@pytest.mark.parametrize(
+    ("table", "partitions", "code"),
+    [
+        ("users", 2, "interpreted"),
+        ("orders", 1, "interpreted"),
+        ("order_items", 3, "interpreted"),
+        # What a table too large to run interpreted gets (pipeline.small_work).
+        ("users", 2, "generated"),
+    ],
+)
 def test_upsert_matches_replay_over_several_runs(
     it_settings: Settings,
     spark: Any,
@@ -101,10 +111,18 @@ def test_upsert_matches_replay_over_several_runs(
     kafka: KafkaResource,
     table: str,
     partitions: int,
+    code: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # These bases are kilobytes: prune them anyway, to check the pruned MERGEs' results.
     monkeypatch.setattr(upsert_module, "PRUNE_MIN_BYTES", 0)
+    asked: list[int | None] = []
+
+    def interpreted_conf(rows: int | None) -> dict[str, str]:
+        asked.append(rows)
+        return small_work.interpreted_conf(rows) if code == "interpreted" else {}
+
+    monkeypatch.setattr(upsert_module, "interpreted_conf", interpreted_conf)
     spec = isolated(example_spec(it_settings, table), partitions=partitions, kafka=kafka)
     ensure_tables(spark, "lake", spec)
     records = workload(spec, random.Random(3), keys=40, events=300, key_changes=True)
@@ -121,6 +139,10 @@ def test_upsert_matches_replay_over_several_runs(
             # whose key bounds reach its keys, and base still equals the replay.
             assert merged.key_ranges is not None
         assert_base_matches(spec, iceberg, expected_base(spec, kafka))
+    # Both steps sized what their statements read, and counted base once it had rows.
+    assert len(asked) == 6
+    assert all(rows is not None and 0 < rows < small_work.INTERPRETED_ROWS for rows in asked)
+    assert asked[3] > asked[1]
     again_bucketed, again = upsert(spark, iceberg, spec)
     assert again_bucketed.up_to_date
     assert again.up_to_date

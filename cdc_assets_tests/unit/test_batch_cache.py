@@ -142,3 +142,23 @@ def test_only_small_ingest_batches_run_interpreted() -> None:
     assert small_work_conf(None, interpreted=True) == {}
     # the upsert's window never runs interpreted, whatever its size
     assert small_work_conf(10) == static
+
+
+def test_upsert_statements_run_interpreted_when_everything_they_read_is_small() -> None:
+    from cdc_assets.pipeline.small_work import (
+        INTERPRETED_CONF,
+        INTERPRETED_ROWS,
+        interpreted_conf,
+        snapshot_records,
+    )
+
+    assert interpreted_conf(0) == INTERPRETED_CONF
+    assert interpreted_conf(INTERPRETED_ROWS - 1) == INTERPRETED_CONF
+    assert interpreted_conf(INTERPRETED_ROWS) == {}
+    assert interpreted_conf(None) == {}
+    # a copy: a caller adding settings to it changes nobody else's
+    interpreted_conf(0)["x"] = "y"
+    assert "x" not in INTERPRETED_CONF
+    assert snapshot_records(None) == 0
+    assert snapshot_records({}) == 0
+    assert snapshot_records({"total-records": "1234", "total-data-files": "3"}) == 1234
