@@ -21,7 +21,10 @@ evaluates the expressions as they are instead. One batch of n records, decode, s
 ledger rows, medians of four tables (``benchmarks/interpreted_ingest.py``, docs/benchmarks.md):
 with a code cache of one entry (a fleet), interpreted took 0.37x to 0.65x the time of compiled
 code from 100 to 5,000 records and 0.95x at 20,000; with each table's code already cached, 0.51x
-to 1.05x up to 5,000 records.
+to 1.05x up to 5,000 records. The upsert's statements are code of their own per table as well
+(the window's offsets and snapshot ids are literals in them); they run interpreted when all they
+read (the window, the tombstones, base) is under ``INTERPRETED_ROWS``: a fleet's upsert took
+0.85x to 0.89x the time (``benchmarks/interpreted_upsert.py``).
 
 The settings are session settings, and every step thread of the run executor has a session of
 its own (``resources.spark``), so one table's small batch does not change another's plan.
