@@ -1,9 +1,12 @@
-"""What the benchmark scripts share: a fresh CDC home on the project's jar cache, the commit
-measured, and CPU accounting of this process tree, the Spark driver JVM and the machine."""
+"""What the benchmark scripts share: a fresh CDC home on the project's jar cache, a local stack
+with one ``local[2]`` driver, the commit measured, and CPU accounting of this process tree, the
+Spark driver JVM and the machine."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -45,6 +48,23 @@ def make_home(tmp: Path) -> Any:
         catalog_uri=None,
         warehouse=None,
     )
+
+
+@contextmanager
+def local_driver(tmp: Path) -> Iterator[tuple[Any, Any, dict[str, Any]]]:
+    """A fresh home in ``tmp`` with its stack up: (settings, stack state, resources), the Spark
+    resource on ``local[2]``, one driver for every run of the process. The stack is purged after."""
+    from cdc_assets.resources import build_resources
+    from cdc_assets.stack.local_stack import stack_down, stack_up
+
+    home = make_home(tmp)
+    state = stack_up(home)
+    try:
+        resources = build_resources(home)
+        resources["spark"] = resources["spark"].model_copy(update={"master": "local[2]"})
+        yield home, state, resources
+    finally:
+        stack_down(home, purge=True)
 
 
 def tree_cpu_s() -> float:

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import ROOT, code_version, make_home
+from bench_common import ROOT, code_version, local_driver
 from fleet_scale import generate_specs, produce_workloads
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -143,51 +143,45 @@ def main() -> None:
     import dagster as dg
 
     from cdc_assets.jobs.inprocess import PipelineDriver
-    from cdc_assets.resources import build_resources
     from cdc_assets.spec import load_specs
-    from cdc_assets.stack.local_stack import stack_down, stack_up
 
     rows: dict[tuple[int, int], dict[str, Any]] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        home = make_home(Path(tmp))
-        state = stack_up(home)
-        try:
-            resources = build_resources(home)
-            # One local[2] driver for every run of this process (the runs share its session).
-            resources["spark"] = resources["spark"].model_copy(update={"master": "local[2]"})
-            spark = resources["spark"].get_session()
-            catalog = resources["spark"].catalog.name
-            reference: dict[str, list[tuple[Any, ...]]] | None = None
-            for b, k in ((b, k) for b in counts for k in workers):
-                spec_dir = Path(tmp) / f"specs_{b}_{k}"
-                tag = f"{b}_{k}"
-                generate_specs(
-                    args.tables, spec_dir, prefix=f"threads{tag}", namespace=f"w{tag}", buckets=b
+    # One local[2] driver for every run of this process (the runs share its session).
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        local_driver(Path(tmp)) as (home, state, resources),
+    ):
+        spark = resources["spark"].get_session()
+        catalog = resources["spark"].catalog.name
+        reference: dict[str, list[tuple[Any, ...]]] | None = None
+        for b, k in ((b, k) for b in counts for k in workers):
+            spec_dir = Path(tmp) / f"specs_{b}_{k}"
+            tag = f"{b}_{k}"
+            generate_specs(
+                args.tables, spec_dir, prefix=f"threads{tag}", namespace=f"w{tag}", buckets=b
+            )
+            specs = load_specs(spec_dir)
+            settings = replace(home, specs_dir=spec_dir, tables_at_once=k)
+            with dg.DagsterInstance.ephemeral() as instance:
+                driver = PipelineDriver(settings, instance, resource_overrides=resources)
+                driver.onboard()
+                produce_workloads(specs, state.bootstrap_servers, 0)
+                first = cycle(driver)
+                produce_workloads(specs, state.bootstrap_servers, 1)
+                jobs_before = spark_jobs(spark)
+                busy = cycle(driver)
+                busy["spark_jobs"] = len(spark_jobs(spark) - jobs_before)
+            bases = base_rows(spark, catalog, specs)
+            if reference is None:
+                reference = bases
+            elif bases != reference:
+                differ = [t for t in bases if bases[t] != reference.get(t)]
+                raise SystemExit(
+                    f"{b} buckets, {k} at once: bases differ from the baseline's: {differ}"
                 )
-                specs = load_specs(spec_dir)
-                settings = replace(home, specs_dir=spec_dir, tables_at_once=k)
-                with dg.DagsterInstance.ephemeral() as instance:
-                    driver = PipelineDriver(settings, instance, resource_overrides=resources)
-                    driver.onboard()
-                    produce_workloads(specs, state.bootstrap_servers, 0)
-                    first = cycle(driver)
-                    produce_workloads(specs, state.bootstrap_servers, 1)
-                    jobs_before = spark_jobs(spark)
-                    busy = cycle(driver)
-                    busy["spark_jobs"] = len(spark_jobs(spark) - jobs_before)
-                bases = base_rows(spark, catalog, specs)
-                if reference is None:
-                    reference = bases
-                elif bases != reference:
-                    differ = [t for t in bases if bases[t] != reference.get(t)]
-                    raise SystemExit(
-                        f"{b} buckets, {k} at once: bases differ from the baseline's: {differ}"
-                    )
-                low = floor(spark, args.tables, k, b)
-                rows[(b, k)] = {"first": first, "busy": busy, "floor": low}
-                print(f"  {b} buckets, {k} at once: first {first}, busy {busy}", file=sys.stderr)
-        finally:
-            stack_down(home, purge=True)
+            low = floor(spark, args.tables, k, b)
+            rows[(b, k)] = {"first": first, "busy": busy, "floor": low}
+            print(f"  {b} buckets, {k} at once: first {first}, busy {busy}", file=sys.stderr)
     report(rows, args.tables)
 
 

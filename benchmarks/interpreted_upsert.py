@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import ROOT, code_version, make_home
+from bench_common import ROOT, code_version, local_driver
 from fleet_scale import generate_specs, produce_workloads
 from fleet_threads import base_rows, cycle
 
@@ -67,47 +67,41 @@ def main() -> None:
 
     from cdc_assets.pipeline import small_work
     from cdc_assets.pipeline import upsert as upsert_module
-    from cdc_assets.resources import build_resources
-    from cdc_assets.stack.local_stack import stack_down, stack_up
 
     def generated(rows: int | None) -> dict[str, str]:
         return {}
 
     ways = {"generated": generated, "interpreted": small_work.interpreted_conf}
     runs: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        home = make_home(Path(tmp))
-        state = stack_up(home)
-        try:
-            resources = build_resources(home)
-            resources["spark"] = resources["spark"].model_copy(update={"master": "local[2]"})
-            spark = resources["spark"].get_session()
-            catalog = resources["spark"].catalog.name
-            reference: list[list[tuple[Any, ...]]] | None = None
-            plan = [("warm", "interpreted")] + [
-                (f"{mode[0]}{r}", mode)
-                for r in range(args.rounds)
-                for mode in (MODES if r % 2 == 0 else MODES[::-1])
-            ]
-            for tag, mode in plan:
-                upsert_module.interpreted_conf = ways[mode]  # type: ignore[assignment]
-                try:
-                    timing, specs = run_copy(
-                        tag, args.tables, home, Path(tmp), resources, state.bootstrap_servers
-                    )
-                finally:
-                    upsert_module.interpreted_conf = small_work.interpreted_conf
-                bases = base_rows(spark, catalog, specs)
-                ordered = [bases[s.name] for s in specs]
-                if reference is None:
-                    reference = ordered
-                elif ordered != reference:
-                    raise SystemExit(f"round {tag} ({mode}): bases differ from the first copy's")
-                print(f"  {tag} {mode}: {timing}", file=sys.stderr)
-                if tag != "warm":
-                    runs.append({"round": tag, "mode": mode, **timing})
-        finally:
-            stack_down(home, purge=True)
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        local_driver(Path(tmp)) as (home, state, resources),
+    ):
+        spark = resources["spark"].get_session()
+        catalog = resources["spark"].catalog.name
+        reference: list[list[tuple[Any, ...]]] | None = None
+        plan = [("warm", "interpreted")] + [
+            (f"{mode[0]}{r}", mode)
+            for r in range(args.rounds)
+            for mode in (MODES if r % 2 == 0 else MODES[::-1])
+        ]
+        for tag, mode in plan:
+            upsert_module.interpreted_conf = ways[mode]  # type: ignore[assignment]
+            try:
+                timing, specs = run_copy(
+                    tag, args.tables, home, Path(tmp), resources, state.bootstrap_servers
+                )
+            finally:
+                upsert_module.interpreted_conf = small_work.interpreted_conf
+            bases = base_rows(spark, catalog, specs)
+            ordered = [bases[s.name] for s in specs]
+            if reference is None:
+                reference = ordered
+            elif ordered != reference:
+                raise SystemExit(f"round {tag} ({mode}): bases differ from the first copy's")
+            print(f"  {tag} {mode}: {timing}", file=sys.stderr)
+            if tag != "warm":
+                runs.append({"round": tag, "mode": mode, **timing})
     report(runs, args.tables)
 
 
