@@ -22,6 +22,7 @@ from cdc_assets.jobs.executor import build_executor
 from cdc_assets.jobs.ingest import build_ingest_job, deployment_start, hourly_partitions
 from cdc_assets.jobs.maintenance import build_maintenance_job, build_maintenance_schedule
 from cdc_assets.jobs.onboard import build_onboard_job
+from cdc_assets.jobs.sync import build_sync_job
 from cdc_assets.jobs.upsert import build_upsert_job
 from cdc_assets.pipeline.spec_store import load_with_stored_versions
 from cdc_assets.resources import build_resources
@@ -65,6 +66,7 @@ def build_defs(
     ]
     ingest_job = build_ingest_job()
     upsert_job = build_upsert_job()
+    sync_job = build_sync_job()
     maintenance_job = build_maintenance_job(specs)
     evolve_job = build_evolve_job()
     # The drift job reads every reachable source's information_schema: each shard's.
@@ -99,6 +101,7 @@ def build_defs(
             build_onboard_job(specs),
             ingest_job,
             upsert_job,
+            sync_job,
             maintenance_job,
             check_job,
             evolve_job,
@@ -117,8 +120,8 @@ def build_defs(
             ),
         ],
         sensors=[
-            build_new_offsets_sensor(specs, ingest_job),
-            build_ledger_updated_sensor(ingest_job, upsert_job, evolve_job),
+            build_new_offsets_sensor(specs, sync_job),
+            build_ledger_updated_sensor(ingest_job, upsert_job, evolve_job, sync_job),
             build_schema_change_sensor(
                 specs, settings.specs_dir, evolve_job, resources["iceberg"].existing_catalog
             ),

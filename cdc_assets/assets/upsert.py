@@ -109,6 +109,11 @@ def build_upsert_assets(
     spec: TableSpec, specs_dir: Path, bucketed_args: dict[str, Any], base_args: dict[str, Any]
 ) -> list[dg.AssetsDefinition]:
     pool = f"cdc_upsert/{spec.name}"
+    # Within a run, a table's next step goes before other tables' earlier ones: in a
+    # micro-batch (`sync_tables`) each table reaches base right after its own ingest, not after
+    # every table's ingest. Dagster's executors start ready steps by this tag, higher first.
+    bucketed_args = {**bucketed_args, "op_tags": {"dagster/priority": "1"}}
+    base_args = {**base_args, "op_tags": {"dagster/priority": "2"}}
 
     @dg.asset(**bucketed_args, pool=pool)  # type: ignore[untyped-decorator]
     def bucketed(

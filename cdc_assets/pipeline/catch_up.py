@@ -15,7 +15,11 @@ of ledger, base and dead letters):
   decoded with, the ingest runs the evolution's backfill itself for the columns that changed in
   between (ledger rows from the row images, base rows holding the same changes, dead letters
   redriven);
-- after an upsert commits, it reads the ledger commits it consumed: when any was decoded with a
+- after an upsert commits, it reads the spec file: when it is newer than the version the upsert
+  merged with (a micro-batch that loaded its spec before an evolution, or an upsert run queued
+  before it), the upsert runs the backfill for every ledger commit it consumed: its MERGE wrote
+  only its own version's columns;
+- otherwise it reads the ledger commits it consumed: when any was decoded with a
   version older than the spec file's, it runs the same backfill, unless a backfill from that
   version to the file's ran to its end before the upsert read the ledger, having read every one
   of those commits and recovered every column they may hold wrong (its ``backfill-done`` ledger
@@ -215,21 +219,22 @@ def after_upsert(
     numbers into base."""
     current = spec_on_disk(specs_dir, spec) or spec
     ledger = load_table(iceberg_catalog, ledger_layout(current))
-    stale = [
-        c
-        for c in decoded_versions(ledger, after_sequence, upto_sequence)
-        if c.spec_version < current.spec_version
-    ]
+    consumed = decoded_versions(ledger, after_sequence, upto_sequence)
+    # An upsert that loaded its spec before an evolution merged only that spec's columns: the
+    # rows it wrote lack the newer columns' values whatever the ledger rows held, and no
+    # backfill before it can have covered them.
+    behind = spec.spec_version < current.spec_version
+    stale = consumed if behind else [c for c in consumed if c.spec_version < current.spec_version]
     if not stale:
         return None
-    oldest = min(c.spec_version for c in stale)
+    oldest = min(spec.spec_version, *(c.spec_version for c in stale))
     # The upsert's own spec is the only older version at hand; rows of an even older one get
     # every column checked (the backfill rewrites only values that differ).
     columns = changed_columns(spec, current) if oldest == spec.spec_version else []
     columns = columns or value_columns(current)
     since = datetime.fromtimestamp(min(c.timestamp_ms for c in stale) / 1000, UTC)
     min_dt = backfill_min_dt(since, current.base.lookback_hours)
-    if recovered_before(ledger, stale, current.spec_version, min_dt, upto_sequence):
+    if not behind and recovered_before(ledger, stale, current.spec_version, min_dt, upto_sequence):
         return None
     result = backfill_from_ledger(
         spark,
@@ -240,10 +245,16 @@ def after_upsert(
         since,
         from_spec=spec if oldest == spec.spec_version else None,
     )
+    reason = (
+        f"the upsert merged with v{spec.spec_version}; an evolution made "
+        f"v{current.spec_version} while it ran"
+        if behind
+        else f"the upsert merged ledger rows decoded with v{oldest}; the spec is "
+        f"v{current.spec_version}"
+    )
     return CatchUp(
         current.name,
-        f"the upsert merged ledger rows decoded with v{oldest}; the spec is "
-        f"v{current.spec_version}",
+        reason,
         oldest,
         current.spec_version,
         tuple(columns),

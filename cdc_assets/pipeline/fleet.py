@@ -21,7 +21,7 @@ from cdc_assets.resources.kafka import KafkaResource
 from cdc_assets.schema.layers import base_layout, dead_letter_layout, ledger_layout
 from cdc_assets.spec.models import TableSpec
 
-RUN_JOBS = ("ingest_ledgers", "upsert_bases", "evolve_schemas", "maintain_tables")
+RUN_JOBS = ("sync_tables", "ingest_ledgers", "upsert_bases", "evolve_schemas", "maintain_tables")
 
 
 def _load(iceberg_catalog: Any, layout: Any) -> Any:

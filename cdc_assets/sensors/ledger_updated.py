@@ -1,5 +1,8 @@
 """One sensor for all tables: after a successful ingest or evolution run, upsert the tables it
 touched (an evolution's backfill and redrive leave ledger rows that only an upsert brings to base).
+
+The micro-batches of ``new_kafka_offsets`` (``sync_tables`` runs) upsert their own tables and are
+not watched; this sensor serves the ingests started by hand or by a backfill, and evolutions.
 """
 
 import time
@@ -30,6 +33,7 @@ def build_ledger_updated_sensor(
     ingest_job: AssetJob,
     upsert_job: AssetJob,
     evolve_job: AssetJob | None = None,
+    sync_job: AssetJob | None = None,
 ) -> dg.SensorDefinition:
     watched = [ingest_job.name, *([evolve_job.name] if evolve_job is not None else [])]
 
@@ -65,12 +69,17 @@ def build_ledger_updated_sensor(
             for r in context.instance.get_runs(dg.RunsFilter(run_ids=[r.run_id for r in records]))
         }
         known = _asset_keys(context)
-        # A queued upsert reads the ledger when it starts: it covers these runs too.
+        # A queued upsert reads the ledger when it starts: it covers these runs too, and so
+        # does a queued micro-batch, whose upsert follows its ingest.
         covered = tables_in_runs(context.instance, upsert_job.name, "base", WAITING)
+        if sync_job is not None:
+            covered |= tables_in_runs(context.instance, sync_job.name, "base", WAITING)
         requests = []
         for record in records:
             run = runs.get(record.run_id)
-            if run is None:
+            # Dagster's SQL event storage does not apply the filter's job names: a micro-batch
+            # (`sync_tables`) would get a second upsert of its tables.
+            if run is None or run.job_name not in watched:
                 continue
             selection = [
                 k

@@ -1,4 +1,5 @@
-"""One sensor for all tables: one ingest run per tick for the tables whose topics grew.
+"""One sensor for all tables: one run per tick that ingests and upserts the tables whose topics
+grew (the ``sync_tables`` job: ledger, bucketed and base of each).
 
 Every run starts a Spark driver, which costs more than reading a few batches: one run for all
 the tables that changed since the previous tick keeps that cost once per tick, not per table.
@@ -6,7 +7,8 @@ And no new run while one is queued: the queued run reads to the end it finds
 when it starts, and the next one takes every table that grew meanwhile. Through the daemon a
 run's launch (a process loading the definitions of every spec) took about 20 s at 1,000 specs,
 and a fleet whose quiet tables change now and then queued a small run every tick: a hot table
-then waited behind runs that mostly launched (``benchmarks/fleet_freshness.py --daemon``).
+then waited behind runs that mostly launched (``benchmarks/fleet_freshness.py --daemon``). For
+the same reason the upsert goes into the same run as the ingest (``jobs/sync.py``).
 """
 
 import hashlib
@@ -18,6 +20,8 @@ import dagster as dg
 from cdc_assets.assets.keys import asset_key
 from cdc_assets.checks.accounting import ACCOUNTING_CHECK
 from cdc_assets.jobs.asset_job import AssetJob
+from cdc_assets.jobs.ingest import INGEST_JOB
+from cdc_assets.jobs.sync import sync_selection
 from cdc_assets.resources.kafka import KafkaResource
 from cdc_assets.sensors.runs import (
     IN_FLIGHT,
@@ -44,7 +48,7 @@ def build_new_offsets_sensor(specs: list[TableSpec], job: AssetJob) -> dg.Sensor
         # loop does (every 5 s).
         minimum_interval_seconds=5,
         default_status=dg.DefaultSensorStatus.RUNNING,
-        description="Starts one incremental ledger ingest for the tables whose topics grew.",
+        description="Starts one run that ingests and upserts the tables whose topics grew.",
     )
     def new_kafka_offsets(
         context: dg.SensorEvaluationContext, kafka: KafkaResource
@@ -60,7 +64,9 @@ def build_new_offsets_sensor(specs: list[TableSpec], job: AssetJob) -> dg.Sensor
         seen: dict[str, dict[str, int]] = json.loads(context.cursor or "{}")
         latest = kafka.latest_offsets(list(by_topic))
         hour = current_hour_key(datetime.now(UTC))
+        # A table being read by a micro-batch, or by an ingest started by hand or a backfill.
         busy = tables_in_runs(context.instance, job.name, "cdc", IN_FLIGHT)
+        busy |= tables_in_runs(context.instance, INGEST_JOB, "cdc", IN_FLIGHT)
         grown: dict[str, dict[str, int]] = {}
         for topic, offsets in sorted(latest.items()):
             current = {str(p): o for p, o in sorted(offsets.items())}
@@ -78,9 +84,9 @@ def build_new_offsets_sensor(specs: list[TableSpec], job: AssetJob) -> dg.Sensor
         request = dg.RunRequest(
             run_key=f"offsets:{key}",
             partition_key=hour,
-            asset_selection=[asset_key("cdc", t) for t in tables],
+            asset_selection=sync_selection(tables),
             # Only the accounting of this very ingest; the checks that read whole tables run on
-            # the `table_checks` schedule, not after every batch.
+            # the `table_checks` schedule, not after every batch (they would hold back the next).
             asset_check_keys=[
                 dg.AssetCheckKey(asset_key("cdc", t), ACCOUNTING_CHECK) for t in tables
             ],

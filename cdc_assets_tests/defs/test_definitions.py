@@ -13,12 +13,13 @@ import dagster as dg
 import pytest
 import yaml
 
-from cdc_assets.assets.keys import asset_key, layer_and_table, table_of
+from cdc_assets.assets.keys import asset_key, layer_and_table, node_name, table_of
 from cdc_assets.cli import DAGSTER_YAML
 from cdc_assets.definitions import build_defs
 from cdc_assets.errors import ConfigError
 from cdc_assets.jobs.executor import EXECUTOR_NAME
 from cdc_assets.jobs.ingest import deployment_start
+from cdc_assets.jobs.sync import SYNC_LAYERS, sync_selection
 from cdc_assets.settings import load_settings, source_url_variable
 from cdc_assets.spec import load_specs
 from cdc_assets_tests.conftest import PROJECT_ROOT
@@ -92,6 +93,7 @@ def test_jobs_do_not_grow_with_tables(defs: dg.Definitions) -> None:
         "onboard_tables",
         "publish_schema_artifacts",
         "refresh_views",
+        "sync_tables",
         "upsert_bases",
     ]
     assert sorted(s.name for s in repo.sensor_defs) == [
@@ -466,11 +468,51 @@ def test_ledger_updated_sensor_leaves_out_tables_whose_upsert_is_queued(
         assert request.tags["dagster/priority"] == "1"
 
 
+def test_ledger_updated_sensor_leaves_micro_batches_to_themselves(defs: dg.Definitions) -> None:
+    """A `sync_tables` run upserts its own tables: its success asks for no upsert, and a queued
+    one covers its tables for the ingests that succeed meanwhile."""
+    from dagster._core.test_utils import create_run_for_test
+
+    with dg.instance_for_test() as instance:
+        _succeeded(instance, "sync_tables", set(sync_selection(["users"])))
+        assert _ledger_updated_tick(defs, instance, None)[0] == []
+        create_run_for_test(
+            instance,
+            job_name="sync_tables",
+            asset_selection=frozenset(sync_selection(["orders"])),
+            # NOT_STARTED: a run created and waiting for its launch, like a queued one
+            status=dg.DagsterRunStatus.NOT_STARTED,
+        )
+        _succeeded(instance, "ingest_ledgers", {asset_key("cdc", t) for t in ("orders", "users")})
+        (request,), _ = _ledger_updated_tick(defs, instance, None)
+        assert request.tags["cdc/tables"] == "users"
+
+
+def test_a_micro_batch_upserts_each_table_right_after_its_ingest(defs: dg.Definitions) -> None:
+    """In a `sync_tables` run a table's bucketed and base steps go before the other tables'
+    ingests: Dagster's executors start ready steps by op priority, highest first."""
+    from dagster._core.execution.api import create_execution_plan
+
+    tables = sorted(TABLES)
+    job = defs.resolve_job_def("sync_tables").get_subset(
+        asset_selection=set(sync_selection(tables)), asset_check_selection=set()
+    )
+    plan = create_execution_plan(job)
+    priority = {
+        step.key: int(step.tags.get("dagster/priority", 0))
+        for step in plan.get_all_steps_in_topo_order()
+    }
+    for table in tables:
+        cdc, bucketed, base = (priority[node_name(layer, table)] for layer in SYNC_LAYERS)
+        assert cdc < bucketed < base
+
+
 def test_new_offsets_sensor_adds_no_run_while_an_ingest_waits(
     defs: dg.Definitions, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """One ingest run waiting to start covers its tables up to its start; the tables that grew
-    meanwhile go into one run once it started, not into a small run per tick."""
+    """One micro-batch run waiting to start covers its tables up to its start; the tables that
+    grew meanwhile go into one run once it started, not into a small run per tick. An ingest
+    started by hand holds back its own tables only."""
     from dagster._core.remote_origin import (
         InProcessCodeLocationOrigin,
         RemoteJobOrigin,
@@ -500,8 +542,8 @@ def test_new_offsets_sensor_adds_no_run_while_an_ingest_waits(
         assert len(result.run_requests or []) == 1
         waiting = create_run_for_test(
             instance,
-            job_name="ingest_ledgers",
-            asset_selection=frozenset({asset_key("cdc", "users")}),
+            job_name="sync_tables",
+            asset_selection=frozenset(sync_selection(["users"])),
             status=dg.DagsterRunStatus.QUEUED,
             remote_job_origin=RemoteJobOrigin(
                 repository_origin=RemoteRepositoryOrigin(
@@ -512,7 +554,7 @@ def test_new_offsets_sensor_adds_no_run_while_an_ingest_waits(
                     ),
                     repository_name="__repository__",
                 ),
-                job_name="ingest_ledgers",
+                job_name="sync_tables",
             ),
         )
         context = dg.build_sensor_context(instance=instance, resources={"kafka": kafka})
@@ -523,7 +565,7 @@ def test_new_offsets_sensor_adds_no_run_while_an_ingest_waits(
         instance.handle_run_event(
             waiting.run_id,
             dg.DagsterEvent(
-                event_type_value=dg.DagsterEventType.RUN_START.value, job_name="ingest_ledgers"
+                event_type_value=dg.DagsterEventType.RUN_START.value, job_name="sync_tables"
             ),
         )
         result = sensor(dg.build_sensor_context(instance=instance, resources={"kafka": kafka}))

@@ -12,7 +12,7 @@ import dagster as dg
 from confluent_kafka import Producer
 from dagster._core.test_utils import create_run_for_test
 
-from cdc_assets.assets.keys import asset_key
+from cdc_assets.assets.keys import asset_key, table_of
 from cdc_assets.definitions import build_defs
 from cdc_assets.demo.events import DebeziumEventFactory, KafkaRecord, produce, workload
 from cdc_assets.pipeline.ingest import ingest_incremental, rebuild_hour
@@ -179,10 +179,16 @@ def test_sensor_requests_one_run_for_the_tables_with_new_offsets(
 
     with dg.instance_for_test() as instance:
         first = tick(instance, None)
-        # one run for both tables that grew (one Spark driver), none for the quiet one
+        # one run for both tables that grew (one Spark driver), none for the quiet one: their
+        # ingest and upsert in one run (one launch through the daemon)
         assert [r.asset_selection for r in first.run_requests] == [
-            [asset_key("cdc", "other_users"), asset_key("cdc", "users")]
+            [
+                asset_key(layer, t)
+                for t in ("other_users", "users")
+                for layer in ("cdc", "bucketed", "base")
+            ]
         ]
+        assert sensor.job_name == "sync_tables"
         assert first.run_requests[0].tags["cdc/tables"] == "other_users,users"
         # the ingest's own accounting runs with it; whole-table checks are on their schedule
         assert first.run_requests[0].asset_check_keys == [
@@ -209,9 +215,11 @@ def test_sensor_requests_one_run_for_the_tables_with_new_offsets(
         produce([DebeziumEventFactory(busy).heartbeat()], busy.source.topic, bootstrap)
         produce([DebeziumEventFactory(other).heartbeat()], other.source.topic, bootstrap)
         waiting = tick(instance, third.cursor)
-        assert [r.asset_selection for r in waiting.run_requests] == [
-            [asset_key("cdc", "other_users")]
-        ]
+        assert [_tables(r) for r in waiting.run_requests] == [{"other_users"}]
         instance.report_run_canceled(running)
         after = tick(instance, waiting.cursor)
-        assert [r.asset_selection for r in after.run_requests] == [[asset_key("cdc", "users")]]
+        assert [_tables(r) for r in after.run_requests] == [{"users"}]
+
+
+def _tables(request: dg.RunRequest) -> set[str]:
+    return {t for k in request.asset_selection or [] if (t := table_of(k)) is not None}
