@@ -6,7 +6,8 @@ rows (its ``backfill-done`` ledger commit). First the common case, which no long
 second backfill: rows decoded with v1, the evolution to v2 and its backfill, then the upsert.
 Then the case the catch-up exists for: an ingest still on v1 commits after the evolution's
 backfill; the upsert that merges its rows must catch up, or the new column's values are lost.
-Last an upsert that loaded v1 before the evolution merges rows decoded with v2. Base must equal an independent replay of the topic under v2 after each.
+Last an upsert that loaded v1 before the evolution merges rows decoded with v2: it catches up
+too. Base must equal an independent replay of the topic under v2 after each.
 """
 
 from __future__ import annotations
