@@ -226,6 +226,7 @@ def _merge_view(
             specs_dir,
             result.from_state.ledger_sequence,
             result.to_state.ledger_sequence,
+            result.built_with,
         )
         if caught is not None:
             log = context.log.warning if caught.changed else context.log.info

@@ -16,9 +16,10 @@ of ledger, base and dead letters):
   between (ledger rows from the row images, base rows holding the same changes, dead letters
   redriven);
 - after an upsert commits, it reads the spec file: when it is newer than the version the upsert
-  merged with (a micro-batch that loaded its spec before an evolution, or an upsert run queued
-  before it), the upsert runs the backfill for every ledger commit it consumed: its MERGE wrote
-  only its own version's columns;
+  merged with, or than the one its bucketed rows were built with (a micro-batch that loaded its
+  spec before an evolution, an upsert run queued before it, or one whose bucketed step another
+  upsert's replaced), the upsert runs the backfill for every ledger commit it consumed, nulls
+  included: its MERGE wrote only that version's columns;
 - otherwise it reads the ledger commits it consumed: when any was decoded with a
   version older than the spec file's, it runs the same backfill, unless a backfill from that
   version to the file's ran to its end before the upsert read the ledger, having read every one
@@ -214,20 +215,23 @@ def after_upsert(
     specs_dir: Path,
     after_sequence: int,
     upto_sequence: int,
+    built_with: int | None = None,
 ) -> CatchUp | None:
     """Run after an upsert (with ``spec``) merged the ledger commits between two sequence
-    numbers into base."""
+    numbers into base, from a bucketed table built with spec version ``built_with``."""
     current = spec_on_disk(specs_dir, spec) or spec
     ledger = load_table(iceberg_catalog, ledger_layout(current))
     consumed = decoded_versions(ledger, after_sequence, upto_sequence)
-    # An upsert that loaded its spec before an evolution merged only that spec's columns: the
-    # rows it wrote lack the newer columns' values whatever the ledger rows held, and no
+    # An upsert that loaded its spec before an evolution merged only that spec's columns, and a
+    # bucketed table built before one holds only that spec's: the rows the MERGE wrote lack the
+    # newer columns' values (or keep an earlier change's) whatever the ledger rows held, and no
     # backfill before it can have covered them.
-    behind = spec.spec_version < current.spec_version
+    merged = min(spec.spec_version, built_with if built_with is not None else spec.spec_version)
+    behind = merged < current.spec_version
     stale = consumed if behind else [c for c in consumed if c.spec_version < current.spec_version]
     if not stale:
         return None
-    oldest = min(spec.spec_version, *(c.spec_version for c in stale))
+    oldest = min(merged, *(c.spec_version for c in stale))
     # The upsert's own spec is the only older version at hand; rows of an even older one get
     # every column checked (the backfill rewrites only values that differ).
     columns = changed_columns(spec, current) if oldest == spec.spec_version else []
@@ -244,9 +248,10 @@ def after_upsert(
         columns,
         since,
         from_spec=spec if oldest == spec.spec_version else None,
+        base_nulls=behind,
     )
     reason = (
-        f"the upsert merged with v{spec.spec_version}; an evolution made "
+        f"the upsert merged rows of v{merged}; an evolution made "
         f"v{current.spec_version} while it ran"
         if behind
         else f"the upsert merged ledger rows decoded with v{oldest}; the spec is "

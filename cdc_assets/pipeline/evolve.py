@@ -417,6 +417,7 @@ def _backfill_by_position(
     columns: Sequence[str],
     min_dt: str | None,
     props: dict[str, str],
+    nulls: bool = False,
 ) -> int:
     ledger_l = ledger_layout(spec)
     ledger_id = spark_identifier(catalog, ledger_l)
@@ -426,11 +427,13 @@ def _backfill_by_position(
         snapshot = _readable_snapshot(load_table(iceberg_catalog, ledger_l))
         if snapshot is None:
             return 0
-        count = render_position_count(spec, target, ledger_id, snapshot, columns, min_dt=min_dt)
+        count = render_position_count(
+            spec, target, ledger_id, snapshot, columns, min_dt=min_dt, nulls=nulls
+        )
         rows = int(spark.sql(count).collect()[0]["n"])
         if rows:
             merge = render_position_update(
-                spec, target, ledger_id, snapshot, columns, min_dt=min_dt
+                spec, target, ledger_id, snapshot, columns, min_dt=min_dt, nulls=nulls
             )
             with snapshot_properties(spark, props):
                 spark.sql(merge)
@@ -472,6 +475,7 @@ def backfill_from_ledger(
     columns: Sequence[str],
     since: datetime | None = None,
     from_spec: TableSpec | None = None,
+    base_nulls: bool = False,
 ) -> BackfillResult:
     """Phase 3: recover ``columns`` (sink names of added or widened columns of ``spec``, the new
     version) for rows written before the jobs knew them.
@@ -496,11 +500,17 @@ def backfill_from_ledger(
     end says so in an empty ledger commit (``BACKFILL_DONE_KIND``), and an upsert that read the
     ledger after it needs no catch-up of its own (``pipeline.catch_up``).
 
+    With ``base_nulls`` base rows also get the nulls their changes carried: for the catch-up
+    of a MERGE on an older spec, which left the newer columns of the rows it updated as they
+    were (``sql.backfill.render_position_update``).
+
     A sharded table is backfilled shard by shard, each from its own ledger.
     """
     if spec.source.shards:
         results = [
-            backfill_from_ledger(spark, catalog, iceberg_catalog, view, columns, since, from_spec)
+            backfill_from_ledger(
+                spark, catalog, iceberg_catalog, view, columns, since, from_spec, base_nulls
+            )
             for view in spec.shard_specs()
         ]
         total = results[-1]
@@ -526,7 +536,7 @@ def backfill_from_ledger(
     _backfill_ledger(spark, catalog, iceberg_catalog, spec, names, min_dt, props, result)
     failpoint("backfill_after_ledger")
     result.base_rows_updated = _backfill_by_position(
-        spark, catalog, iceberg_catalog, spec, base_layout(spec), names, min_dt, props
+        spark, catalog, iceberg_catalog, spec, base_layout(spec), names, min_dt, props, base_nulls
     )
     failpoint("backfill_after_base")
     pending = _pending_bucketed(iceberg_catalog, spec)

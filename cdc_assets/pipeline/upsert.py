@@ -30,6 +30,7 @@ from cdc_assets.pipeline.offsets import (
     KIND_PROPERTY,
     OFFSETS_PROPERTY,
     REDRIVE_KIND,
+    SPEC_VERSION_PROPERTY,
     committed_snapshot,
     decode_offsets,
 )
@@ -138,6 +139,8 @@ class MergeResult:
     attempts: int = 0
     seconds: float = 0.0
     key_ranges: int | None = None  # ranges the MERGEs pruned base and tombstones by, if any
+    # The spec version the bucketed rows were built with (None: built before it was recorded).
+    built_with: int | None = None
 
 
 def _redriven_files(ledger: Any, after_sequence: int) -> list[str]:
@@ -278,6 +281,8 @@ def build_bucketed(
             FROM_STATE: state.token(),
             UPSERT_KIND: "bucketed",
             DELETE_CANDIDATES: str(probe["delete_candidates"]),
+            # Rows built with an older spec than the MERGE's lack the newer columns' values.
+            SPEC_VERSION_PROPERTY: str(spec.spec_version),
         }
         if truncate is not None:
             props[TRUNCATE] = truncate.text()
@@ -452,6 +457,8 @@ def merge_base(
         return result
     to_state = UpsertState.from_properties(props, shard)
     result.to_state = to_state
+    if SPEC_VERSION_PROPERTY in props:
+        result.built_with = int(props[SPEC_VERSION_PROPERTY])
     if to_state.token() == state.token():
         result.up_to_date = True
         result.seconds = time.monotonic() - started

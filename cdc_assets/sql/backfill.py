@@ -236,6 +236,11 @@ def offset_filter(offsets: Mapping[int, tuple[int, int]], alias: str = "l") -> s
     return "(" + (" OR ".join(ranges) if ranges else "false") + ")"
 
 
+def _coordinates(spec: TableSpec) -> list[str]:
+    """The columns that place a change: its key and its source and Kafka positions."""
+    return list(dict.fromkeys([*key_names(spec), *SEQ_PARTS, "_kafka_partition", "_kafka_offset"]))
+
+
 def _position_source(
     spec: TableSpec,
     ledger: str,
@@ -243,9 +248,10 @@ def _position_source(
     columns: Sequence[str],
     min_dt: str | None,
     offsets: Mapping[int, tuple[int, int]] | None = None,
+    nulls: bool = False,
 ) -> str:
     keys = key_names(spec)
-    coordinates = list(dict.fromkeys([*keys, *SEQ_PARTS, "_kafka_partition", "_kafka_offset"]))
+    coordinates = _coordinates(spec)
     where = [f"l._op IN ({', '.join(literal(o) for o in APPLIED_OPS)})"]
     if min_dt is not None:
         where.append(f"l.dt >= {literal(min_dt)}")
@@ -267,7 +273,7 @@ def _position_source(
     carried = [
         f"last(CASE WHEN l._op <> 'd' AND NOT {_unavailable('l', c)} THEN "
         f"named_struct('v', l.{quote(c)}) END, true) OVER (PARTITION BY {partition}, l.__life "
-        f"{order}).v AS {quote(c)}"
+        f"{order}){'' if nulls else '.v'} AS {quote(c)}"
         for c in columns
         if c not in coordinates
     ]
@@ -287,9 +293,28 @@ def _position_match(spec: TableSpec) -> str:
     return " AND ".join(on)
 
 
-def _differs(spec: TableSpec, columns: Sequence[str]) -> str:
+def _carried(spec: TableSpec, column: str, nulls: bool) -> str:
+    """The source's value of ``column``: with ``nulls`` a carried column is a struct (null: the
+    change carried no value), its value is the struct's field."""
+    carried = nulls and column not in _coordinates(spec)
+    return f"s.{quote(column)}" + (".v" if carried else "")
+
+
+def _differs(spec: TableSpec, columns: Sequence[str], nulls: bool = False) -> str:
     nested = nested_columns(spec)
-    return " OR ".join(_differ(f"s.{quote(c)}", f"t.{quote(c)}", c in nested) for c in columns)
+    if not nulls:
+        return " OR ".join(_differ(f"s.{quote(c)}", f"t.{quote(c)}", c in nested) for c in columns)
+    # A carried null differs too; a column no change carried (a null struct) does not.
+    compared = [
+        (f"s.{quote(c)}", _carried(spec, c, True), f"t.{quote(c)}", c in nested) for c in columns
+    ]
+    return " OR ".join(
+        f"({s} IS NOT NULL AND NOT ({_json(v, n)} <=> {_json(t, n)}))" for s, v, t, n in compared
+    )
+
+
+def _json(ref: str, nested: bool) -> str:
+    return f"to_json({ref})" if nested else ref
 
 
 def render_position_update(
@@ -300,15 +325,28 @@ def render_position_update(
     columns: Sequence[str],
     *,
     min_dt: str | None = None,
+    nulls: bool = False,
 ) -> str:
     """MERGE ledger values into the rows of ``target`` (base, or the bucketed table) that hold
     the same change: same key and same source position (sequence parts, Kafka partition and
-    offset). Only rows whose value differs are rewritten."""
-    source = _position_source(spec, ledger, snapshot_id, columns, min_dt)
-    sets = ", ".join(f"t.{quote(c)} = coalesce(s.{quote(c)}, t.{quote(c)})" for c in columns)
+    offset). Only rows whose value differs are rewritten.
+
+    Without ``nulls`` only values are carried: a row keeps what it holds where the ledger has
+    null (the evolution's case: base never held more than the ledger). With ``nulls`` a null the
+    change carried is written too, for rows a MERGE on an older spec left holding an earlier
+    change's value; a column the change did not carry (a TOAST placeholder) is still left."""
+    source = _position_source(spec, ledger, snapshot_id, columns, min_dt, nulls=nulls)
+    if nulls:
+        sets = ", ".join(
+            f"t.{quote(c)} = CASE WHEN s.{quote(c)} IS NULL THEN t.{quote(c)} "
+            f"ELSE {_carried(spec, c, True)} END"
+            for c in columns
+        )
+    else:
+        sets = ", ".join(f"t.{quote(c)} = coalesce(s.{quote(c)}, t.{quote(c)})" for c in columns)
     return (
         f"MERGE INTO {target} t USING ({source}) s ON {_position_match(spec)} "
-        f"WHEN MATCHED AND ({_differs(spec, columns)}) THEN UPDATE SET {sets}"
+        f"WHEN MATCHED AND ({_differs(spec, columns, nulls)}) THEN UPDATE SET {sets}"
     )
 
 
@@ -349,11 +387,12 @@ def render_position_count(
     *,
     min_dt: str | None = None,
     offsets: Mapping[int, tuple[int, int]] | None = None,
+    nulls: bool = False,
 ) -> str:
     """One row, ``n``: the rows `render_position_update` would rewrite (of the ledger rows in
     ``offsets`` only, when given)."""
-    source = _position_source(spec, ledger, snapshot_id, columns, min_dt, offsets)
+    source = _position_source(spec, ledger, snapshot_id, columns, min_dt, offsets, nulls)
     return (
         f"SELECT count(*) AS n FROM {target} t JOIN ({source}) s ON {_position_match(spec)} "
-        f"WHERE {_differs(spec, columns)}"
+        f"WHERE {_differs(spec, columns, nulls)}"
     )

@@ -6,8 +6,9 @@ rows (its ``backfill-done`` ledger commit). First the common case, which no long
 second backfill: rows decoded with v1, the evolution to v2 and its backfill, then the upsert.
 Then the case the catch-up exists for: an ingest still on v1 commits after the evolution's
 backfill; the upsert that merges its rows must catch up, or the new column's values are lost.
-Base must equal an independent replay of the topic under v2 after each. Last an upsert that
-loaded v1 before the evolution merges rows decoded with v2: it catches up too.
+Base must equal an independent replay of the topic under v2 after each. Then an upsert that
+loaded v1 before the evolution merges rows decoded with v2: it catches up too, nulls included.
+Last a MERGE on v2 of bucketed rows built with v1 (two upserts' steps interleaved).
 """
 
 from __future__ import annotations
@@ -38,11 +39,16 @@ from cdc_assets_tests.integration.test_upsert import (
 
 
 def _upsert_with_catch_up(
-    spark: Any, iceberg: IcebergCatalogResource, spec: TableSpec, specs_dir: Path
+    spark: Any,
+    iceberg: IcebergCatalogResource,
+    spec: TableSpec,
+    specs_dir: Path,
+    built_with: TableSpec | None = None,
 ) -> Any:
-    """An upsert as the base asset runs it: bucketed, MERGE, then the catch-up rule."""
+    """An upsert as the base asset runs it: bucketed (with ``built_with``, by default the
+    MERGE's spec), MERGE, then the catch-up rule."""
     catalog = iceberg.load_catalog()
-    build_bucketed(spark, "lake", catalog, spec)
+    build_bucketed(spark, "lake", catalog, built_with or spec)
     merged = merge_base(spark, "lake", catalog, spec)
     assert merged.applied
     return after_upsert(
@@ -53,6 +59,7 @@ def _upsert_with_catch_up(
         specs_dir,
         merged.from_state.ledger_sequence,
         merged.to_state.ledger_sequence,
+        merged.built_with,
     )
 
 
@@ -106,14 +113,23 @@ def test_an_upsert_after_the_evolution_s_backfill_skips_the_catch_up_a_later_v1_
 
     # An upsert that loaded v1 before the evolution (a micro-batch's upsert, or an upsert run
     # queued before it) merges rows the ledger holds right under v2: its MERGE writes v1's
-    # columns only, so it catches up whatever the rows were decoded with. Base is not compared
-    # here: the backfill carries values, not nulls, so a key whose newest change set `phone` to
-    # null keeps the value an older change gave it (a known gap; test_daemon_race.py compares
-    # base on the daemon's path, where the batch's values are set).
+    # columns only, so it catches up whatever the rows were decoded with, nulls included: a key
+    # whose newest change set `phone` to null must not keep an older change's value.
     table.produce(later(workload(v2, random.Random(84), keys=20, events=60), 3))
     ingest(spark, iceberg, kafka, v2)
     caught = _upsert_with_catch_up(spark, iceberg, v1, table.specs_dir)
     assert caught is not None
-    assert "merged with v1" in caught.reason
+    assert "merged rows of v1" in caught.reason
     assert "phone" in caught.columns
     assert caught.backfill.base_rows_updated > 0
+    assert_base_matches(v2, iceberg, expected_base(v2, kafka))
+
+    # The MERGE is on v2 but its bucketed rows were built with v1 (two upserts of the table
+    # interleaved their steps: one's bucketed step replaced the other's): the rows lack `phone`.
+    table.produce(later(workload(v2, random.Random(85), keys=20, events=60), 4))
+    ingest(spark, iceberg, kafka, v2)
+    caught = _upsert_with_catch_up(spark, iceberg, v2, table.specs_dir, built_with=v1)
+    assert caught is not None
+    assert "merged rows of v1" in caught.reason
+    assert caught.backfill.base_rows_updated > 0
+    assert_base_matches(v2, iceberg, expected_base(v2, kafka))

@@ -144,6 +144,29 @@ def test_backfill_statements_parse_as_spark_sql() -> None:
     assert backfill_min_dt(None, 24) is None
 
 
+def test_position_update_with_nulls_writes_carried_nulls_and_leaves_uncarried_columns() -> None:
+    v2 = evolved(USERS)
+    ledger = "`lake`.`app`.`users_cdc`"
+    plain = render_position_update(v2, "`lake`.`app`.`users`", ledger, 42, ["nickname", "id"])
+    nulls = render_position_update(
+        v2, "`lake`.`app`.`users`", ledger, 42, ["nickname", "id"], nulls=True
+    )
+    sqlglot.parse_one(nulls.replace(" VERSION AS OF 42", ""), read="spark")
+    # Values only: a null in the ledger keeps what the row holds.
+    assert "t.`nickname` = coalesce(s.`nickname`, t.`nickname`)" in plain
+    # Nulls too: the struct says whether the change carried the column (null struct: it did not,
+    # the row keeps its value); a key column is compared as it is, never as a struct.
+    assert "named_struct('v', l.`nickname`) END, true) OVER" in nulls
+    assert ".v AS `nickname`" not in nulls
+    assert ".v AS `nickname`" in plain
+    assert (
+        "t.`nickname` = CASE WHEN s.`nickname` IS NULL THEN t.`nickname` ELSE s.`nickname`.v END"
+        in nulls
+    )
+    assert "(s.`nickname` IS NOT NULL AND NOT (s.`nickname`.v <=> t.`nickname`))" in nulls
+    assert "(s.`id` IS NOT NULL AND NOT (s.`id` <=> t.`id`))" in nulls
+
+
 def test_history_rows_round_trip_and_plans_decide() -> None:
     entry = HistoryEntry(
         table="users",
