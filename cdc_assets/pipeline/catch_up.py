@@ -15,7 +15,8 @@ of ledger, base and dead letters):
   decoded with, the ingest runs the evolution's backfill itself for the columns that changed in
   between (ledger rows from the row images, base rows holding the same changes, dead letters
   redriven);
-- after an upsert commits, it reads the spec file: when it is newer than the version the upsert
+- after an upsert commits, it reads the spec file (and the catalog's stored versions when the
+  ledger's Iceberg schema is not the file's): when it is newer than the version the upsert
   merged with, or than the one its bucketed rows were built with (a micro-batch that loaded its
   spec before an evolution, an upsert run queued before it, or one whose bucketed step another
   upsert's replaced), the upsert runs the backfill for every ledger commit it consumed, nulls
@@ -56,9 +57,11 @@ from cdc_assets.pipeline.evolve import (
     BackfillResult,
     backfill_from_ledger,
 )
+from cdc_assets.pipeline.health import live_columns
 from cdc_assets.pipeline.offsets import KIND_PROPERTY, SPEC_VERSION_PROPERTY
 from cdc_assets.pipeline.spec_store import current_of, stored_specs
 from cdc_assets.pipeline.upsert import load_table
+from cdc_assets.schema.drift import layout_differences
 from cdc_assets.schema.layers import ledger_layout
 from cdc_assets.schema.recover import changed_columns, value_columns
 from cdc_assets.spec.load import load_spec
@@ -221,6 +224,12 @@ def after_upsert(
     numbers into base, from a bucketed table built with spec version ``built_with``."""
     current = spec_on_disk(specs_dir, spec) or spec
     ledger = load_table(iceberg_catalog, ledger_layout(current))
+    if layout_differences(ledger_layout(current), live_columns(ledger)):
+        # The ledger's schema is not the file's: an evolution changed it (it alters the Iceberg
+        # tables before it stores its version), maybe from a host whose spec files this one
+        # lacks. The catalog's stored versions then say which is current; reading them on
+        # every upsert would cost a scan of the version table per table.
+        current = current_of(current, stored_specs(iceberg_catalog, {current.name}))
     consumed = decoded_versions(ledger, after_sequence, upto_sequence)
     # An upsert that loaded its spec before an evolution merged only that spec's columns, and a
     # bucketed table built before one holds only that spec's: the rows the MERGE wrote lack the

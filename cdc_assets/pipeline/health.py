@@ -314,11 +314,13 @@ def iceberg_differences(iceberg_catalog: Any, spec: TableSpec) -> dict[str, list
             out[layer] = [f"table {ident} does not exist (run onboard_tables)"]
             continue
         table = iceberg_catalog.load_table(ident)
-        live = [
-            LiveColumn(f.name, _type_name(f.field_type), f.required) for f in table.schema().fields
-        ]
-        out[layer] = layout_differences(layout, live, _partitioning(table))
+        out[layer] = layout_differences(layout, live_columns(table), _partitioning(table))
     return out
+
+
+def live_columns(table: Any) -> list[LiveColumn]:
+    """The columns of a pyiceberg table's current schema, as the drift check compares them."""
+    return [LiveColumn(f.name, _type_name(f.field_type), f.required) for f in table.schema().fields]
 
 
 def source_columns(spark: Any, url: str, spec: TableSpec) -> list[str]:

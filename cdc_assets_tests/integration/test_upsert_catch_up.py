@@ -8,7 +8,8 @@ Then the case the catch-up exists for: an ingest still on v1 commits after the e
 backfill; the upsert that merges its rows must catch up, or the new column's values are lost.
 Base must equal an independent replay of the topic under v2 after each. Then an upsert that
 loaded v1 before the evolution merges rows decoded with v2: it catches up too, nulls included.
-Last a MERGE on v2 of bucketed rows built with v1 (two upserts' steps interleaved).
+Then a MERGE on v2 of bucketed rows built with v1 (two upserts' steps interleaved). Last an
+upsert on a host whose spec file lags the version the catalog stores.
 """
 
 from __future__ import annotations
@@ -131,5 +132,22 @@ def test_an_upsert_after_the_evolution_s_backfill_skips_the_catch_up_a_later_v1_
     caught = _upsert_with_catch_up(spark, iceberg, v2, table.specs_dir, built_with=v1)
     assert caught is not None
     assert "merged rows of v1" in caught.reason
+    assert caught.backfill.base_rows_updated > 0
+    assert_base_matches(v2, iceberg, expected_base(v2, kafka))
+
+    # A host whose spec file lags (it still reads v1; the evolution ran elsewhere and stored v2
+    # in the catalog) runs an upsert with v1: the ledger's schema is not the file's, so the
+    # catch-up asks the catalog, and catches up to v2.
+    path = table.specs_dir / f"{v1.name}.yaml"
+    evolved_yaml = path.read_text()
+    path.write_text(render_spec_yaml(v1))
+    try:
+        table.produce(later(workload(v2, random.Random(86), keys=20, events=60), 5))
+        ingest(spark, iceberg, kafka, v2)
+        caught = _upsert_with_catch_up(spark, iceberg, v1, table.specs_dir)
+    finally:
+        path.write_text(evolved_yaml)
+    assert caught is not None
+    assert caught.to_version == 2
     assert caught.backfill.base_rows_updated > 0
     assert_base_matches(v2, iceberg, expected_base(v2, kafka))
