@@ -596,9 +596,21 @@ def create_meta_table(iceberg_catalog: Any, layout: TableLayout) -> Any:
     properties = dict(layout.properties)
     if layout.comment:
         properties["comment"] = layout.comment
-    return iceberg_catalog.create_table_if_not_exists(
+    table = iceberg_catalog.create_table_if_not_exists(
         _identifier(layout), schema=schema, properties=properties
     )
+    # A table created by an older release lacks properties added since (merged manifests): set
+    # them once; the next append then merges what the older appends left.
+    # (The format version is the metadata's own field, not a property.)
+    current = table.metadata.properties
+    missing = {
+        k: v for k, v in layout.properties.items() if k != "format-version" and current.get(k) != v
+    }
+    if missing:
+        with table.transaction() as tx:
+            tx.set_properties(missing)
+        table = iceberg_catalog.load_table(_identifier(layout))
+    return table
 
 
 def _history_table(iceberg_catalog: Any, *, create: bool) -> Any | None:

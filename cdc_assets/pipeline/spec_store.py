@@ -51,14 +51,7 @@ def record_spec(iceberg_catalog: Any, spec: TableSpec, specs_dir: Path) -> None:
 
     from cdc_assets.pipeline.evolve import is_conflict
 
-    row = {
-        "table": spec.name,
-        "base_table": base_table(spec),
-        "spec_version": spec.spec_version,
-        "spec_yaml": render_spec_yaml(spec),
-        "recorded_at": datetime.now(UTC),
-        "recorded_by": f"{socket.gethostname()}:{specs_dir}",
-    }
+    row = version_row(spec, specs_dir)
     for attempt in range(1, COMMIT_RETRIES + 1):
         try:
             table = _table(iceberg_catalog, create=True)
@@ -69,6 +62,18 @@ def record_spec(iceberg_catalog: Any, spec: TableSpec, specs_dir: Path) -> None:
             if attempt == COMMIT_RETRIES or not is_conflict(exc):
                 raise
             time.sleep(0.2 * attempt)
+
+
+def version_row(spec: TableSpec, specs_dir: Path) -> dict[str, Any]:
+    """The row of ``cdc_meta.spec_versions`` that stores ``spec``."""
+    return {
+        "table": spec.name,
+        "base_table": base_table(spec),
+        "spec_version": spec.spec_version,
+        "spec_yaml": render_spec_yaml(spec),
+        "recorded_at": datetime.now(UTC),
+        "recorded_by": f"{socket.gethostname()}:{specs_dir}",
+    }
 
 
 def base_table(spec: TableSpec) -> str:

@@ -17,6 +17,11 @@ from cdc_assets.schema.changes import EvolutionPlan
 from cdc_assets.schema.layers import INT, STRING, TIMESTAMPTZ, Column, TableLayout
 
 HISTORY_NAMESPACE = "cdc_meta"
+# The cdc_meta tables take one small append per evolution (and per decision): a manifest each
+# unless appends merge them. A reader then opens every manifest: the stored versions of one
+# spec, read after every ingest and by every definitions load, took 1.0 s over 1,000 appends
+# against 0.05 s with merged manifests (benchmarks/spec_store_reads.py).
+META_TABLE_PROPERTIES = {"format-version": "2", "commit.manifest-merge.enabled": "true"}
 HISTORY_TABLE = "schema_history"
 
 Trigger = Literal["push", "pull", "manual"]
@@ -55,7 +60,7 @@ def schema_history_layout() -> TableLayout:
             Column("detected_at", TIMESTAMPTZ, doc="when the change was seen"),
             Column("applied_at", TIMESTAMPTZ, required=True, doc="when the decision was made"),
         ),
-        properties={"format-version": "2"},
+        properties=dict(META_TABLE_PROPERTIES),
         comment="schema evolution decisions of every table spec",
     )
 
@@ -196,6 +201,6 @@ def spec_versions_layout() -> TableLayout:
             Column("recorded_at", TIMESTAMPTZ, required=True, doc="when the version was made"),
             Column("recorded_by", STRING, doc="host and spec directory of the run"),
         ),
-        properties={"format-version": "2"},
+        properties=dict(META_TABLE_PROPERTIES),
         comment="spec versions made by schema evolution, for every process of a deployment",
     )

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -116,3 +117,40 @@ def test_a_version_evolved_elsewhere_reaches_every_process(
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "users.yaml").write_text(render_spec_yaml(other), encoding="utf-8")
     assert current_spec(catalog, tmp_path / "other", "users").spec_version == 1
+
+
+def test_a_meta_table_of_an_older_release_merges_its_manifests_from_the_next_append(
+    iceberg: IcebergCatalogResource,
+) -> None:
+    """The stored versions are read after every ingest: a table left with a manifest per
+    append (an older release made no merging) gets the property and is merged when the next
+    version is stored, and no stored row is lost."""
+    import pyarrow as pa
+
+    from cdc_assets.pipeline.evolve import create_meta_table
+    from cdc_assets.schema.history import spec_versions_layout
+
+    catalog = iceberg.load_catalog()
+    layout = replace(spec_versions_layout(), name="spec_versions_older_release")
+    older = create_meta_table(catalog, replace(layout, properties={"format-version": "2"}))
+    assert "commit.manifest-merge.enabled" not in older.metadata.properties
+    row = {
+        "table": "t",
+        "base_table": "app.t",
+        "spec_version": 1,
+        "spec_yaml": "name: t",
+        "recorded_at": datetime.now(UTC),
+    }
+    # Past Iceberg's default of 100 manifests before a merge appends.
+    for version in range(1, 106):
+        older.append(
+            pa.Table.from_pylist([{**row, "spec_version": version}], older.schema().as_arrow())
+        )
+    assert len(older.current_snapshot().manifests(older.io)) == 105
+    table = create_meta_table(catalog, layout)
+    assert table.metadata.properties["commit.manifest-merge.enabled"] == "true"
+    table.append(pa.Table.from_pylist([{**row, "spec_version": 106}], table.schema().as_arrow()))
+    table = catalog.load_table(f"{layout.namespace}.{layout.name}")
+    assert len(table.current_snapshot().manifests(table.io)) < 5
+    versions = sorted(r["spec_version"] for r in table.scan().to_arrow().to_pylist())
+    assert versions == list(range(1, 107))
