@@ -154,3 +154,27 @@ def test_a_meta_table_of_an_older_release_merges_its_manifests_from_the_next_app
     assert len(table.current_snapshot().manifests(table.io)) < 5
     versions = sorted(r["spec_version"] for r in table.scan().to_arrow().to_pylist())
     assert versions == list(range(1, 107))
+
+
+def test_a_read_again_of_the_stored_versions_sees_every_new_version(
+    it_settings: Settings, iceberg: IcebergCatalogResource, tmp_path: Path
+) -> None:
+    """The spec sensors read every stored version each tick; an unchanged table is answered from
+    the last full read, and a version stored since (a new metadata file) is read at once."""
+    from cdc_assets.pipeline.spec_store import base_table, record_spec
+
+    catalog = iceberg.load_catalog()
+    users = example_spec(it_settings, "users")
+    probe = users.model_copy(update={"name": "stored_versions_probe", "spec_version": 2})
+    record_spec(catalog, probe, tmp_path)
+    first = stored_specs(catalog)
+    key = ("stored_versions_probe", base_table(probe))
+    assert first[key].spec_version == 2
+    again = stored_specs(catalog)
+    assert again == first
+    assert again[key] is first[key]  # answered from the last read, not parsed again
+    assert stored_specs(catalog, {"stored_versions_probe"}) == {key: first[key]}
+    record_spec(catalog, probe.model_copy(update={"spec_version": 3}), tmp_path)
+    assert stored_specs(catalog)[key].spec_version == 3
+    assert stored_specs(catalog, {"stored_versions_probe"})[key].spec_version == 3
+    assert stored_specs(catalog, cache=False)[key].spec_version == 3
