@@ -1,22 +1,26 @@
 """Benchmark: reading the stored spec versions (``cdc_meta.spec_versions``) as they pile up.
 
 Every evolution appends one row to that table, and every ingest that read rows, every
-definitions load and the spec sensors read it back. A pyiceberg append writes a manifest per
-commit unless the table merges manifests on append, and a scan opens every manifest. For each
-count of stored versions (one per table, one append each, as evolutions store them) the script
-builds the table three ways in one embedded SQLite catalog (pyiceberg's SQL catalog, the
+definitions load and the spec sensors read it back. A pyiceberg append writes a data file, a
+snapshot and (unless the table merges manifests on append) a manifest per commit; a scan opens
+every manifest and every data file it cannot prune, and every load parses every snapshot. For
+each count of stored versions (one per table, one append each, as evolutions store them) the
+script builds the table four ways in one embedded SQLite catalog (pyiceberg's SQL catalog, the
 embedded stack's kind):
 
-- ``unmerged`` (the baseline): created without manifest merging, as before this benchmark;
-- ``merged``: stored with ``record_spec``, the product's path (manifests merged on append);
+- ``unmerged`` (the baseline): created without manifest merging, as before bcae74c;
+- ``merged``: manifests merged on append, one data file per version (bcae74c);
+- ``compacted``: stored with ``record_spec``, the product's path: manifests merged, and every
+  ``meta_tables.COMPACT_FILES`` files the rows rewritten into one and the older snapshots
+  expired;
 - ``upgraded``: the baseline's table, then one more version stored with ``record_spec``, which
-  sets the property on the older table and merges its manifests in that append.
+  sets the property on the older table and compacts it in that append.
 
 It reports the median time (of ``--repeats``) of the read after an ingest (one spec's versions),
 of the read of every version (a definitions load, the spec sensors), of that read again with the
 table unchanged (a sensor's next tick, answered from the last full read when ``cache`` is on)
 and of loading the table, with ratios to the baseline (whose re-read is the uncached read), and
-the manifests the current snapshot lists. Every case must
+the manifests, data files and snapshots the table holds. Every case must
 return the same stored versions or the script fails. Prints a table, writes
 ``benchmarks/results/spec_store_reads.json`` and ``.png``.
 
@@ -42,7 +46,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_common import code_version  # noqa: E402
 
-CASES = ("unmerged", "merged", "upgraded")
+CASES = ("unmerged", "merged", "compacted", "upgraded")
 
 
 def _catalog(tmp: Path, name: str) -> Any:
@@ -61,16 +65,19 @@ def _specs(count: int) -> list[Any]:
     return [spec.model_copy(update={"name": f"t{i:05d}", "spec_version": 2}) for i in range(count)]
 
 
-def _unmerged(catalog: Any, specs: list[Any], specs_dir: Path) -> None:
-    """The table as an older release left it: no manifest merging, one append per version."""
+def _appended(catalog: Any, specs: list[Any], specs_dir: Path, *, merge: bool) -> None:
+    """The table as an older release left it, one plain append per version: without manifest
+    merging (``merge`` False, before bcae74c) or with it (before compaction)."""
     import pyarrow as pa
 
-    from cdc_assets.pipeline.evolve import create_meta_table
+    from cdc_assets.pipeline.meta_tables import create_meta_table
     from cdc_assets.pipeline.spec_store import version_row
     from cdc_assets.schema.history import spec_versions_layout
 
-    older = replace(spec_versions_layout(), properties={"format-version": "2"})
-    table = create_meta_table(catalog, older)
+    layout = spec_versions_layout()
+    if not merge:
+        layout = replace(layout, properties={"format-version": "2"})
+    table = create_meta_table(catalog, layout)
     for spec in specs:
         table.append(
             pa.Table.from_pylist([version_row(spec, specs_dir)], table.schema().as_arrow())
@@ -94,6 +101,7 @@ def _reread(catalog: Any, repeats: int, cache: bool) -> float:
 
 
 def measure(count: int, repeats: int, tmp: Path) -> list[dict[str, Any]]:
+    from cdc_assets.pipeline.meta_tables import data_files
     from cdc_assets.pipeline.spec_store import record_spec, stored_specs
     from cdc_assets.schema.history import spec_versions_layout
 
@@ -105,11 +113,11 @@ def measure(count: int, repeats: int, tmp: Path) -> list[dict[str, Any]]:
     for case in CASES:
         catalog = _catalog(tmp, f"{case}-{count}")
         started = time.perf_counter()
-        if case == "merged":
+        if case == "compacted":
             for spec in specs:
                 record_spec(catalog, spec, tmp)
         else:
-            _unmerged(catalog, specs, tmp)
+            _appended(catalog, specs, tmp, merge=case == "merged")
         if case == "upgraded":
             extra = specs[0].model_copy(update={"spec_version": 3})
             record_spec(catalog, extra, tmp)
@@ -117,6 +125,8 @@ def measure(count: int, repeats: int, tmp: Path) -> list[dict[str, Any]]:
         one = specs[count // 2].name
         table = catalog.load_table(ident)
         manifests = len(table.current_snapshot().manifests(table.io))
+        files = data_files(table)
+        snapshots = len(table.metadata.snapshots)
         everything = stored_specs(catalog, cache=False)
         found[case] = {k: v.spec_version for k, v in everything.items() if k[0] != specs[0].name}
         rows.append(
@@ -124,6 +134,8 @@ def measure(count: int, repeats: int, tmp: Path) -> list[dict[str, Any]]:
                 "versions": count,
                 "case": case,
                 "manifests": manifests,
+                "data_files": files,
+                "snapshots": snapshots,
                 "store_s_per_version": round(store_s / count, 4),
                 "read_one_s": round(
                     _timed(partial(stored_specs, catalog, {one}, cache=False), repeats), 4
@@ -159,7 +171,8 @@ def main() -> None:
             rows += measure(count, args.repeats, Path(tmp))
             print(f"{count} versions measured", flush=True)
 
-    header = ["versions", "case", "manifests", "store_s_per_version", "read_one_s"]
+    header = ["versions", "case", "manifests", "data_files", "snapshots", "store_s_per_version"]
+    header += ["read_one_s"]
     header += ["read_one_ratio", "read_all_s", "read_all_ratio", "read_all_again_s"]
     header += ["read_all_again_ratio", "load_table_s", "load_table_ratio"]
     print(" | ".join(header))
@@ -180,15 +193,22 @@ def main() -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 3.5))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
     width = 0.8 / len(CASES)
-    for i, case in enumerate(CASES):
-        mine = [r for r in rows if r["case"] == case]
-        xs = [j + i * width for j in range(len(mine))]
-        ax.bar(xs, [r["read_one_s"] for r in mine], width, label=case)
-    ax.set_xticks([j + width for j in range(len(counts))], [f"{n} versions" for n in counts])
-    ax.set_ylabel("stored versions of one spec, s (median)")
-    ax.legend()
+    for ax, field, label in (
+        (axes[0], "read_one_s", "stored versions of one spec, s (median)"),
+        (axes[1], "read_all_s", "every stored version, s (median)"),
+    ):
+        for i, case in enumerate(CASES):
+            mine = [r for r in rows if r["case"] == case]
+            xs = [j + i * width for j in range(len(mine))]
+            ax.bar(xs, [r[field] for r in mine], width, label=case)
+        ax.set_xticks(
+            [j + width * (len(CASES) - 1) / 2 for j in range(len(counts))],
+            [f"{n} versions" for n in counts],
+        )
+        ax.set_ylabel(label)
+    axes[0].legend()
     fig.tight_layout()
     fig.savefig(RESULTS / "spec_store_reads.png", dpi=100)
     print(f"wrote {RESULTS / 'spec_store_reads.json'}")

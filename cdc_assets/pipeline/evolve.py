@@ -22,6 +22,7 @@ from cdc_assets.errors import EvolutionError
 from cdc_assets.pipeline.failpoint import failpoint
 from cdc_assets.pipeline.health import iceberg_differences
 from cdc_assets.pipeline.iceberg_types import iceberg_type, sink_text
+from cdc_assets.pipeline.meta_tables import append_row, create_meta_table, is_conflict
 from cdc_assets.pipeline.offsets import KIND_PROPERTY, table_offsets
 from cdc_assets.pipeline.redrive import redrive
 from cdc_assets.pipeline.upsert import _redriven_files, load_table, spark_identifier
@@ -213,13 +214,6 @@ def evolve_layer(
                 raise
             time.sleep(0.2 * attempt)
     return int(_load(iceberg_catalog, target).schema().schema_id), applied
-
-
-def is_conflict(exc: BaseException) -> bool:
-    """Whether ``exc`` is an Iceberg commit conflict (another writer committed first)."""
-    from pyiceberg.exceptions import CommitFailedException
-
-    return isinstance(exc, CommitFailedException)
 
 
 def evolve_iceberg(
@@ -581,38 +575,6 @@ def backfill_from_ledger(
 # --- audit trail --------------------------------------------------------------------------------
 
 
-def create_meta_table(iceberg_catalog: Any, layout: TableLayout) -> Any:
-    """A small ``cdc_meta`` table of ``layout`` (created on first use)."""
-    from pyiceberg.schema import Schema
-    from pyiceberg.types import NestedField
-
-    schema = Schema(
-        *(
-            NestedField(i, c.name, iceberg_type(c.type), required=c.required, doc=c.doc)
-            for i, c in enumerate(layout.columns, start=1)
-        )
-    )
-    iceberg_catalog.create_namespace_if_not_exists(layout.namespace)
-    properties = dict(layout.properties)
-    if layout.comment:
-        properties["comment"] = layout.comment
-    table = iceberg_catalog.create_table_if_not_exists(
-        _identifier(layout), schema=schema, properties=properties
-    )
-    # A table created by an older release lacks properties added since (merged manifests): set
-    # them once; the next append then merges what the older appends left.
-    # (The format version is the metadata's own field, not a property.)
-    current = table.metadata.properties
-    missing = {
-        k: v for k, v in layout.properties.items() if k != "format-version" and current.get(k) != v
-    }
-    if missing:
-        with table.transaction() as tx:
-            tx.set_properties(missing)
-        table = iceberg_catalog.load_table(_identifier(layout))
-    return table
-
-
 def _history_table(iceberg_catalog: Any, *, create: bool) -> Any | None:
     from pyiceberg.exceptions import NoSuchTableError
 
@@ -627,22 +589,7 @@ def _history_table(iceberg_catalog: Any, *, create: bool) -> Any | None:
 
 def record_history(iceberg_catalog: Any, entry: HistoryEntry) -> None:
     """Append one decision to ``cdc_meta.schema_history`` (created on first use)."""
-    import pyarrow as pa
-
-    def attempt() -> None:
-        table = _history_table(iceberg_catalog, create=True)
-        assert table is not None
-        arrow = pa.Table.from_pylist([entry.to_row()], schema=table.schema().as_arrow())
-        table.append(arrow)
-
-    for n in range(1, COMMIT_RETRIES + 1):
-        try:
-            attempt()
-            return
-        except Exception as exc:
-            if n == COMMIT_RETRIES or not is_conflict(exc):
-                raise
-            time.sleep(0.2 * n)
+    append_row(iceberg_catalog, schema_history_layout(), entry.to_row())
 
 
 def read_history(iceberg_catalog: Any, table: str | None = None) -> list[HistoryEntry]:

@@ -15,12 +15,12 @@ from __future__ import annotations
 import logging
 import socket
 import threading
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from cdc_assets.errors import SpecError
+from cdc_assets.pipeline.meta_tables import append_row, create_meta_table
 from cdc_assets.schema.history import spec_versions_layout
 from cdc_assets.schema.layers import base_layout
 from cdc_assets.spec.load import load_spec, load_spec_text
@@ -28,13 +28,10 @@ from cdc_assets.spec.models import TableSpec
 from cdc_assets.spec.versions import newest, render_spec_yaml
 
 log = logging.getLogger(__name__)
-COMMIT_RETRIES = 5
 
 
 def _table(iceberg_catalog: Any, *, create: bool) -> Any | None:
     from pyiceberg.exceptions import NoSuchTableError
-
-    from cdc_assets.pipeline.evolve import create_meta_table
 
     layout = spec_versions_layout()
     identifier = f"{layout.namespace}.{layout.name}"
@@ -48,21 +45,7 @@ def _table(iceberg_catalog: Any, *, create: bool) -> Any | None:
 
 def record_spec(iceberg_catalog: Any, spec: TableSpec, specs_dir: Path) -> None:
     """Make ``spec`` the stored version of its table (appended; the newest version wins)."""
-    import pyarrow as pa
-
-    from cdc_assets.pipeline.evolve import is_conflict
-
-    row = version_row(spec, specs_dir)
-    for attempt in range(1, COMMIT_RETRIES + 1):
-        try:
-            table = _table(iceberg_catalog, create=True)
-            assert table is not None
-            table.append(pa.Table.from_pylist([row], schema=table.schema().as_arrow()))
-            return
-        except Exception as exc:
-            if attempt == COMMIT_RETRIES or not is_conflict(exc):
-                raise
-            time.sleep(0.2 * attempt)
+    append_row(iceberg_catalog, spec_versions_layout(), version_row(spec, specs_dir))
 
 
 def version_row(spec: TableSpec, specs_dir: Path) -> dict[str, Any]:

@@ -127,7 +127,7 @@ def test_a_meta_table_of_an_older_release_merges_its_manifests_from_the_next_app
     version is stored, and no stored row is lost."""
     import pyarrow as pa
 
-    from cdc_assets.pipeline.evolve import create_meta_table
+    from cdc_assets.pipeline.meta_tables import create_meta_table
     from cdc_assets.schema.history import spec_versions_layout
 
     catalog = iceberg.load_catalog()
@@ -154,6 +154,71 @@ def test_a_meta_table_of_an_older_release_merges_its_manifests_from_the_next_app
     assert len(table.current_snapshot().manifests(table.io)) < 5
     versions = sorted(r["spec_version"] for r in table.scan().to_arrow().to_pylist())
     assert versions == list(range(1, 107))
+
+
+def _version_row(version: int) -> dict[str, Any]:
+    return {
+        "table": "t",
+        "base_table": "app.t",
+        "spec_version": version,
+        "spec_yaml": "name: t",
+        "recorded_at": datetime.now(UTC),
+    }
+
+
+def test_a_meta_table_is_rewritten_into_one_file_when_its_appends_reach_compact_files(
+    iceberg: IcebergCatalogResource,
+) -> None:
+    """Each stored version is a data file and a snapshot of its own; the append that brings the
+    table to COMPACT_FILES files rewrites its rows into one and expires the snapshots before
+    that rewrite. Every row stays."""
+    from cdc_assets.pipeline.meta_tables import COMPACT_FILES, append_row, data_files
+    from cdc_assets.schema.history import spec_versions_layout
+
+    catalog = iceberg.load_catalog()
+    layout = replace(spec_versions_layout(), name="spec_versions_compacted")
+    name = f"{layout.namespace}.{layout.name}"
+    for version in range(1, COMPACT_FILES + 6):
+        append_row(catalog, layout, _version_row(version))
+        files = data_files(catalog.load_table(name))
+        assert files == (version if version < COMPACT_FILES else version - COMPACT_FILES + 1)
+    table = catalog.load_table(name)
+    assert len(table.metadata.snapshots) == 6  # the rewrite and the five appends after it
+    versions = sorted(r["spec_version"] for r in table.scan().to_arrow().to_pylist())
+    assert versions == list(range(1, COMPACT_FILES + 6))
+
+
+def test_a_compaction_gives_way_to_a_row_appended_since_it_read(
+    iceberg: IcebergCatalogResource,
+) -> None:
+    """Two processes store versions at once: a rewrite planned on the snapshot before the other
+    process's append is refused (it would drop that row), and the next compaction keeps it."""
+    from cdc_assets.pipeline.meta_tables import compact, create_meta_table, data_files
+    from cdc_assets.schema.history import spec_versions_layout
+
+    catalog = iceberg.load_catalog()
+    layout = replace(spec_versions_layout(), name="spec_versions_compaction_race")
+    name = f"{layout.namespace}.{layout.name}"
+    table = create_meta_table(catalog, layout)
+    for version in (1, 2, 3):
+        table.append(pa_rows(table, _version_row(version)))
+    stale = catalog.load_table(name)
+    other = catalog.load_table(name)
+    other.append(pa_rows(other, _version_row(4)))
+    assert compact(stale, at_files=1) is False
+    fresh = catalog.load_table(name)
+    assert data_files(fresh) == 4
+    assert compact(fresh, at_files=1) is True
+    table = catalog.load_table(name)
+    assert data_files(table) == 1
+    assert len(table.metadata.snapshots) == 1
+    assert sorted(r["spec_version"] for r in table.scan().to_arrow().to_pylist()) == [1, 2, 3, 4]
+
+
+def pa_rows(table: Any, row: dict[str, Any]) -> Any:
+    import pyarrow as pa
+
+    return pa.Table.from_pylist([row], schema=table.schema().as_arrow())
 
 
 def test_a_read_again_of_the_stored_versions_sees_every_new_version(

@@ -1,0 +1,131 @@
+"""The small ``cdc_meta`` tables (stored spec versions, the schema-change audit trail): made on
+first use, one row appended per evolution or decision, and kept cheap to read as rows pile up.
+
+pyiceberg writes a data file and a snapshot per append. Merged manifests
+(``schema.history.META_TABLE_PROPERTIES``) keep a scan to one manifest list and a few manifests,
+but a scan still opens every data file it cannot prune, and every table load parses every
+snapshot: at 1,000 stored versions, reading them all took 2.0 s and an append 0.4 s
+(benchmarks/spec_store_reads.py). So the append that brings the table to ``COMPACT_FILES`` data
+files also rewrites its rows into one file and drops the snapshots before that rewrite. Nothing
+reads these tables at an older snapshot, and the rewrite keeps every row.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from cdc_assets.pipeline.iceberg_types import iceberg_type
+from cdc_assets.schema.layers import TableLayout
+
+log = logging.getLogger(__name__)
+
+# Data files at which an append rewrites the table into one: a reader opens at most this many,
+# and the rewrite (every row read and written once) is paid once per this many appends.
+COMPACT_FILES = 32
+# Attempts of an append that another writer's commit refused (it retries on the new snapshot).
+COMMIT_RETRIES = 5
+# The snapshot property that marks a rewrite of the rows (no row added or removed).
+COMPACTION_PROPERTY = "cdc.compaction"
+
+
+def identifier(layout: TableLayout) -> str:
+    return f"{layout.namespace}.{layout.name}"
+
+
+def create_meta_table(iceberg_catalog: Any, layout: TableLayout) -> Any:
+    """A small ``cdc_meta`` table of ``layout`` (created on first use)."""
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import NestedField
+
+    schema = Schema(
+        *(
+            NestedField(i, c.name, iceberg_type(c.type), required=c.required, doc=c.doc)
+            for i, c in enumerate(layout.columns, start=1)
+        )
+    )
+    iceberg_catalog.create_namespace_if_not_exists(layout.namespace)
+    properties = dict(layout.properties)
+    if layout.comment:
+        properties["comment"] = layout.comment
+    table = iceberg_catalog.create_table_if_not_exists(
+        identifier(layout), schema=schema, properties=properties
+    )
+    # A table created by an older release lacks properties added since (merged manifests): set
+    # them once; the next append then merges what the older appends left.
+    # (The format version is the metadata's own field, not a property.)
+    current = table.metadata.properties
+    missing = {
+        k: v for k, v in layout.properties.items() if k != "format-version" and current.get(k) != v
+    }
+    if missing:
+        with table.transaction() as tx:
+            tx.set_properties(missing)
+        table = iceberg_catalog.load_table(identifier(layout))
+    return table
+
+
+def is_conflict(exc: BaseException) -> bool:
+    """Whether ``exc`` is an Iceberg commit conflict (another writer committed first)."""
+    from pyiceberg.exceptions import CommitFailedException
+
+    return isinstance(exc, CommitFailedException)
+
+
+def append_row(iceberg_catalog: Any, layout: TableLayout, row: dict[str, Any]) -> None:
+    """Append ``row`` to the ``cdc_meta`` table of ``layout`` (made on first use), retrying on
+    another writer's commit; then compact the table if it has reached ``COMPACT_FILES`` files."""
+    import pyarrow as pa
+
+    for attempt in range(1, COMMIT_RETRIES + 1):
+        try:
+            table = create_meta_table(iceberg_catalog, layout)
+            table.append(pa.Table.from_pylist([row], schema=table.schema().as_arrow()))
+            break
+        except Exception as exc:
+            if attempt == COMMIT_RETRIES or not is_conflict(exc):
+                raise
+            time.sleep(0.2 * attempt)
+    compact(table)
+
+
+def data_files(table: Any) -> int:
+    """Data files of the table's current snapshot, by its summary (0 without one)."""
+    snapshot = table.current_snapshot()
+    summary = snapshot.summary if snapshot is not None else None
+    return int((summary or {}).get("total-data-files", "0"))
+
+
+def compact(table: Any, at_files: int = COMPACT_FILES) -> bool:
+    """Rewrite ``table``'s rows into one data file and expire the snapshots before the rewrite,
+    when it has ``at_files`` data files or more; whether it did.
+
+    The rewrite replaces only what it read: a row another writer appended meanwhile is never
+    dropped (pyiceberg validates that no file was added since), the rewrite gives way, and a
+    later append compacts."""
+    if data_files(table) < at_files:
+        return False
+    from pyiceberg.exceptions import ValidationException
+
+    rows = table.scan().to_arrow()
+    try:
+        table.overwrite(rows, snapshot_properties={COMPACTION_PROPERTY: str(rows.num_rows)})
+    except Exception as exc:
+        # pyiceberg retries a refused commit on the new snapshot, and refuses an overwrite that
+        # would remove files added since it read (ValidationException).
+        if not (is_conflict(exc) or isinstance(exc, ValidationException)):
+            raise
+        log.debug("compaction of %s gave way to another commit", table.name())
+        return False
+    # Expiring only removes snapshots from the metadata; their files stay where they are, so a
+    # reader still planning on an older snapshot reads it whole.
+    heads = {ref.snapshot_id for ref in table.metadata.refs.values()}
+    older = [s.snapshot_id for s in table.metadata.snapshots if s.snapshot_id not in heads]
+    if older:
+        try:
+            table.maintenance.expire_snapshots().by_ids(older).commit()
+        except Exception as exc:
+            if not is_conflict(exc):
+                raise  # refused for a newer commit: the next compaction expires them
+    return True
