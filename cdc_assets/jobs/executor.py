@@ -15,7 +15,8 @@ has no threaded executor (dagster-io/dagster#4041), so this one drives Dagster's
 - a termination signal stops new steps, lets the running ones finish (each commit is atomic),
   and ends the run as interrupted.
 
-With ``tables_at_once: 1`` (the default) it is Dagster's in-process executor, unchanged.
+With ``tables_at_once: 1`` it is Dagster's in-process executor, unchanged; the default width is
+``settings.DEFAULT_TABLES_AT_ONCE`` (``CDC_ASSETS_TABLES_AT_ONCE``).
 Dagster's executor API is private: the pinned version is the one this was written and tested
 against.
 """

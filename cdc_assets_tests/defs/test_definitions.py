@@ -20,7 +20,7 @@ from cdc_assets.errors import ConfigError
 from cdc_assets.jobs.executor import EXECUTOR_NAME
 from cdc_assets.jobs.ingest import deployment_start
 from cdc_assets.jobs.sync import SYNC_LAYERS, sync_selection
-from cdc_assets.settings import load_settings, source_url_variable
+from cdc_assets.settings import DEFAULT_TABLES_AT_ONCE, load_settings, source_url_variable
 from cdc_assets.spec import load_specs
 from cdc_assets_tests.conftest import PROJECT_ROOT
 
@@ -361,7 +361,10 @@ def test_runs_share_one_process_and_spark_driver(defs: dg.Definitions) -> None:
         executor = defs.resolve_job_def(name).executor_def
         assert executor.name == EXECUTOR_NAME
         # The config's default is the settings' (two tables at once unless set).
-        assert executor.config_schema.as_field().default_value["tables_at_once"] == 2
+        assert (
+            executor.config_schema.as_field().default_value["tables_at_once"]
+            == DEFAULT_TABLES_AT_ONCE
+        )
 
 
 def test_tables_at_once_comes_from_the_environment(tmp_path: Path) -> None:

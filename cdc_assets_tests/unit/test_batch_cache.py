@@ -1,6 +1,7 @@
 """The batch cache's and small batches' session settings: which compression a batch gets, which
-batches plan without adaptive execution, and that the session's own settings come back
-afterwards (no Spark needed: only the conf calls are observed)."""
+batches plan without adaptive execution, that the session's own settings come back
+afterwards, and that a driver caches one large batch at a time (no Spark needed: only the conf
+calls and the cache declarations are observed)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 
 from cdc_assets.pipeline.batch_cache import (
     COMPRESSED_CONF,
+    LARGE_BATCH_RECORDS,
     UNCOMPRESSED_MAX_RECORDS,
     cached_batch,
     session_conf,
@@ -162,3 +164,59 @@ def test_upsert_statements_run_interpreted_when_everything_they_read_is_small() 
     assert snapshot_records(None) == 0
     assert snapshot_records({}) == 0
     assert snapshot_records({"total-records": "1234", "total-data-files": "3"}) == 1234
+
+
+def _overlap(records: tuple[int | None, int | None]) -> bool:
+    """Whether two threads' batches of these sizes were cached at the same time."""
+    import threading
+
+    inside = threading.Event()
+    release = threading.Event()
+    overlapped: list[bool] = []
+
+    def first() -> None:
+        spark = _Session()
+        with cached_batch(spark, _Frame(spark), records[0]):
+            inside.set()
+            release.wait(5)
+
+    def second() -> None:
+        spark = _Session()
+        inside.wait(5)
+        with cached_batch(spark, _Frame(spark), records[1]):
+            overlapped.append(not release.is_set())
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    # The second thread has had time to enter its block unless it waits for the first.
+    threads[1].join(0.5)
+    release.set()
+    for thread in threads:
+        thread.join(5)
+    return overlapped == [True]
+
+
+@pytest.mark.parametrize(
+    ("records", "overlap"),
+    [
+        ((10, 10), True),
+        ((LARGE_BATCH_RECORDS - 1, LARGE_BATCH_RECORDS - 1), True),
+        ((LARGE_BATCH_RECORDS, 10), True),
+        ((LARGE_BATCH_RECORDS, LARGE_BATCH_RECORDS), False),
+        ((None, 2_000_000), False),
+    ],
+)
+def test_one_large_batch_at_a_time_per_driver(
+    records: tuple[int | None, int | None], overlap: bool
+) -> None:
+    assert _overlap(records) is overlap
+
+
+def test_a_step_holding_the_large_slot_can_cache_another_batch() -> None:
+    spark = _Session()
+    with (
+        cached_batch(spark, _Frame(spark), LARGE_BATCH_RECORDS),
+        cached_batch(spark, _Frame(spark), None) as inner,
+    ):
+        assert not inner.unpersisted
