@@ -58,11 +58,12 @@ ENV_CLUSTER = "CDC_ASSETS_CLUSTER"
 # How many steps (tables) of a run execute at once in its process, each on a Spark session of
 # its own (jobs/executor.py); a run's config may set it too (execution.config.tables_at_once).
 ENV_TABLES_AT_ONCE = "CDC_ASSETS_TABLES_AT_ONCE"
-# Four: on a 2-core machine, busy cycles of 30 small tables alternated on one warm driver took
-# 0.88x the time per table with three at once as with two, and 0.92x with four as with three
-# (docs/benchmarks.md); a small table's steps mostly wait on round trips. A driver caches one
-# large batch at a time whatever the width (pipeline/batch_cache.py).
-DEFAULT_TABLES_AT_ONCE = 4
+# Three: on a 2-core machine, busy cycles of 30 small tables with the widths taking turns on one
+# warm driver took 0.88x the time per table with three at once as with two, and four no less
+# than three (benchmarks/fleet_widths.py, docs/benchmarks.md): a small table's steps mostly wait
+# on round trips. A driver caches one large batch at a time whatever the width
+# (pipeline/batch_cache.py).
+DEFAULT_TABLES_AT_ONCE = 3
 # CDC_ASSETS_SOURCE_URL_<SERVER>_<DATABASE>, CDC_ASSETS_SOURCE_URL_<CONNECTOR>_<DATABASE> or
 # CDC_ASSETS_SOURCE_URL_<DATABASE>, looked up in that order: a JDBC URL of a source database, for
 # the checks that compare with the source (row counts, schema drift) and the drift check. SERVER is
