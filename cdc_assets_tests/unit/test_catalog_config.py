@@ -102,10 +102,15 @@ def test_local_driver_uses_the_projects_local_files() -> None:
     assert conf["spark.driver.extraClassPath"] == f"/j/udf/{UDF_JAR_NAME}"
 
 
-def test_a_local_driver_plans_iceberg_scans_in_its_own_thread() -> None:
+def test_a_local_driver_plans_scans_in_its_own_thread_with_the_throughput_collector() -> None:
     local = _conf("local[2]", [])["spark.driver.extraJavaOptions"].split()
-    assert local == ["-XX:-DontCompileHugeMethods", "-Diceberg.scan.plan-in-worker-pool=false"]
-    # A cluster's driver reads manifests from an object store: in Iceberg's pool.
+    assert local == [
+        "-XX:-DontCompileHugeMethods",
+        "-Diceberg.scan.plan-in-worker-pool=false",
+        "-XX:+UseParallelGC",
+    ]
+    # A cluster's driver reads manifests from an object store: in Iceberg's pool; its collector
+    # is its JVM's default.
     cluster = _conf("spark://m:7077", [])
     assert cluster["spark.driver.extraJavaOptions"] == "-XX:-DontCompileHugeMethods"
     assert cluster["spark.executor.extraJavaOptions"] == "-XX:-DontCompileHugeMethods"
