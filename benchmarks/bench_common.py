@@ -1,6 +1,6 @@
 """What the benchmark scripts share: a fresh CDC home on the project's jar cache, a local stack
-with one ``local[2]`` driver, the commit measured, and CPU accounting of this process tree, the
-Spark driver JVM and the machine."""
+with one ``local[2]`` driver, the commit measured, CPU accounting of this process tree, the
+Spark driver JVM and the machine, and the results' JSON file and plot."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
 
 
 def code_version() -> str:
@@ -26,6 +27,37 @@ def code_version() -> str:
     return commit + (
         " + uncommitted cdc_assets changes" if git("status", "--porcelain", "cdc_assets") else ""
     )
+
+
+def save_results(name: str, payload: dict[str, Any]) -> None:
+    """``benchmarks/results/<name>.json``: ``payload`` after the commit measured and the time."""
+    import json
+    import time
+
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    stamped = {
+        "code": code_version(),
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        **payload,
+    }
+    (RESULTS / f"{name}.json").write_text(json.dumps(stamped, indent=2))
+
+
+@contextmanager
+def results_plot(name: str, figsize: tuple[float, float] = (6.5, 3.8)) -> Iterator[Any]:
+    """One matplotlib axis, drawn without a display, saved as ``benchmarks/results/<name>.png``
+    when the block ends."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=figsize)
+    yield ax
+    fig.tight_layout()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    fig.savefig(RESULTS / f"{name}.png", dpi=110)
+    plt.close(fig)
 
 
 def make_home(tmp: Path) -> Any:

@@ -24,20 +24,24 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import ROOT, code_version, driver_jvm_pid, local_driver, tree_cpu_s
+from bench_common import (
+    driver_jvm_pid,
+    local_driver,
+    results_plot,
+    save_results,
+    tree_cpu_s,
+)
 from fleet_scale import generate_specs
 from fleet_threads import cycle
 from fleet_widths import produce_part
 
 from cdc_assets.resources.config import DRIVER_JAVA_OPTIONS, JIT_OPTIONS, SERIAL_PLANNING
 
-RESULTS = ROOT / "benchmarks" / "results"
 # The driver's options but for the collector; the first is the baseline.
 VARIANTS = {
     "g1": {DRIVER_JAVA_OPTIONS: f"{JIT_OPTIONS} {SERIAL_PLANNING} -XX:+UseG1GC"},
@@ -169,42 +173,27 @@ def report(runs: list[dict[str, Any]], args: argparse.Namespace) -> None:
             f" {m['ingest_s']:5.3f} s {m['upsert_s']:5.3f} s {m['cpu_s']:4.2f} s"
             f" {m['cpu_s'] / base['cpu_s']:6.2f} {m['gc_cpu_s']:8.3f} s"
         )
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    payload = {
-        "code": code_version(),
-        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "tables": args.tables,
-        "labels": LABELS,
-        "medians": medians,
-        "runs": runs,
-    }
-    (RESULTS / "driver_gc.json").write_text(json.dumps(payload, indent=2))
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.5, 3.8))
-    for name in VARIANTS:
-        for i, run in enumerate(r for r in runs if r["variant"] == name):
-            walls = [c["wall_s"] / args.tables for c in run["cycles"]]
-            ax.plot(
-                range(1, len(walls) + 1),
-                walls,
-                marker="o",
-                color="C0" if name == "g1" else "C1",
-                label=LABELS[name] if i == 0 else None,
-            )
-    ax.axvline(args.warm + 0.5, color="grey", linewidth=0.8, linestyle=":")
-    ax.set(
-        title=f"busy cycles per table on a fresh driver ({args.tables} tables)",
-        xlabel="busy cycle (measured right of the dotted line)",
-        ylabel="s per table",
+    save_results(
+        "driver_gc", {"tables": args.tables, "labels": LABELS, "medians": medians, "runs": runs}
     )
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(RESULTS / "driver_gc.png", dpi=110)
+    with results_plot("driver_gc") as ax:
+        for name in VARIANTS:
+            for i, run in enumerate(r for r in runs if r["variant"] == name):
+                walls = [c["wall_s"] / args.tables for c in run["cycles"]]
+                ax.plot(
+                    range(1, len(walls) + 1),
+                    walls,
+                    marker="o",
+                    color="C0" if name == "g1" else "C1",
+                    label=LABELS[name] if i == 0 else None,
+                )
+        ax.axvline(args.warm + 0.5, color="grey", linewidth=0.8, linestyle=":")
+        ax.set(
+            title=f"busy cycles per table on a fresh driver ({args.tables} tables)",
+            xlabel="busy cycle (measured right of the dotted line)",
+            ylabel="s per table",
+        )
+        ax.legend(fontsize=8)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ width. Prints a table, writes ``benchmarks/results/fleet_widths.json`` and ``.pn
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
 import sys
@@ -26,11 +25,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import ROOT, code_version, local_driver, tree_cpu_s
+from bench_common import local_driver, results_plot, save_results, tree_cpu_s
 from fleet_scale import EVENTS_PER_TABLE, generate_specs
 from fleet_threads import cycle
-
-RESULTS = ROOT / "benchmarks" / "results"
 
 
 def produce_part(specs: list[Any], bootstrap: str, part: int, parts: int) -> None:
@@ -115,28 +112,17 @@ def report(rounds: dict[int, list[dict[str, float]]], tables: int) -> None:
             f" {median(k, 'ingest_s'):5.3f} s {median(k, 'upsert_s'):5.3f} s"
             f" {median(k, 'cpu_s'):4.2f} s"
         )
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    payload = {"code": code_version(), "tables": tables, "rounds": rounds}
-    (RESULTS / "fleet_widths.json").write_text(json.dumps(payload, indent=2))
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 3.6))
-    for k, runs in rounds.items():
-        ax.plot(
-            range(1, len(runs) + 1), [r["wall_s"] / tables for r in runs], marker="o", label=f"{k}"
+    save_results("fleet_widths", {"tables": tables, "rounds": rounds})
+    with results_plot("fleet_widths", figsize=(6, 3.6)) as ax:
+        for k, runs in rounds.items():
+            walls = [r["wall_s"] / tables for r in runs]
+            ax.plot(range(1, len(runs) + 1), walls, marker="o", label=f"{k}")
+        ax.set(
+            title=f"busy cycle per table, widths taking turns ({tables} tables)",
+            xlabel="measured round",
+            ylabel="s per table",
         )
-    ax.set(
-        title=f"busy cycle per table, widths taking turns ({tables} tables)",
-        xlabel="measured round",
-        ylabel="s per table",
-    )
-    ax.legend(title="tables at once", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(RESULTS / "fleet_widths.png", dpi=110)
+        ax.legend(title="tables at once", fontsize=8)
 
 
 if __name__ == "__main__":

@@ -30,9 +30,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import ROOT, code_version, local_driver, tree_cpu_s
+from bench_common import local_driver, results_plot, save_results, tree_cpu_s
 
-RESULTS = ROOT / "benchmarks" / "results"
 RECORDS_PER_TOPIC = 100
 CASES = {
     "per_topic": "one read per topic (baseline)",
@@ -147,24 +146,14 @@ def report(samples: dict[str, list[dict[str, float]]], topics: int) -> None:
         print(
             f"  {label:<34} {wall:6.1f} ms {wall / base:6.2f} {per_topic_ms(case, 'cpu_s'):6.1f} ms"
         )
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    payload = {"code": code_version(), "topics": topics, "samples": samples}
-    (RESULTS / "kafka_reads.json").write_text(json.dumps(payload, indent=2))
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 3.4))
-    labels = list(CASES.values())
-    ax.barh(labels, [per_topic_ms(c, "wall_s") for c in CASES], label="wall")
-    ax.barh(labels, [per_topic_ms(c, "cpu_s") for c in CASES], alpha=0.4, label="CPU")
-    ax.invert_yaxis()
-    ax.set(title=f"a small Kafka read, per topic ({topics} topics)", xlabel="ms per topic")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(RESULTS / "kafka_reads.png", dpi=110)
+    save_results("kafka_reads", {"topics": topics, "samples": samples})
+    with results_plot("kafka_reads", figsize=(6, 3.4)) as ax:
+        labels = list(CASES.values())
+        ax.barh(labels, [per_topic_ms(c, "wall_s") for c in CASES], label="wall")
+        ax.barh(labels, [per_topic_ms(c, "cpu_s") for c in CASES], alpha=0.4, label="CPU")
+        ax.invert_yaxis()
+        ax.set(title=f"a small Kafka read, per topic ({topics} topics)", xlabel="ms per topic")
+        ax.legend(fontsize=8)
 
 
 if __name__ == "__main__":

@@ -30,11 +30,10 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import ROOT, code_version, make_home
+from bench_common import make_home, results_plot, save_results
 
 from cdc_assets.resources.config import DRIVER_JAVA_OPTIONS, JIT_OPTIONS
 
-RESULTS = ROOT / "benchmarks" / "results"
 # Hadoop's checksummed local file system, what a driver uses without the project's.
 HADOOP_FS = {"spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.LocalFileSystem"}
 # Without the property that plans Iceberg's scans in the calling thread.
@@ -171,38 +170,29 @@ def report(runs: list[dict[str, Any]], args: argparse.Namespace) -> None:
             f"{m['merge_s'] * 1000:5.0f} ms {m['merge_s'] / base['merge_s']:6.2f} "
             f"{m['files']:6.0f} {m['crc_files']:6.0f}"
         )
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    payload = {
-        "code": code_version(),
-        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "ops": args.ops,
-        "buckets": args.buckets,
-        "labels": LABELS,
-        "medians": medians,
-        "runs": runs,
-    }
-    (RESULTS / "local_driver.json").write_text(json.dumps(payload, indent=2))
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.5, 3.8))
-    kinds = ("insert_s", "merge_s")
-    width = 0.27
-    for i, name in enumerate(VARIANTS):
-        ax.bar(
-            [k + (i - 1) * width for k in range(len(kinds))],
-            [medians[name][k] * 1000 for k in kinds],
-            width,
-            label=LABELS[name],
-        )
-    ax.set_xticks(range(len(kinds)), ["INSERT of 100 rows", "MERGE of 100 keys"])
-    ax.set(title="one small Iceberg commit, local driver", ylabel="median ms")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(RESULTS / "local_driver.png", dpi=110)
+    save_results(
+        "local_driver",
+        {
+            "ops": args.ops,
+            "buckets": args.buckets,
+            "labels": LABELS,
+            "medians": medians,
+            "runs": runs,
+        },
+    )
+    with results_plot("local_driver") as ax:
+        kinds = ("insert_s", "merge_s")
+        width = 0.27
+        for i, name in enumerate(VARIANTS):
+            ax.bar(
+                [k + (i - 1) * width for k in range(len(kinds))],
+                [medians[name][k] * 1000 for k in kinds],
+                width,
+                label=LABELS[name],
+            )
+        ax.set_xticks(range(len(kinds)), ["INSERT of 100 rows", "MERGE of 100 keys"])
+        ax.set(title="one small Iceberg commit, local driver", ylabel="median ms")
+        ax.legend(fontsize=7)
 
 
 if __name__ == "__main__":
