@@ -1,7 +1,7 @@
 """A local driver's ``file:`` file system (``LocalFiles.java``): Iceberg commits work through it,
 files get the permissions Hadoop's would give them, no ``.crc`` files appear, and a checksum file
 already beside a file is still verified. And Iceberg plans the driver's scans in the calling
-thread (``SERIAL_PLANNING``)."""
+thread (``SERIAL_PLANNING``), and the driver runs the throughput collector (``LOCAL_GC``)."""
 
 from __future__ import annotations
 
@@ -105,3 +105,10 @@ def test_iceberg_plans_scans_in_the_drivers_own_thread(spark: Any) -> None:
     entry = spark._jvm.org.apache.iceberg.SystemConfigs.SCAN_THREAD_POOL_ENABLED
     assert entry.propertyKey() == "iceberg.scan.plan-in-worker-pool"
     assert entry.value() is False
+
+
+def test_the_driver_collects_garbage_with_the_throughput_collector(spark: Any) -> None:
+    beans = spark._jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()
+    names = {bean.getName() for bean in beans}
+    # The parallel collector's young and old generations; G1's are "G1 Young Generation" etc.
+    assert names == {"PS Scavenge", "PS MarkSweep"}
