@@ -148,3 +148,34 @@ def test_a_step_thread_gets_its_own_spark_session() -> None:
     assert got["t0"] == [shared, shared]
     assert got["t1"][0] is got["t1"][1] is not shared
     assert got["t2"][0] is got["t2"][1] not in (shared, got["t1"][0])
+
+
+def test_the_drivers_metadata_of_every_node_in_one_pass_equals_dagsters_per_node() -> None:
+    from cdc_assets.jobs.inprocess import metadata_by_node
+
+    def table(i: int) -> Any:
+        @dg.asset(name=f"t{i}")
+        def _asset() -> dg.MaterializeResult:
+            return dg.MaterializeResult(metadata={"rows": i, "name": f"t{i}"})
+
+        return _asset
+
+    defs = dg.Definitions(
+        assets=[table(i) for i in range(5)],
+        executor=build_executor(3),
+        jobs=[dg.define_asset_job("all", selection="*")],
+    )
+    keys = frozenset(defs.resolve_asset_graph().get_all_asset_keys())
+    with dg.instance_for_test() as instance:
+        result = execute_here(
+            defs.resolve_job_def("all"), instance=instance, run_config={}, assets=keys
+        )
+    expected = {
+        f"t{i}": {
+            k: v.value
+            for k, v in result.asset_materializations_for_node(f"t{i}")[-1].metadata.items()
+        }
+        for i in range(5)
+    }
+    assert metadata_by_node(result) == expected
+    assert expected["t3"] == {"rows": 3, "name": "t3"}
