@@ -23,11 +23,19 @@ from cdc_assets.pipeline.evolve import (
     backfill_from_ledger,
     evolve_iceberg,
     record_history,
+    redrive_refused,
 )
 from cdc_assets.pipeline.offsets import table_offsets
 from cdc_assets.pipeline.spec_store import current_spec, record_spec
-from cdc_assets.schema.changes import AddColumn, ChangeSourceType, EvolutionPlan, WidenType
+from cdc_assets.schema.changes import (
+    AddColumn,
+    ChangeSourceType,
+    EvolutionPlan,
+    RenameColumn,
+    WidenType,
+)
 from cdc_assets.schema.evolution import apply_plan, classify
+from cdc_assets.schema.recover import dead_letter_reasons
 from cdc_assets.spec.ddl_import import plan_from_ddl
 from cdc_assets.spec.load import load_spec_text
 from cdc_assets.spec.models import TableSpec
@@ -86,6 +94,10 @@ def proposal(
 
 def _backfill_columns(plan: EvolutionPlan, spec: TableSpec) -> list[str]:
     ids = {c.column.id for c in plan.changes if isinstance(c, AddColumn)}
+    # A column renamed at the source: rows decoded before the evolution looked its value up
+    # under the old name and hold null (or are dead letters, for a NOT NULL column); the new
+    # name is in their row images.
+    ids |= {c.id for c in plan.changes if isinstance(c, RenameColumn)}
     # A longer varchar keeps its Iceberg type but accepts values the ingest refused against the
     # old length: like a widening, its dead letters are redriven.
     ids |= {c.id for c in plan.changes if isinstance(c, WidenType | ChangeSourceType)}
@@ -176,6 +188,12 @@ def converge(
             since=detected_at,
             from_spec=current,
         )
+    else:
+        # Nothing to recover from the row images, but a NOT NULL column the source dropped
+        # turned every row sent without it into a dead letter: those decode now.
+        reasons = dead_letter_reasons(current, evolved, [])
+        if reasons:
+            redrive_refused(spark(), catalog, iceberg_catalog, evolved, reasons)
     seconds["backfill"] = round(time.monotonic() - started, 2)
     history(
         "applied",

@@ -56,7 +56,7 @@ from cdc_assets.schema.layers import (
     dead_letter_layout,
     ledger_layout,
 )
-from cdc_assets.schema.recover import changed_columns
+from cdc_assets.schema.recover import changed_columns, dead_letter_reasons
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.sql.backfill import (
     backfill_min_dt,
@@ -461,6 +461,17 @@ def _mark_done(
     _retry(lambda: commit_properties_only(load_table(iceberg_catalog, ledger_layout(spec)), props))
 
 
+def redrive_refused(
+    spark: Any, catalog: str, iceberg_catalog: Any, spec: TableSpec, reasons: Sequence[str]
+) -> int:
+    """Replay under ``spec`` the dead letters whose reason contains one of ``reasons``; the
+    records that reach the ledger. A redrive plans the whole decode before it reads a letter:
+    with none to read, none is planned."""
+    if not reasons or not _may_hold_rows(load_table(iceberg_catalog, dead_letter_layout(spec))):
+        return 0
+    return sum(redrive(spark, catalog, spec, reason_contains=r).to_ledger for r in reasons)
+
+
 def backfill_from_ledger(
     spark: Any,
     catalog: str,
@@ -546,10 +557,9 @@ def backfill_from_ledger(
             {**pending, **props},
         )
     # A redrive plans the whole decode before it reads a letter: none to read, none to plan.
-    if _may_hold_rows(load_table(iceberg_catalog, dead_letter_layout(spec))):
-        for plan in backfill_plans(spec, names):
-            redriven = redrive(spark, catalog, spec, reason_contains=f"column {plan.name!r}:")
-            result.redriven += redriven.to_ledger
+    result.redriven += redrive_refused(
+        spark, catalog, iceberg_catalog, spec, dead_letter_reasons(from_spec, spec, list(names))
+    )
     complete = (
         from_spec is not None
         and set(changed_columns(from_spec, spec)) <= set(names)

@@ -9,9 +9,11 @@ from cdc_assets.spec.models import TableSpec
 
 def changed_columns(old: TableSpec, new: TableSpec) -> list[str]:
     """Sink names of ``new``'s live columns that a row decoded under ``old`` may hold wrong:
-    added since (an id ``old`` does not know: null in the row), or whose source type, sink type
-    or transform changed (a widened value ``old`` refused into the dead letters, a longer
-    varchar). Soft-dropped columns are left alone: they stay null for new rows anyway."""
+    added since (an id ``old`` does not know: null in the row), renamed at the source (``old``
+    looked its value up under the former name: null in the row, or a dead letter when the column
+    is NOT NULL), or whose source type, sink type or transform changed (a widened value ``old``
+    refused into the dead letters, a longer varchar). Soft-dropped columns are left alone: they
+    stay null for new rows anyway."""
     before = {c.id: c for c in old.columns}
     connector = new.source.connector
     out = []
@@ -21,6 +23,7 @@ def changed_columns(old: TableSpec, new: TableSpec) -> list[str]:
         prior = before.get(col.id)
         if (
             prior is None
+            or prior.name != col.name
             or prior.type != col.type
             or prior.sink_type(old.source.connector) != col.sink_type(connector)
             or prior.sink.transform != col.sink.transform
@@ -33,3 +36,31 @@ def value_columns(spec: TableSpec) -> list[str]:
     """Every live non-key column: what to recover when the older version itself is unknown."""
     keys = set(spec.primary_key)
     return [c.sink_name for c in spec.columns if not c.dropped and c.name not in keys]
+
+
+def dead_letter_reasons(old: TableSpec | None, new: TableSpec, columns: list[str]) -> list[str]:
+    """Texts that pick, by reason, the dead letters a backfill of ``columns`` (sink names of
+    ``new``) should replay: a value ``old``'s narrower type refused (``column 'x': ...``), and,
+    for a column renamed at the source since ``old``, every letter naming its former name (a NOT
+    NULL column looked up under that name was missing: ``column 'x' is null ...``). Columns
+    ``new`` soft-dropped or dropped that ``old`` declared NOT NULL likewise: their letters were
+    refused for a value the source no longer sends."""
+    before = {c.id: c for c in old.columns} if old is not None else {}
+    wanted = set(columns)
+    out: list[str] = []
+    for col in new.columns:
+        prior = before.get(col.id)
+        if col.sink_name in wanted:
+            out.append(f"column {col.name!r}:")
+            if prior is not None and prior.name != col.name:
+                out.append(f"column {prior.name!r}")
+        elif col.dropped and prior is not None and not prior.dropped and not prior.nullable:
+            out.append(f"column {prior.name!r} is null but declared not nullable")
+    if old is not None:
+        kept = {c.id for c in new.columns}
+        out += [
+            f"column {c.name!r} is null but declared not nullable"
+            for c in old.columns
+            if c.id not in kept and not c.nullable and c.name not in old.primary_key
+        ]
+    return list(dict.fromkeys(out))

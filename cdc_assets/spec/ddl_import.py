@@ -155,11 +155,13 @@ def proposed_from_ddl(
             f"the DDL creates table {table.name}, but spec {current.name} mirrors "
             f"{current.source.table}"
         )
+    audit = read_audit(audit_ddl, current)
+    # Sensitive columns are named as the spec knows them: follow the audit trail's renames, and
+    # a column it proves dropped is no longer expected in the DDL.
+    sensitive = {audit.renames.get(n, n) for n in sensitive if n not in audit.dropped}
     _check_known(table, sensitive)
     names = {c.name for c in table.columns}
-    renames = {
-        old: new for old, new in read_audit(audit_ddl, current).renames.items() if new in names
-    }
+    renames = {old: new for old, new in audit.renames.items() if new in names}
     renamed_to = {new: old for old, new in renames.items()}
     by_name = current.columns_by_name
     next_id = max(c.id for c in current.columns) + 1

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from cdc_assets.pipeline.failpoint import HOLD_ENV, hold
-from cdc_assets.schema.recover import changed_columns, value_columns
+from cdc_assets.schema.recover import changed_columns, dead_letter_reasons, value_columns
 from cdc_assets.spec import load_specs
 from cdc_assets.spec.models import ColumnSpec, TableSpec
 from cdc_assets_tests.conftest import PROJECT_ROOT
@@ -55,6 +55,47 @@ def test_renamed_sink_is_recovered_under_its_new_name() -> None:
     ]
     # Same id, type and transform: the value a v1 row holds is right; nothing to recover.
     assert changed_columns(users, _next(users, columns)) == []
+
+
+def test_a_column_renamed_at_the_source_is_recovered() -> None:
+    # v1 looked the value up under the old name: rows decoded since hold null (issue 61)
+    users = _users()
+    columns = [
+        c.model_copy(
+            update={"name": "email_address", "sink": c.sink.model_copy(update={"name": "email"})}
+        )
+        if c.name == "email"
+        else c
+        for c in users.columns
+    ]
+    assert changed_columns(users, _next(users, columns)) == ["email"]
+
+
+def test_dead_letters_of_renamed_and_dropped_not_null_columns_are_picked() -> None:
+    users = _users()
+    columns = []
+    for c in users.columns:
+        if c.name == "email":  # NOT NULL, renamed
+            c = c.model_copy(
+                update={
+                    "name": "email_address",
+                    "sink": c.sink.model_copy(update={"name": "email"}),
+                }
+            )
+        if c.name == "login_count":  # NOT NULL, soft-dropped
+            c = c.model_copy(update={"dropped": True, "nullable": True})
+        if c.name == "is_active":  # NOT NULL, hard-dropped
+            continue
+        columns.append(c)
+    new = _next(users, columns)
+    assert dead_letter_reasons(users, new, ["email"]) == [
+        "column 'email_address':",
+        "column 'email'",
+        "column 'login_count' is null but declared not nullable",
+        "column 'is_active' is null but declared not nullable",
+    ]
+    # without the older version only the column's own refusals
+    assert dead_letter_reasons(None, new, ["email"]) == ["column 'email_address':"]
 
 
 def test_value_columns_leave_out_keys_and_dropped_columns() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from cdc_assets.demo.events import DebeziumEventFactory
 from cdc_assets.errors import SpecError
 from cdc_assets.schema.evolution import RenameColumn, apply_plan
 from cdc_assets.schema.layers import all_layouts
@@ -16,6 +17,7 @@ from cdc_assets.spec.ddl_import import (
     spec_from_ddl,
 )
 from cdc_assets.spec.models import TableSpec
+from cdc_assets.spec.schema_change import parse_schema_change
 from cdc_assets_tests.conftest import PROJECT_ROOT
 
 MYSQL_DUMP = """-- MySQL dump 10.13  Distrib 8.0.36
@@ -336,3 +338,30 @@ def test_a_rename_carries_the_column_references_of_the_spec() -> None:
     assert plan.supported
     assert proposed.checks.max_null_fraction == {"holder": 0.5}
     assert apply_plan(current, plan) == proposed
+
+
+def test_a_sensitive_column_renamed_or_dropped_by_the_audit_trail() -> None:
+    # The spec names a sensitive column as it knew it; a rename proved by the audit trail moves
+    # it, a proved drop removes it (the evolution failed with "not in the DDL", issue 61).
+    current = next(s for s in load_specs(PROJECT_ROOT / "table_specs") if s.name == "users")
+    sensitive = [c.name for c in current.columns if c.sensitive]
+    assert sensitive == ["email"]
+    renamed = current.model_copy(
+        update={
+            "columns": [
+                c.model_copy(update={"name": "email_address"}) if c.name == "email" else c
+                for c in current.columns
+            ]
+        }
+    )
+    record = DebeziumEventFactory(renamed).schema_change("-- the renamed table")
+    ddl = parse_schema_change(record.value)[0].create_table
+    proposed, plan = plan_from_ddl(
+        current,
+        ddl,
+        ["ALTER TABLE users RENAME COLUMN email TO email_address"],
+        sensitive=sensitive,
+    )
+    assert plan.supported, plan.describe()
+    assert [c.new for c in plan.changes if isinstance(c, RenameColumn)] == ["email_address"]
+    assert proposed.columns_by_name["email_address"].sensitive

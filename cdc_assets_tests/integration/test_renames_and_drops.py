@@ -1,0 +1,142 @@
+"""A MySQL rename, CHANGE COLUMN and DROP COLUMN mid-stream, with generated events (issue 61).
+
+The source renames ``email`` (NOT NULL) to ``email_address``, renames ``display_name`` to
+``full_name`` with ``CHANGE COLUMN`` and drops ``country``, all in one ALTER; Debezium writes the
+schema-change record and the row events carry the new shape. The pipeline still runs the old spec
+when those events arrive (the sensor starts the evolution after the ingest read them), so the
+rows it writes lack both renamed columns, and a row without ``email`` is a dead letter. The
+evolution must bring back every value: base equals a plain replay of the row images, reading
+each renamed column under whichever name the image has, and no dead letter is left. Before the
+fix the evolution reported success and base held ``NULL`` (or no row) for every change made
+after the rename.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+
+from cdc_assets.demo.events import KafkaRecord, workload
+from cdc_assets.pipeline.tables import ensure_tables
+from cdc_assets.resources import IcebergCatalogResource, KafkaResource
+from cdc_assets.schema.layers import base_layout, dead_letter_layout
+from cdc_assets.settings import Settings
+from cdc_assets.spec.models import TableSpec
+from cdc_assets_tests.integration.test_evolve import later
+from cdc_assets_tests.integration.test_ingest import read_table
+from cdc_assets_tests.integration.test_schema_evolution_flow import (
+    Table,
+    _cursors,
+    _tick,
+    schema_record,
+)
+from cdc_assets_tests.integration.test_upsert import ingest, upsert
+
+ALTER = (
+    "ALTER TABLE users RENAME COLUMN email TO email_address, "
+    "CHANGE COLUMN display_name full_name varchar(100), DROP COLUMN country"
+)
+# the source's name of each base column, before and after the ALTER
+RENAMED = {"email": "email_address", "display_name": "full_name"}
+
+
+def source_shape(v1: TableSpec) -> TableSpec:
+    """The table as the source has it after ``ALTER``: what its events and schema record carry."""
+    data = v1.model_dump(mode="json", by_alias=True)
+    columns = []
+    for column in data["columns"]:
+        if column["name"] == "country":
+            continue
+        column["name"] = RENAMED.get(column["name"], column["name"])
+        columns.append(column)
+    data["columns"] = columns
+    return TableSpec.model_validate(data)
+
+
+def payload(record: KafkaRecord) -> dict[str, Any] | None:
+    if record.value is None:
+        return None
+    value = json.loads(record.value)
+    inner = value.get("payload", value) if isinstance(value, dict) else None
+    return inner if isinstance(inner, dict) and "op" in inner else None
+
+
+def replay(records: list[KafkaRecord]) -> dict[int, dict[str, Any]]:
+    """Base as the row images say, in source order; each column under the name it had then."""
+    table: dict[int, dict[str, Any]] = {}
+    for record in records:
+        event = payload(record)
+        if event is None or event["op"] not in ("c", "u", "r", "d"):
+            continue
+        image = event["before"] if event["op"] == "d" else event["after"]
+        if event["op"] == "d":
+            table.pop(image["id"], None)
+            continue
+        table[image["id"]] = {
+            "email": image.get("email_address", image.get("email")),
+            "display_name": image.get("full_name", image.get("display_name")),
+            "country": image.get("country"),  # gone after the drop: null in rows changed since
+        }
+    return table
+
+
+def test_renames_and_a_drop_mid_stream_lose_no_value(
+    it_settings: Settings,
+    spark: Any,
+    iceberg: IcebergCatalogResource,
+    kafka: KafkaResource,
+    resources: dict[str, Any],
+    tmp_path: Path,
+) -> None:
+    _cursors.clear()
+    table = Table(it_settings, kafka, tmp_path)
+    v1 = table.v1
+    ensure_tables(spark, "lake", v1)
+    before = workload(v1, random.Random(61), keys=24, events=80)
+    table.produce(before)
+    ingest(spark, iceberg, kafka, v1)
+    upsert(spark, iceberg, v1)
+
+    renamed = source_shape(v1)
+    table.produce([schema_record(renamed, ALTER)], table.schema_topic)
+    after = later(workload(renamed, random.Random(62), keys=24, events=80), 1)
+    table.produce(after)
+    ingest(spark, iceberg, kafka, v1)  # still the old spec: the renamed values go nowhere yet
+
+    instance = dg.DagsterInstance.ephemeral()
+    defs = table.defs(resources)
+    (request,) = _tick(defs, "schema_changes", instance, resources).run_requests
+    run = defs.resolve_job_def("evolve_schemas").execute_in_process(
+        instance=instance,
+        run_config=request.run_config,
+        asset_selection=list(request.asset_selection or []),
+    )
+    assert run.success
+    evolved = table.spec()
+    assert evolved.spec_version == 2
+    by_id = {c.id: c for c in evolved.columns}
+    # renames keep the column (id and Iceberg name); the drop is soft
+    assert (by_id[2].name, by_id[2].sink_name) == ("email_address", "email")
+    assert (by_id[3].name, by_id[3].sink_name) == ("full_name", "display_name")
+    assert by_id[4].dropped
+    upsert(spark, iceberg, evolved)
+
+    expected = replay(before + after)
+    layout = base_layout(evolved)
+    base = {r["id"]: r for r in read_table(iceberg, layout.namespace, layout.name)}
+    assert sorted(base) == sorted(expected)
+    wrong = {
+        k: {c: (base[k][c], v) for c, v in row.items() if base[k][c] != v}
+        for k, row in expected.items()
+    }
+    wrong = {k: v for k, v in wrong.items() if v}
+    shown = dict(list(wrong.items())[:5])
+    assert not wrong, f"{len(wrong)} of {len(expected)} rows differ: {shown}"
+    assert sum(row["email"] is not None for row in expected.values()) == len(expected)
+    dead = dead_letter_layout(evolved)
+    letters = read_table(iceberg, dead.namespace, dead.name)
+    assert not letters, [r["reason"] for r in letters][:5]
