@@ -85,6 +85,12 @@ def build_schema_asset(
             ) from None
         plan_text = result.plan.describe()
         context.log.info(plan_text)
+        if result.refused:
+            # Applied in part: visible in the run and its metadata, and on the schema_converged
+            # check until the source or the spec moves.
+            context.log.warning(
+                f"{spec.name}: refused, not applied: " + "; ".join(str(r) for r in result.refused)
+            )
         meta: dict[str, Any] = {
             "decision": result.decision,
             "trigger": config.trigger,
@@ -94,6 +100,7 @@ def build_schema_asset(
             "iceberg_schema_ids": result.schema_ids,
             "seconds": result.seconds,
             "spec_file": result.spec_path.name,
+            "refused": [str(r) for r in result.refused],
         }
         # The table's schema package at its (new) version: consumers pin it like a library.
         published = publish_table(load_spec(result.spec_path), artifacts_root(spark.home))

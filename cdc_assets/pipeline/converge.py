@@ -27,10 +27,12 @@ from cdc_assets.pipeline.evolve import (
 )
 from cdc_assets.pipeline.offsets import table_offsets
 from cdc_assets.pipeline.spec_store import current_spec, record_spec
+from cdc_assets.pipeline.tables import ensure_tables, missing_tables
 from cdc_assets.schema.changes import (
     AddColumn,
     ChangeSourceType,
     EvolutionPlan,
+    Rejection,
     RenameColumn,
     WidenType,
 )
@@ -65,6 +67,7 @@ class ConvergeResult:
     schema_ids: dict[str, int] = field(default_factory=dict)
     backfill: BackfillResult | None = None
     seconds: dict[str, float] = field(default_factory=dict)
+    refused: tuple[Rejection, ...] = ()  # changes not applied (decision "partial"), and why
 
 
 def spec_path(specs_dir: Path, table: str) -> Path:
@@ -120,8 +123,8 @@ def converge(
 ) -> ConvergeResult:
     """Bring ``table`` to the proposed schema; raise EvolutionRejectedError for unsupported changes.
 
-    ``spark`` is called only when there is something to backfill, so a no-op or a rejection never
-    starts a JVM.
+    ``spark`` is called only when there is something to backfill or a table to create, so a no-op
+    or a rejection never starts a JVM.
     """
     path = spec_path(specs_dir, table)
     current = current_spec(iceberg_catalog, specs_dir, table)
@@ -132,6 +135,8 @@ def converge(
         current, proposed_yaml=proposed_yaml, source_ddl=source_ddl, audit_ddl=audit_ddl
     )
 
+    proposed_plan = plan  # as proposed, with any refusals; `plan` becomes what is applied
+
     def history(decision: str, to_version: int, **extra: Any) -> None:
         record_history(
             iceberg_catalog,
@@ -139,11 +144,11 @@ def converge(
                 table=table,
                 from_version=current.spec_version,
                 to_version=to_version,
-                diff=plan.describe(),
+                diff=proposed_plan.describe(),
                 source_ddl="\n".join([*audit_ddl, source_ddl or ""]).strip() or None,
                 trigger=trigger,
                 decision=decision,
-                reasons="\n".join(str(r) for r in plan.rejections) or None,
+                reasons="\n".join(str(r) for r in proposed_plan.rejections) or None,
                 kafka_offsets={str(p): o for p, o in (kafka_offsets or {}).items()} or None,
                 detected_at=detected_at,
                 applied_at=datetime.now(UTC),
@@ -151,9 +156,20 @@ def converge(
             ),
         )
 
+    # Decided per column: a safe change is applied even when another column's is refused (a
+    # shard behind on one column must not block another's addition); the refusals are recorded
+    # and reported, and the schema_converged check shows them until the source or the spec moves.
+    refused = plan.rejections
     if not plan.supported:
-        history("rejected", current.spec_version)
-        raise EvolutionRejectedError(table, plan)
+        applicable = plan.applicable
+        if not applicable.changes:
+            history("rejected", current.spec_version)
+            raise EvolutionRejectedError(table, plan)
+        log.warning(
+            f"{table}: applying the supported changes only; refused: "
+            + "; ".join(str(r) for r in refused)
+        )
+        plan = applicable
     if not plan.changes:
         history("no-op", current.spec_version)
         return ConvergeResult(
@@ -163,6 +179,16 @@ def converge(
     seconds: dict[str, float] = {}
     started = time.monotonic()
     evolved = apply_plan(current, plan)
+    # Onboarding is evolution from nothing: a table whose first ingest has not run yet (a new
+    # spec, the sensor quicker than the ingest) is created at the current version here, then
+    # evolved like any other, so the order of the first ingest and the first evolution never
+    # matters.
+    missing = missing_tables(iceberg_catalog, current)
+    if missing:
+        log.info(f"{table}: creating {', '.join(missing)} before evolving them")
+        ensure_tables(spark(), catalog, current)
+    seconds["onboard"] = round(time.monotonic() - started, 2)
+    started = time.monotonic()
     schema_ids = evolve_iceberg(iceberg_catalog, current, evolved, plan)
     seconds["iceberg"] = round(time.monotonic() - started, 2)
 
@@ -196,14 +222,14 @@ def converge(
             redrive_refused(spark(), catalog, iceberg_catalog, evolved, reasons)
     seconds["backfill"] = round(time.monotonic() - started, 2)
     history(
-        "applied",
+        "partial" if refused else "applied",
         evolved.spec_version,
         iceberg_schema_ids=schema_ids,
         snapshot_ids=backfill.snapshot_ids if backfill is not None else {},
     )
     return ConvergeResult(
         table,
-        "applied",
+        "partial" if refused else "applied",
         plan,
         current.spec_version,
         evolved.spec_version,
@@ -211,4 +237,5 @@ def converge(
         schema_ids,
         backfill,
         seconds,
+        refused,
     )

@@ -46,3 +46,12 @@ def ensure_tables(
                     spark.sql(sql)
         outcomes.append(TableOutcome(layer, identifier, created=not exists))
     return outcomes
+
+
+def missing_tables(iceberg_catalog: Any, spec: TableSpec) -> list[str]:
+    """The identifiers (namespace.name) of ``spec``'s tables that do not exist in the catalog."""
+    return [
+        f"{layout.namespace}.{layout.name}"
+        for layout in all_layouts(spec).values()
+        if not iceberg_catalog.table_exists(f"{layout.namespace}.{layout.name}")
+    ]

@@ -166,6 +166,8 @@ class Rejection:
 
     column: str | None
     reason: str
+    # Other columns whose changes wait with this one (an ambiguous rename's candidates).
+    blocks: tuple[str, ...] = ()
 
     def __str__(self) -> str:
         return f"column {self.column}: {self.reason}" if self.column else self.reason
@@ -183,6 +185,30 @@ class EvolutionPlan:
     @property
     def supported(self) -> bool:
         return not self.rejections
+
+    @property
+    def applicable(self) -> EvolutionPlan:
+        """The changes that can be applied while others are refused, as a supported plan: none
+        when a reason concerns the whole table (key, identity, version); otherwise every change
+        but those of a refused column (or one its refusal blocks). An added column placed after
+        a column left out is placed where that one would have gone."""
+        if any(r.column is None for r in self.rejections):
+            return EvolutionPlan(self.table, self.from_version)
+        refused = {r.column for r in self.rejections} | {
+            b for r in self.rejections for b in r.blocks
+        }
+        kept: list[Change] = []
+        anchors: dict[str, str | None] = {}
+        for change in self.changes:
+            names = {change.name, getattr(change, "old", change.name)}
+            if names & refused:
+                if isinstance(change, AddColumn):
+                    anchors[change.name] = anchors.get(change.after or "", change.after)
+                continue
+            if isinstance(change, AddColumn) and change.after in anchors:
+                change = AddColumn(change.column, anchors[change.after])
+            kept.append(change)
+        return EvolutionPlan(self.table, self.from_version, tuple(kept))
 
     @property
     def to_version(self) -> int:

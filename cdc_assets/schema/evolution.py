@@ -65,6 +65,7 @@ def classify(
     renames: Mapping[str, str] | None = None,
     *,
     proved_drops: Collection[str] | None = None,
+    from_source: bool = False,
 ) -> EvolutionPlan:
     """Every difference between two versions of a spec, as supported changes or rejections.
 
@@ -73,8 +74,15 @@ def classify(
     an unrecorded rename: the current columns the audit trail shows dropped. A column that
     disappears while another appears is then a drop only if listed. None (a YAML spec, whose
     stable ids say which column is new) skips that rule.
+
+    ``from_source``: the proposal is a source's shape (a schema-change record, row events,
+    information_schema), not a reviewed spec. A source may be behind the table (a shard or
+    server whose ALTER has not run yet, events older than the spec): a type narrower than the
+    spec's that the spec's type holds every value of, a NOT NULL the spec has as optional, and,
+    on a sharded table, a column the source lacks without a proved drop, keep the spec as it is.
+    The mirror never narrows.
     """
-    out = _Classifier(current, proposed, dict(renames or {}), proved_drops)
+    out = _Classifier(current, proposed, dict(renames or {}), proved_drops, from_source)
     out.run()
     return EvolutionPlan(current.name, current.spec_version, tuple(out.changes), tuple(out.rejects))
 
@@ -113,7 +121,17 @@ def apply_plan(current: TableSpec, plan: EvolutionPlan) -> TableSpec:
             columns = [c for c in columns if c.id != change.id]
         elif isinstance(change, RenameColumn):
             rename_references(data, change.old, change.new)
-            columns = _update(columns, change.id, name=change.new, sink=_renamed(columns, change))
+            column = next(c for c in columns if c.id == change.id)
+            former = [
+                n for n in dict.fromkeys([change.old, *column.former_names]) if n != change.new
+            ]
+            columns = _update(
+                columns,
+                change.id,
+                name=change.new,
+                sink=_renamed(columns, change),
+                former_names=former,
+            )
         else:
             columns = _update(columns, change.id, **_column_update(columns, change))
     data["columns"] = [c.model_dump(mode="json", by_alias=True) for c in columns]
@@ -175,7 +193,9 @@ class _Classifier:
         proposed: TableSpec,
         renames: dict[str, str],
         proved_drops: Collection[str] | None,
+        from_source: bool = False,
     ) -> None:
+        self.from_source = from_source
         self.current = current
         self.proposed = proposed
         self.renames = renames
@@ -193,8 +213,8 @@ class _Classifier:
             c.sink_name: c.name for c in current.columns if soft and c.id not in proposed_ids
         }
 
-    def reject(self, column: str | None, reason: str) -> None:
-        self.rejects.append(Rejection(column, reason))
+    def reject(self, column: str | None, reason: str, blocks: tuple[str, ...] = ()) -> None:
+        self.rejects.append(Rejection(column, reason, blocks))
 
     def run(self) -> None:
         self.compare_settings()
@@ -307,6 +327,8 @@ class _Classifier:
         self.compare_type(c, p)
         if not c.nullable and p.nullable and not p.dropped:
             self.changes.append(MakeOptional(c.id, p.name))
+        elif c.nullable and not p.nullable and self.from_source:
+            pass  # a stricter source's values fit the optional column
         elif c.nullable and not p.nullable:
             self.reject(
                 p.name,
@@ -327,6 +349,8 @@ class _Classifier:
             )
             return
         old_sink, new_sink = c.sink_type(self.connector), p.sink_type(self.connector)
+        if self.from_source and _behind(c, p, old_sink, new_sink, self.connector):
+            return  # the spec's type holds every value the source's narrower one can send
         if old_sink != new_sink:
             if can_promote(old_sink, new_sink):
                 widen = WidenType(c.id, p.name, old_sink, new_sink, p.type, p.sink.type)
@@ -377,6 +401,8 @@ class _Classifier:
             if c.id in self.handled or c.name in self.current.primary_key:
                 continue  # a missing key column is a key change, reported by check_key
             proved = self.proved_drops is None or c.name in self.proved_drops
+            if not proved and self.from_source and self.current.source.shards:
+                continue  # a shard without the column is behind the others, not a drop
             if added and not c.dropped and not proved:
                 self.reject_ambiguous(c.name, added)
                 continue
@@ -392,6 +418,7 @@ class _Classifier:
             "DDL text cannot tell a rename from a drop plus an add, and the audit trail proves "
             f"neither (`ALTER TABLE ... RENAME COLUMN {name} TO ...` or `DROP COLUMN {name}`); "
             "pass the schema-change history of the table",
+            tuple(added),
         )
 
     def check_key(self) -> None:
@@ -459,6 +486,23 @@ def _leaf_diff(old: Any, new: Any, path: str) -> list[tuple[str, Any, Any]]:
             out += _leaf_diff(old.get(key), new.get(key), f"{path}.{key}")
         return out
     return [] if old == new else [(path, old, new)]
+
+
+def _behind(c: ColumnSpec, p: ColumnSpec, old: SinkType, new: SinkType, connector: str) -> bool:
+    """The source's type is narrower than the spec's and the spec's holds all its values."""
+    if c.sink.transform != p.sink.transform or (c.type, c.sink.type) == (p.type, p.sink.type):
+        return False
+    if old != new:
+        return can_promote(new, old)
+    # The same Iceberg type: a shorter varchar, a lower precision at the same scale.
+    was, now = c.source_type(connector), p.source_type(connector)
+    if was.kind != now.kind or was.values != now.values or was.scale != now.scale:
+        return False
+    shorter = was.length is not None and now.length is not None and now.length < was.length
+    fewer = (
+        was.precision is not None and now.precision is not None and now.precision < was.precision
+    )
+    return shorter or fewer
 
 
 def _category(sink: SinkType) -> str:

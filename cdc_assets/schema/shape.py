@@ -24,6 +24,13 @@ class ShapeVerdict:
     plan: EvolutionPlan | None  # None when the shape could not be read
     error: str | None = None
 
+    @property
+    def applicable(self) -> bool:
+        """Whether an evolution would change something: a supported change, or one that can be
+        applied beside the refused ones (`EvolutionPlan.applicable`). A shape that could not be
+        read is left to the run, which reports it."""
+        return self.plan is None or bool(self.plan.applicable.changes)
+
     def describe(self) -> str:
         if self.plan is None:
             return f"cannot read the source's shape: {self.error}"

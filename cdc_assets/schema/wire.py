@@ -62,6 +62,9 @@ class FieldPlan:
     key: bool = False
     transform: str | None = None
     element: FieldPlan | None = None  # of a JSON_ARRAY: how each element decodes
+    # Former source names (renames), looked up when the image lacks ``name``: an event written
+    # before the rename. A former name another column has taken since is left out.
+    aliases: tuple[str, ...] = ()
 
     @property
     def parses_document(self) -> bool:
@@ -197,6 +200,7 @@ def plan_column(spec: TableSpec, column: ColumnSpec) -> FieldPlan:
         nullable=column.nullable,
         key=column.name in spec.primary_key,
         transform=column.sink.transform.value if column.sink.transform else None,
+        aliases=tuple(n for n in column.former_names if n not in spec.columns_by_name),
     )
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,6 +38,7 @@ from cdc_assets.pipeline.schema_topic import (
 from cdc_assets.pipeline.spec_store import Stored, current_of, stored_specs
 from cdc_assets.resources.kafka import KafkaResource
 from cdc_assets.resources.schema_registry import value_subject
+from cdc_assets.schema.reconcile import Attempt, decide
 from cdc_assets.schema.shape import shape_verdict
 from cdc_assets.spec.connect_schema import (
     create_table_from_fields,
@@ -50,6 +52,38 @@ from cdc_assets.spec.models import TableSpec
 # The cursor's entry for the row-schema reads (a '/' never occurs in a Kafka topic's name, so no
 # schema-change topic's entry can take its place).
 ROW_SCHEMA_READ_AT = "row-schema/read-at"
+# The cursor's entry for the desired shapes of the schema-change records, per table.
+DESIRED = "schema-changes/desired"
+# The run tag naming the desired shape an evolution run was requested for.
+DESIRED_TAG = "cdc/desired"
+# DDL statements kept per table as the audit trail of a shape not applied yet.
+MAX_AUDIT = 200
+
+
+def attempts_of(instance: dg.DagsterInstance, table: str, key: str) -> list[Attempt]:
+    """The evolution runs requested for ``table``'s desired shape ``key``, as attempts."""
+    records = instance.get_run_records(
+        filters=dg.RunsFilter(tags={"cdc/table": table, DESIRED_TAG: key}), limit=50
+    )
+    out = []
+    for record in records:
+        status = record.dagster_run.status
+        finished = status in _FINISHED
+        out.append(
+            Attempt(
+                finished=finished,
+                succeeded=status == dg.DagsterRunStatus.SUCCESS,
+                ended_at=record.end_time if finished else None,
+            )
+        )
+    return out
+
+
+_FINISHED = {
+    dg.DagsterRunStatus.SUCCESS,
+    dg.DagsterRunStatus.FAILURE,
+    dg.DagsterRunStatus.CANCELED,
+}
 
 
 def build_schema_change_sensor(
@@ -71,17 +105,31 @@ def build_schema_change_sensor(
     row_topics = sorted({v.source.topic for v in postgres})
 
     def request(
-        table: str, create: str, audit: list[str], key: str, at: str, seen_on: str = ""
-    ) -> dg.RunRequest:
-        """``seen_on``: the shard's server, for a sharded table (named if evolution refuses)."""
+        context: dg.SensorEvaluationContext,
+        table: str,
+        create: str,
+        audit: list[str],
+        key: str,
+        at: str,
+        seen_on: str = "",
+    ) -> dg.RunRequest | None:
+        """The run for the desired shape ``key``, or None while one is in flight or backing
+        off after a failure (`schema.reconcile`). ``seen_on``: the shard's server, for a
+        sharded table (named if evolution refuses)."""
+        decision = decide(key, attempts_of(context.instance, table, key), time.time())
+        if not decision.request or decision.run_key is None:
+            context.log.info(f"{table}: evolution not requested now: {decision.why}")
+            return None
+        if decision.run_key != key:
+            context.log.warning(f"{table}: evolution requested again, {decision.why}")
         extra = {"seen_on": seen_on} if seen_on else {}
         return dg.RunRequest(
-            run_key=key,
+            run_key=decision.run_key,
             asset_selection=[asset_key("schema", table)],
             run_config=evolve_run_config(
                 table, source_ddl=create, audit_ddl=audit, trigger="push", detected_at=at, **extra
             ),
-            tags={"cdc/table": table, "cdc/trigger": "schema_changes"}
+            tags={"cdc/table": table, "cdc/trigger": "schema_changes", DESIRED_TAG: key}
             | ({"cdc/server": seen_on} if seen_on else {}),
         )
 
@@ -166,19 +214,20 @@ def build_schema_change_sensor(
                     continue
             digest = hashlib.sha256(create.encode()).hexdigest()[:16]
             # Read again next tick, grown or not, until the spec has the events' shape: a
-            # registry's versions are applied one per run, and a run may fail.
+            # registry's versions are applied one per run, and a run may fail (it is retried).
             read_at.pop(key, None)
-            out.append(
-                request(
-                    spec.name,
-                    create,
-                    [],
-                    f"{spec.name}:{label}:{digest}",
-                    datetime.fromtimestamp(event.timestamp, UTC).isoformat()
-                    if event is not None
-                    else datetime.now(UTC).isoformat(),
-                )
+            run = request(
+                context,
+                spec.name,
+                create,
+                [],
+                f"{spec.name}:{label}:{digest}",
+                datetime.fromtimestamp(event.timestamp, UTC).isoformat()
+                if event is not None
+                else datetime.now(UTC).isoformat(),
             )
+            if run is not None:
+                out.append(run)
         return out
 
     @dg.sensor(
@@ -194,11 +243,14 @@ def build_schema_change_sensor(
     ) -> dg.SensorResult | dg.SkipReason:
         if not topics and not postgres:
             return dg.SkipReason("no table to watch")
-        cursor: dict[str, dict[str, int]] = json.loads(context.cursor or "{}")
+        cursor: dict[str, Any] = json.loads(context.cursor or "{}")
         current_spec = current_specs(context)
         read_at = cursor.setdefault(ROW_SCHEMA_READ_AT, {})
         requests = postgres_requests(context, kafka, current_spec, read_at)
         requested = {str(r.tags["cdc/table"]) for r in requests}
+        # Per table, the newest shape its schema-change records showed and the DDLs that led
+        # there: compared with the spec on every tick until the spec has it.
+        desired: dict[str, dict[str, Any]] = cursor.setdefault(DESIRED, {})
         for topic in topics:
             start = {int(p): o for p, o in cursor.get(topic, {}).items()}
             seen, next_offsets = read_schema_changes(kafka, topic, start)
@@ -219,32 +271,61 @@ def build_schema_change_sensor(
                 continue
             for table, items in sorted(by_table.items()):
                 newest = items[-1]
-                audit = [i.change.ddl for i in items]
-                create = newest.change.create_table
-                try:
-                    current = current_spec(table)
-                except CdcAssetsError as err:
-                    context.log.warning(f"{table}: {err}; the evolution run will report it")
-                else:
-                    verdict = shape_verdict(current, create, audit)
-                    if not verdict.changed:
-                        continue  # already the spec's shape
-                    if verdict.error is not None:
-                        where = f" (shard on server {_server_of(by_topic[topic], table)})"
-                        context.log.warning(
-                            f"{table}{where if current.source.shards else ''}: "
-                            f"{verdict.describe()}; the run reports it"
-                        )
-                detected = (
-                    datetime.fromtimestamp(newest.change.ts_ms / 1000, UTC).isoformat()
-                    if newest.change.ts_ms
-                    else datetime.now(UTC).isoformat()
-                )
+                earlier = desired.get(table, {})
                 sharded = any(v.name == table and v.shard for v in by_topic[topic])
-                seen_on = _server_of(by_topic[topic], table) if sharded else ""
-                requests.append(request(table, create, audit, newest.run_key, detected, seen_on))
-                requested.add(table)
+                desired[table] = {
+                    "create": newest.change.create_table,
+                    # DDLs not applied yet stay the audit trail (a rename proved by an older
+                    # record still is one); an applied spec has them already.
+                    "audit": [*earlier.get("audit", []), *(i.change.ddl for i in items)][
+                        -MAX_AUDIT:
+                    ],
+                    "key": newest.run_key,
+                    "at": (
+                        datetime.fromtimestamp(newest.change.ts_ms / 1000, UTC).isoformat()
+                        if newest.change.ts_ms
+                        else datetime.now(UTC).isoformat()
+                    ),
+                    "seen_on": _server_of(by_topic[topic], table) if sharded else "",
+                }
             cursor[topic] = {str(p): o for p, o in sorted(next_offsets.items())}
+        for table in sorted(desired):
+            if table in requested:
+                continue  # a shard's row schema evolves it this tick; compared again next tick
+            want = desired[table]
+            try:
+                current = current_spec(table)
+            except CdcAssetsError as err:
+                context.log.warning(f"{table}: {err}; the evolution run will report it")
+            else:
+                verdict = shape_verdict(current, want["create"], want["audit"])
+                if not verdict.changed:
+                    del desired[table]  # the spec has the shape: reconciled
+                    continue
+                if not verdict.applicable and attempts_of(context.instance, table, want["key"]):
+                    # Every difference left is refused, and a run has recorded why: asking
+                    # again changes nothing until the spec or the source does. The
+                    # schema_converged check keeps showing it.
+                    context.log.info(
+                        f"{table}: the stream's shape differs from the spec only in ways "
+                        f"evolution refuses: {verdict.describe()}"
+                    )
+                    continue
+                if verdict.error is not None:
+                    where = f" (shard on server {want['seen_on']})" if want["seen_on"] else ""
+                    context.log.warning(f"{table}{where}: {verdict.describe()}; the run reports it")
+            run = request(
+                context,
+                table,
+                want["create"],
+                want["audit"],
+                want["key"],
+                want["at"],
+                want["seen_on"],
+            )
+            if run is not None:
+                requests.append(run)
+                requested.add(table)
         return dg.SensorResult(run_requests=requests, cursor=json.dumps(cursor, sort_keys=True))
 
     return schema_changes

@@ -234,7 +234,7 @@ def plan_from_ddl(
     """
     proposed, renames = proposed_from_ddl(current, ddl, audit_ddl, sensitive=sensitive)
     dropped = read_audit(audit_ddl, current).dropped
-    return proposed, classify(current, proposed, renames, proved_drops=dropped)
+    return proposed, classify(current, proposed, renames, proved_drops=dropped, from_source=True)
 
 
 def _parse(text: str, dialect: str) -> list[exp.Expr]:
@@ -442,6 +442,11 @@ def _evolved_column(
         # A DDL without comments (PostgreSQL keeps them apart) leaves the spec's comment.
         "comment": d.comment if d.comment is not None else current.comment,
         "sink": sink.model_dump(mode="json"),
+        "former_names": (
+            [n for n in dict.fromkeys([current.name, *current.former_names]) if n != d.name]
+            if d.name != current.name
+            else list(current.former_names)
+        ),
     }
 
 

@@ -75,6 +75,10 @@ class ColumnSpec(_Strict):
     dropped: bool = False
     comment: str | None = None
     sink: SinkMapping = SinkMapping()
+    # Source names the column had before renames, newest first (kept by the evolution that
+    # applied each rename): events written before a rename carry the value under one of them,
+    # and the ingest, a redrive and the backfill read it from there.
+    former_names: list[SourceName] = Field(default_factory=list)
 
     @property
     def sink_name(self) -> str:

@@ -21,7 +21,7 @@ from cdc_assets.sql.decode import (
     classify,
     decode_stages,
     envelope_call,
-    envelope_value,
+    envelope_values,
 )
 from cdc_assets.sql.registry_wire import decoded_json, framing_error, value_text
 
@@ -83,7 +83,7 @@ def render_classified(
         [("_envelope", envelope_call("value_json", plans))],
         [(name, f"_envelope.{quote(name)}") for name, _ in ENVELOPE_FIELDS],
         [("image", "CASE WHEN op = 'd' THEN before ELSE after END")],
-        *decode_stages(plans, envelope_value),
+        *decode_stages(plans, envelope_values(plans)),
         [("_outcome", classify(spec, plans)), ("_unknown", "unknown")],
         [(f"_{part}", f"_outcome.{part}") for part in ("status", "stage", "reason")],
     ]

@@ -67,19 +67,36 @@ def raw(plan: FieldPlan) -> str:
 FieldText = Callable[[int, FieldPlan], str]
 
 
+def _first(texts: list[str]) -> str:
+    return texts[0] if len(texts) == 1 else f"coalesce({', '.join(texts)})"
+
+
 def map_lookup(index: int, plan: FieldPlan) -> str:
-    """A column's raw text from an image parsed into ``img`` (`IMAGE_SCHEMA`)."""
-    return f"img[{literal(plan.name)}]"
+    """A column's raw text from an image parsed into ``img`` (`IMAGE_SCHEMA`), under its name or,
+    in an event older than a rename, a former one."""
+    return _first([f"img[{literal(n)}]" for n in (plan.name, *plan.aliases)])
 
 
-def envelope_value(index: int, plan: FieldPlan) -> str:
-    """A column's raw text from the envelope function's ``vals`` (asked for in plan order)."""
-    return f"vals[{index}]"
+def envelope_names(plans: list[FieldPlan]) -> list[str]:
+    """The fields the envelope function is asked for: every plan's name in plan order, then the
+    former names of renamed columns."""
+    return [p.name for p in plans] + [a for p in plans for a in p.aliases]
+
+
+def envelope_values(plans: list[FieldPlan]) -> FieldText:
+    """A column's raw text from the envelope function's ``vals`` (asked for as
+    `envelope_names` lists them): its own name's, else a former name's."""
+    at = {n: i for i, n in reversed(list(enumerate(envelope_names(plans))))}
+
+    def value(index: int, plan: FieldPlan) -> str:
+        return _first([f"vals[{index}]", *(f"vals[{at[a]}]" for a in plan.aliases)])
+
+    return value
 
 
 def envelope_call(value: str, plans: list[FieldPlan]) -> str:
-    """The envelope function over ``value``, asking for the plans' fields in their order."""
-    names = ", ".join(literal(p.name) for p in plans)
+    """The envelope function over ``value``, asking for the fields `envelope_names` lists."""
+    names = ", ".join(literal(n) for n in envelope_names(plans))
     return f"{ENVELOPE_FUNCTION}({value}, array({names}))"
 
 

@@ -80,15 +80,16 @@ def test_an_unsafe_change_on_a_shard_is_refused_naming_its_server(
     # The embedded catalog's SQLite file; a refused change never starts Spark.
     settings.local_catalog_file.parent.mkdir(parents=True)
     us = next(v for v in spec.shard_specs() if v.source.server_name == "us-1")
-    # id bigint -> int on shard us-1: a narrowing of the key, which evolution refuses.
+    # id bigint -> varchar on shard us-1: a change of the key's type category, refused.
     narrowed = us.model_copy(
         update={
             "columns": [
-                c.model_copy(update={"type": "int"}) if c.name == "id" else c for c in us.columns
+                c.model_copy(update={"type": "varchar(20)"}) if c.name == "id" else c
+                for c in us.columns
             ]
         }
     )
-    ddl = "ALTER TABLE users MODIFY id INT NOT NULL"
+    ddl = "ALTER TABLE users MODIFY id VARCHAR(20) NOT NULL"
     record = DebeziumEventFactory(narrowed, server_name="us-1").schema_change(ddl)
     (change,) = parse_schema_change(record.value)
 

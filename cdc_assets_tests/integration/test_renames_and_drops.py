@@ -21,7 +21,8 @@ from typing import Any
 import dagster as dg
 
 from cdc_assets.demo.events import KafkaRecord, workload
-from cdc_assets.pipeline.tables import ensure_tables
+from cdc_assets.pipeline.health import iceberg_differences
+from cdc_assets.pipeline.tables import ensure_tables, missing_tables
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.layers import base_layout, dead_letter_layout
 from cdc_assets.settings import Settings
@@ -140,3 +141,52 @@ def test_renames_and_a_drop_mid_stream_lose_no_value(
     dead = dead_letter_layout(evolved)
     letters = read_table(iceberg, dead.namespace, dead.name)
     assert not letters, [r["reason"] for r in letters][:5]
+
+
+def test_evolving_a_table_not_created_yet_creates_it(
+    it_settings: Settings,
+    spark: Any,
+    iceberg: IcebergCatalogResource,
+    kafka: KafkaResource,
+    resources: dict[str, Any],
+    tmp_path: Path,
+) -> None:
+    # A new spec whose stream already carries a schema change (issue 53): the sensor's
+    # evolution runs before the first ingest created any table. It used to fail ("does not
+    # exist; onboard the table") and was never retried; onboarding is evolution from nothing.
+    _cursors.clear()
+    table = Table(it_settings, kafka, tmp_path)
+    v1 = table.v1
+    renamed = source_shape(v1)
+    records = workload(v1, random.Random(63), keys=12, events=30)
+    records += later(workload(renamed, random.Random(64), keys=12, events=30), 1)
+    table.produce(records[:30])
+    table.produce([schema_record(renamed, ALTER)], table.schema_topic)
+    table.produce(records[30:])
+    assert missing_tables(iceberg.load_catalog(), v1)
+
+    instance = dg.DagsterInstance.ephemeral()
+    defs = table.defs(resources)
+    (request,) = _tick(defs, "schema_changes", instance, resources).run_requests
+    run = defs.resolve_job_def("evolve_schemas").execute_in_process(
+        instance=instance,
+        run_config=request.run_config,
+        asset_selection=list(request.asset_selection or []),
+    )
+    assert run.success
+    evolved = table.spec()
+    assert evolved.spec_version == 2
+    assert not missing_tables(iceberg.load_catalog(), evolved)
+    assert not any(iceberg_differences(iceberg.load_catalog(), evolved).values())
+    ingest(spark, iceberg, kafka, evolved)
+    upsert(spark, iceberg, evolved)
+    layout = base_layout(evolved)
+    base = {r["id"]: r for r in read_table(iceberg, layout.namespace, layout.name)}
+    expected = replay(records)
+    assert sorted(base) == sorted(expected)
+    # Events older than the renames decode under the new spec too: each column is read under
+    # its former name where the image has that one (a NOT NULL email was a dead letter).
+    got = {k: (base[k]["email"], base[k]["display_name"]) for k in base}
+    assert got == {k: (v["email"], v["display_name"]) for k, v in expected.items()}
+    dead = dead_letter_layout(evolved)
+    assert not read_table(iceberg, dead.namespace, dead.name)

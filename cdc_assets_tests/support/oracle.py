@@ -354,7 +354,11 @@ def _image_columns(
     plans: Sequence[FieldPlan], op: str, image: dict[str, object]
 ) -> Outcome | tuple[dict[str, object], list[str]]:
     """The sink values of one image, or the dead-letter outcome of its first bad column."""
-    raws = {p.name: image.get(p.name) for p in plans}
+    # a renamed column's value sits under a former name in events older than the rename
+    raws = {
+        p.name: next((image[n] for n in (p.name, *p.aliases) if image.get(n) is not None), None)
+        for p in plans
+    }
     unavailable = {p.name for p in plans if is_toast(p, raws[p.name])}
     for plan in plans:
         if plan.key and (raws[plan.name] is None or plan.name in unavailable):

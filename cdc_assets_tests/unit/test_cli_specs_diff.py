@@ -80,7 +80,7 @@ def test_a_rename_needs_the_audit_trail(tmp_path: Path, capsys: pytest.CaptureFi
     renamed = next_version(
         ORDERS,
         "{id: 11, name: note, type: text}",
-        "{id: 11, name: remark, type: text, sink: {name: note}}",
+        "{id: 11, name: remark, type: text, sink: {name: note}, former_names: [note]}",
     )
     old, new = write(tmp_path / "a.yaml", ORDERS), write(tmp_path / "b.yaml", renamed)
     assert main(["specs", "diff", old, new]) == 1

@@ -562,3 +562,24 @@ def test_describe_reads_as_a_review() -> None:
         "history would be re-scaled",
     ]
     assert classify(old, old).describe() == "t: no changes (version 1)"
+
+
+def test_applicable_changes_beside_a_refused_column_are_re_anchored() -> None:
+    # An ambiguous rename blocks its candidate; other additions still apply, placed where the
+    # blocked column would have gone (issue 53: decide per column).
+    from cdc_assets.schema.changes import AddColumn, EvolutionPlan, Rejection
+    from cdc_assets.spec.models import ColumnSpec
+
+    first = AddColumn(ColumnSpec(id=9, name="nick", type="text"), "email")
+    second = AddColumn(ColumnSpec(id=10, name="tier", type="text"), "nick")
+    plan = EvolutionPlan(
+        "users",
+        1,
+        (first, second),
+        (Rejection("email", "disappears while nick is new", ("nick",)),),
+    )
+    applicable = plan.applicable
+    assert applicable.supported
+    assert applicable.changes == (AddColumn(second.column, "email"),)
+    table_level = EvolutionPlan("users", 1, (first,), (Rejection(None, "key changed"),))
+    assert table_level.applicable.changes == ()

@@ -26,6 +26,7 @@ COLUMNS = "id BIGINT NOT NULL, email VARCHAR(255)"
 SAME = f"CREATE TABLE users ({COLUMNS}, score BIGINT, PRIMARY KEY (id))"
 ADDED = f"CREATE TABLE users ({COLUMNS}, score BIGINT, phone VARCHAR(32), PRIMARY KEY (id))"
 NARROWED = f"CREATE TABLE users ({COLUMNS}, score INT, PRIMARY KEY (id))"
+REFUSED = f"CREATE TABLE users ({COLUMNS}, score VARCHAR(20), PRIMARY KEY (id))"
 
 
 def test_the_spec_own_shape_is_no_change() -> None:
@@ -42,12 +43,32 @@ def test_an_added_column_is_a_change() -> None:
 
 
 def test_an_unsupported_change_starts_a_run_that_reports_it_unless_types_only() -> None:
-    verdict = shape_verdict(SPEC, NARROWED)
+    verdict = shape_verdict(SPEC, REFUSED)
     assert verdict.changed
     assert verdict.plan is not None
     assert not verdict.plan.supported
-    # From row events, a narrowing is events older than the spec: not a change to start.
-    assert not shape_verdict(SPEC, NARROWED, types_only=True).changed
+    assert not verdict.applicable  # nothing else to apply beside the refusal
+    assert not shape_verdict(SPEC, REFUSED, types_only=True).changed
+
+
+def test_a_narrower_source_type_is_behind_not_a_change() -> None:
+    # A shard or server whose ALTER has not run yet, or events older than the spec: the
+    # spec's bigint holds every int (issue 53: a lagging shard's record was refused whole).
+    for types_only in (False, True):
+        verdict = shape_verdict(SPEC, NARROWED, types_only=types_only)
+        assert not verdict.changed, verdict.describe()
+
+
+def test_a_safe_addition_is_applicable_beside_a_refused_column() -> None:
+    both = f"CREATE TABLE users ({COLUMNS}, score VARCHAR(20), phone VARCHAR(32), PRIMARY KEY (id))"
+    verdict = shape_verdict(SPEC, both)
+    assert verdict.changed
+    assert verdict.applicable
+    assert verdict.plan is not None
+    assert [str(c) for c in verdict.plan.applicable.changes] == [
+        "add column phone varchar(32) (id 4, after score)"
+    ]
+    assert [r.column for r in verdict.plan.rejections] == ["score"]
 
 
 def test_an_unreadable_shape_is_reported_by_a_run_unless_types_only() -> None:
@@ -67,9 +88,10 @@ NO_SCORE = f"CREATE TABLE users ({COLUMNS}, phone VARCHAR(32), PRIMARY KEY (id))
 
 def test_pull_reports_a_refused_shape_first_then_a_change_of_any_shard() -> None:
     assert leading_server(SPEC, {"a": SAME, "b": ADDED}) == "b"
-    assert leading_server(SPEC, {"a": ADDED, "b": NARROWED, "c": SAME}) == "b"
+    assert leading_server(SPEC, {"a": ADDED, "b": REFUSED, "c": SAME}) == "b"
     assert leading_server(SPEC, {"a": SAME, "b": SAME}) == "a"
-    assert leading_server(SPEC, {"only": NARROWED}) == "only"
+    assert leading_server(SPEC, {"only": REFUSED}) == "only"
+    assert leading_server(SPEC, {"a": NARROWED, "b": ADDED}) == "b"
 
 
 def test_a_shard_that_only_lacks_columns_another_has_is_behind_not_a_drop() -> None:

@@ -86,7 +86,8 @@ source:
   topic: pay.public.payments
 columns:
   - {id: 1, name: payment_id, type: bigint, nullable: false}
-  - {id: 2, name: customer_id, type: bigint, nullable: false, sink: {name: account_id}}
+  - {id: 2, name: customer_id, type: bigint, nullable: false, sink: {name: account_id},
+      former_names: [account_id]}
   - {id: 3, name: amount, type: "decimal(14,2)", nullable: false, comment: gross amount}
   - {id: 4, name: fee, type: double precision}
   - {id: 5, name: memo, type: text, dropped: true}
