@@ -284,6 +284,30 @@ def build_table_checks(
         )
 
     @check(
+        asset=cdc,
+        name="schema_converged",
+        description="Every field the stream's row images carried is in the spec (a column, a "
+        "renamed column's former name, or checks.unmirrored_fields): a field the spec has "
+        f"lacked for more than {limits.schema_grace_minutes:g} min fails, since its values "
+        "reach only _row_json (an evolution that failed, was refused or never ran); a newer "
+        "one warns.",
+    )
+    def schema_converged(r: CheckResources) -> dg.AssetCheckResult:
+        catalog = r.iceberg.load_catalog()
+        now_ms = int(datetime.now(UTC).timestamp() * 1000)
+        return check_result(
+            per_source(
+                spec,
+                lambda view: rules.schema_converged_verdict(
+                    health.unknown_fields(catalog, view),
+                    known=health.known_fields(spec),
+                    now_ms=now_ms,
+                    grace_minutes=limits.schema_grace_minutes,
+                ),
+            )
+        )
+
+    @check(
         asset=base,
         name="schema_drift",
         description="The live Iceberg schemas of every table of this spec (ledger, bucketed, "

@@ -25,6 +25,7 @@ from cdc_assets.pipeline.evolve import (
     record_history,
     redrive_refused,
 )
+from cdc_assets.pipeline.failpoint import fail_once
 from cdc_assets.pipeline.offsets import table_offsets
 from cdc_assets.pipeline.spec_store import current_spec, record_spec
 from cdc_assets.pipeline.tables import ensure_tables, missing_tables
@@ -178,6 +179,7 @@ def converge(
 
     seconds: dict[str, float] = {}
     started = time.monotonic()
+    fail_once("evolve_start")
     evolved = apply_plan(current, plan)
     # Onboarding is evolution from nothing: a table whose first ingest has not run yet (a new
     # spec, the sensor quicker than the ingest) is created at the current version here, then

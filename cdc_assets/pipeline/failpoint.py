@@ -18,6 +18,30 @@ def failpoint(name: str) -> None:
         os.kill(os.getpid(), 9)
 
 
+FAIL_ONCE_ENV = "CDC_ASSETS_FAIL_ONCE"
+
+
+class InjectedFailureError(RuntimeError):
+    """A transient failure a test injected (``$CDC_ASSETS_FAIL_ONCE``)."""
+
+
+def fail_once(name: str) -> None:
+    """Raise InjectedFailureError the first time this point is passed when ``$CDC_ASSETS_FAIL_ONCE``
+    is ``<name>=<directory>`` (``<directory>/<name>.failed`` records it): a run that fails for
+    a reason that goes away, as a Spark Connect session error or a catalog timeout does, so a
+    test can see it retried."""
+    point, _, directory = os.environ.get(FAIL_ONCE_ENV, "").partition("=")
+    if point != name or not directory:
+        return
+    from pathlib import Path
+
+    marker = Path(directory) / f"{name}.failed"
+    if marker.exists():
+        return
+    marker.write_text(str(os.getpid()), encoding="utf-8")
+    raise InjectedFailureError(f"injected failure at {name} (test hook {FAIL_ONCE_ENV})")
+
+
 HOLD_ENV = "CDC_ASSETS_HOLD"
 HOLD_TIMEOUT_S = 600.0
 

@@ -12,6 +12,7 @@ from cdc_assets.pipeline.offsets import (
     COUNTS_PROPERTY,
     OFFSETS_PROPERTY,
     START_OFFSETS_PROPERTY,
+    UNKNOWN_FIELDS_PROPERTY,
     decode_offsets,
 )
 from cdc_assets.pipeline.topic import observe_topic
@@ -284,6 +285,46 @@ def dead_letter_counts(
         row_filter = ranges[0] if len(ranges) == 1 else ex.Or(*ranges)
         waiting = dlt.scan(row_filter=row_filter, selected_fields=("offset",)).to_arrow().num_rows
     return read, dead, seen, waiting
+
+
+# Ledger commits read back for the fields the stream carried (newest first).
+UNKNOWN_FIELDS_COMMITS = 1000
+
+
+def unknown_fields(iceberg_catalog: Any, spec: TableSpec) -> dict[str, tuple[int, int]]:
+    """Per field the ledger's row images carried and the spec that decoded them lacked, the
+    (first, last) commit times in epoch milliseconds, from the summaries of the newest ledger
+    commits (no data is read)."""
+    from pyiceberg.exceptions import NoSuchTableError
+    from pyiceberg.table.snapshots import ancestors_of
+
+    try:
+        table = _load(iceberg_catalog, ledger_layout(spec))
+    except NoSuchTableError:
+        return {}
+    current = table.current_snapshot()
+    seen: dict[str, tuple[int, int]] = {}
+    if current is None:
+        return seen
+    for n, snapshot in enumerate(ancestors_of(current, table.metadata)):
+        if n >= UNKNOWN_FIELDS_COMMITS:
+            break
+        props = snapshot.summary.additional_properties if snapshot.summary else {}
+        if UNKNOWN_FIELDS_PROPERTY not in props:
+            continue
+        at = int(snapshot.timestamp_ms)
+        for name in json.loads(props[UNKNOWN_FIELDS_PROPERTY]):
+            first, last = seen.get(name, (at, at))
+            seen[name] = (min(first, at), max(last, at))
+    return seen
+
+
+def known_fields(spec: TableSpec) -> set[str]:
+    """Source field names the spec accounts for: its columns' names and former names, and the
+    fields it leaves out on purpose (``checks.unmirrored_fields``)."""
+    names = {c.name for c in spec.columns}
+    names |= {n for c in spec.columns for n in c.former_names}
+    return names | set(spec.checks.unmirrored_fields)
 
 
 def _type_name(iceberg_type: Any) -> str:

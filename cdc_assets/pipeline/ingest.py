@@ -34,6 +34,7 @@ from cdc_assets.pipeline.offsets import (
     SPEC_VERSION_PROPERTY,
     START_OFFSETS_PROPERTY,
     TOPIC_PROPERTY,
+    UNKNOWN_FIELDS_PROPERTY,
     committed_offsets,
     encode_offsets,
 )
@@ -299,7 +300,9 @@ def _summarise(classified: Any, result: IngestResult) -> None:
         classified.groupBy("_status", "_reason", "dt", "hr")
         .agg(
             F.count(F.lit(1)).alias("count"),
-            F.collect_set(F.when(F.col("_status") == LEDGER, F.col("_unknown"))).alias("unknown"),
+            # Dead letters count too: a NOT NULL column renamed at the source turns every row
+            # into one, and its new name is then only in them.
+            F.collect_set(F.when(F.col("_status") != SKIP, F.col("_unknown"))).alias("unknown"),
         )
         .collect()
     )
@@ -323,6 +326,15 @@ def _summarise(classified: Any, result: IngestResult) -> None:
     result.ledger, result.dead, result.skipped = statuses[LEDGER], statuses[DEAD], statuses[SKIP]
     result.hours = sorted(hours)
     result.unknown_fields = sorted(unknown)[:UNKNOWN_FIELDS_SHOWN]
+
+
+def _with_unknown_fields(writer: Any, result: IngestResult) -> Any:
+    """The ledger commit records the fields its row images had that the spec lacks: the
+    schema_converged check reads them from the snapshot summaries without scanning rows."""
+    if not result.unknown_fields:
+        return writer
+    fields = json.dumps(result.unknown_fields, separators=(",", ":"))
+    return writer.option(f"snapshot-property.{UNKNOWN_FIELDS_PROPERTY}", fields)
 
 
 def _counts_json(result: IngestResult) -> str:
@@ -414,7 +426,7 @@ def _ingest_once(
 
         def write(target: str) -> None:
             (
-                rows.writeTo(target)
+                _with_unknown_fields(rows.writeTo(target), result)
                 .option(f"snapshot-property.{OFFSETS_PROPERTY}", encode_offsets(end))
                 .option(f"snapshot-property.{START_OFFSETS_PROPERTY}", encode_offsets(start))
                 .option(f"snapshot-property.{COUNTS_PROPERTY}", _counts_json(result))
@@ -534,9 +546,9 @@ def rebuild_hour(
             merge_dead_letters(spark, catalog, spec, dead_letter_rows(classified, spec))
         condition = F.expr(f"dt = '{h0:%Y-%m-%d}' AND hr = {h0.hour}")
         ledger = ledger_identifier(catalog, spec)
+        rows = fill_gtid_floor(spark, spec, ledger_rows(classified, spec), ledger)
         (
-            fill_gtid_floor(spark, spec, ledger_rows(classified, spec), ledger)
-            .writeTo(ledger)
+            _with_unknown_fields(rows.writeTo(ledger), result)
             .option(f"snapshot-property.{KIND_PROPERTY}", "rebuild")
             .option(f"snapshot-property.{SPEC_VERSION_PROPERTY}", str(spec.spec_version))
             .option(f"snapshot-property.{COUNTS_PROPERTY}", _counts_json(result))

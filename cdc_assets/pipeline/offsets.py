@@ -17,6 +17,8 @@ COUNTS_PROPERTY = "cdc.counts"
 KIND_PROPERTY = "cdc.kind"
 # The spec version a ledger commit's rows were decoded with (pipeline.catch_up reads it).
 SPEC_VERSION_PROPERTY = "cdc.spec-version"
+# The fields of the batch's row images its spec did not know (JSON list), when there were any.
+UNKNOWN_FIELDS_PROPERTY = "cdc.unknown-fields"
 TOPIC_PROPERTY = "cdc.topic"
 # cdc.kind of a redrive commit: rows behind the consumed offsets that an upsert must still read.
 REDRIVE_KIND = "redrive"

@@ -6,7 +6,8 @@ and the Dagster shell in this package turns a ``Verdict`` into an ``AssetCheckRe
 Severity is chosen per rule, not per check:
 - ERROR where the mirror is wrong or about to lose data (nulls in NOT NULL columns, a duplicated
   key, a watermark stuck past the SLA, unread records close to Kafka's retention, a schema that
-  is not the spec's, an offset that is not accounted for).
+  is not the spec's, an offset that is not accounted for, a field of the stream the spec has
+  lacked past a grace period).
 - WARN where data is safe but someone should look (dead letters are kept and can be redriven; a
   large but safe Kafka lag; a source that has moved ahead of the spec, which evolution handles;
   a row count that differs from the source while changes are still in flight).
@@ -14,9 +15,9 @@ Severity is chosen per rule, not per check:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Literal
 
 Severity = Literal["ERROR", "WARN"]
@@ -335,3 +336,51 @@ def conformance_verdict(rows: int, failure_count: int, examples: Sequence[str]) 
             ("ERROR", f"{failure_count} values break the schema package: {'; '.join(examples)}")
         )
     return _verdict(failures, f"{rows} sampled rows conform to the schema package", meta)
+
+
+def schema_converged_verdict(
+    unknown: Mapping[str, tuple[int, int]],
+    *,
+    known: Collection[str],
+    now_ms: int,
+    grace_minutes: float,
+) -> Verdict:
+    """Whether the table keeps up with its stream's shape. ``unknown``: per field the ledger's
+    row images carried without the spec knowing it at the time, (first seen, last seen) as
+    epoch milliseconds of the ledger commits. A field the spec knows now (``known``: source
+    names, former names of renamed columns, fields deliberately left out) was applied since.
+    Any other field seen first more than ``grace_minutes`` ago fails (ERROR): its values go
+    nowhere but ``_row_json`` (a column added or renamed at the source whose evolution failed,
+    was refused or never ran); a younger one warns (an evolution is due)."""
+    behind = {f: seen for f, seen in unknown.items() if f not in known}
+    failures: list[tuple[Severity, str]] = []
+    grace_ms = grace_minutes * 60_000
+    late = sorted(f for f, (first, _) in behind.items() if now_ms - first > grace_ms)
+    due = sorted(f for f in behind if f not in late)
+    if late:
+        failures.append(
+            (
+                "ERROR",
+                f"the stream carries field(s) {', '.join(late)} the spec lacks for more than "
+                f"{grace_minutes:g} min: their values are only in _row_json (see the schema "
+                "history and the schema_changes sensor for why no evolution applied them)",
+            )
+        )
+    if due:
+        failures.append(("WARN", f"field(s) {', '.join(due)} new in the stream: evolution due"))
+    meta: dict[str, object] = {
+        "fields_behind": {
+            f: {
+                "first_seen": _iso(first),
+                "last_seen": _iso(last),
+                "minutes": round((now_ms - first) / 60_000, 1),
+            }
+            for f, (first, last) in sorted(behind.items())
+        },
+        "grace_minutes": grace_minutes,
+    }
+    return _verdict(failures, "every field of the stream is in the spec", meta)
+
+
+def _iso(epoch_ms: int) -> str:
+    return datetime.fromtimestamp(epoch_ms / 1000, UTC).isoformat(timespec="seconds")

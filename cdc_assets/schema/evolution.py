@@ -66,6 +66,7 @@ def classify(
     *,
     proved_drops: Collection[str] | None = None,
     from_source: bool = False,
+    audited: bool = False,
 ) -> EvolutionPlan:
     """Every difference between two versions of a spec, as supported changes or rejections.
 
@@ -78,11 +79,20 @@ def classify(
     ``from_source``: the proposal is a source's shape (a schema-change record, row events,
     information_schema), not a reviewed spec. A source may be behind the table (a shard or
     server whose ALTER has not run yet, events older than the spec): a type narrower than the
-    spec's that the spec's type holds every value of, a NOT NULL the spec has as optional, and,
-    on a sharded table, a column the source lacks without a proved drop, keep the spec as it is.
-    The mirror never narrows.
+    spec's that the spec's type holds every value of, and a NOT NULL the spec has as optional,
+    keep the spec as it is: the mirror never narrows. ``audited``: the shape comes with the
+    DDL that led to it (push detection); on a sharded table a column it lacks without a
+    ``DROP COLUMN`` in that DDL is then a shard behind, not a drop. (Pull detection compares
+    every shard's shape instead, ``schema.shape.leading_server``.)
     """
-    out = _Classifier(current, proposed, dict(renames or {}), proved_drops, from_source)
+    out = _Classifier(
+        current,
+        proposed,
+        dict(renames or {}),
+        proved_drops,
+        from_source=from_source,
+        shard_audit=from_source and audited,
+    )
     out.run()
     return EvolutionPlan(current.name, current.spec_version, tuple(out.changes), tuple(out.rejects))
 
@@ -193,9 +203,12 @@ class _Classifier:
         proposed: TableSpec,
         renames: dict[str, str],
         proved_drops: Collection[str] | None,
+        *,
         from_source: bool = False,
+        shard_audit: bool = False,
     ) -> None:
         self.from_source = from_source
+        self.shard_audit = shard_audit
         self.current = current
         self.proposed = proposed
         self.renames = renames
@@ -401,7 +414,7 @@ class _Classifier:
             if c.id in self.handled or c.name in self.current.primary_key:
                 continue  # a missing key column is a key change, reported by check_key
             proved = self.proved_drops is None or c.name in self.proved_drops
-            if not proved and self.from_source and self.current.source.shards:
+            if not proved and self.shard_audit and self.current.source.shards:
                 continue  # a shard without the column is behind the others, not a drop
             if added and not c.dropped and not proved:
                 self.reject_ambiguous(c.name, added)

@@ -234,7 +234,15 @@ def plan_from_ddl(
     """
     proposed, renames = proposed_from_ddl(current, ddl, audit_ddl, sensitive=sensitive)
     dropped = read_audit(audit_ddl, current).dropped
-    return proposed, classify(current, proposed, renames, proved_drops=dropped, from_source=True)
+    plan = classify(
+        current,
+        proposed,
+        renames,
+        proved_drops=dropped,
+        from_source=True,
+        audited=bool(audit_ddl),
+    )
+    return proposed, plan
 
 
 def _parse(text: str, dialect: str) -> list[exp.Expr]:

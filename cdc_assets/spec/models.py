@@ -374,6 +374,11 @@ class ChecksSpec(_Strict):
     max_null_fraction: dict[str, float] = {}
     # Columns that may legitimately stay null everywhere after being added.
     allow_all_null: list[str] = []
+    # Minutes a field of the stream may be missing from the spec (an evolution due) before the
+    # schema_converged check fails.
+    schema_grace_minutes: float = Field(default=30, ge=0)
+    # Source fields deliberately not mirrored: kept in _row_json, never expected in the spec.
+    unmirrored_fields: list[str] = []
 
 
 class TableSpec(_Strict):

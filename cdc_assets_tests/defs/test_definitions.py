@@ -233,6 +233,7 @@ TABLE_CHECKS = {
     "cdc/{t}_cdc:offsets_accounted",
     "cdc/{t}_cdc:dead_letter_rate",
     "cdc/{t}_cdc:ledger_null_counts",
+    "cdc/{t}_cdc:schema_converged",
     "base/{t}:null_counts",
     "base/{t}:image_values",
     "base/{t}:sample_conforms",

@@ -243,3 +243,28 @@ def test_image_values_fail_with_the_columns_and_examples() -> None:
         "ledger p0@7: phone: image +1-555 row null",
         'base {"id":7}: phone: ledger +1-555 base null',
     ]
+
+
+def test_schema_converged_fails_once_a_field_waits_past_the_grace_period() -> None:
+    from cdc_assets.quality.rules import schema_converged_verdict
+
+    minute = 60_000
+    now = 1_000 * minute
+    unknown = {"email_address": (now - 45 * minute, now - minute), "tier": (now - minute, now)}
+    verdict = schema_converged_verdict(unknown, known={"id", "email"}, now_ms=now, grace_minutes=30)
+    assert not verdict.passed
+    assert verdict.severity == "ERROR"
+    assert "email_address" in verdict.summary
+    assert "tier" in verdict.summary  # new: an evolution is due (warned beside the error)
+    fields = verdict.metadata["fields_behind"]
+    assert isinstance(fields, dict)
+    assert fields["email_address"]["minutes"] == 45.0
+    young = schema_converged_verdict(
+        {"tier": unknown["tier"]}, known=set(), now_ms=now, grace_minutes=30
+    )
+    assert (young.passed, young.severity) == (False, "WARN")
+    # known now (applied, a former name, or left out on purpose): converged
+    done = schema_converged_verdict(
+        unknown, known={"email_address", "tier"}, now_ms=now, grace_minutes=30
+    )
+    assert done.passed
