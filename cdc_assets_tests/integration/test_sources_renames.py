@@ -1,0 +1,233 @@
+"""Renames and a drop on a live MariaDB, through Debezium (issue 61).
+
+A table of the test's own on the real-sources stack, captured by a connector of its own that
+writes the schema-change topic. Between two pipeline cycles the source runs ``RENAME COLUMN``
+on a NOT NULL column, ``CHANGE COLUMN`` on a nullable one and ``DROP COLUMN``, with rows changed
+after each. The ingest reads those rows with the old spec first (the sensor's evolution comes
+after, as in a deployment), so the renamed values are missing from what it wrote and a row
+without the NOT NULL column is a dead letter. After the evolution the sensor starts, base must
+equal the live source (each renamed column under its Iceberg name) and no dead letter is left.
+Before the fix the evolution reported success and every row changed after the rename kept a
+null, or stayed missing from base.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from cdc_assets.definitions import build_defs
+from cdc_assets.pipeline.ingest import ingest_incremental
+from cdc_assets.pipeline.source_compare import compare_source
+from cdc_assets.pipeline.tables import ensure_tables
+from cdc_assets.pipeline.upsert import build_bucketed, merge_base
+from cdc_assets.resources import IcebergCatalogResource, KafkaResource
+from cdc_assets.schema.layers import dead_letter_layout
+from cdc_assets.settings import Settings
+from cdc_assets.spec.load import load_spec
+from cdc_assets.spec.models import TableSpec
+from cdc_assets.spec.versions import write_spec
+from cdc_assets.stack import sources
+from cdc_assets.stack.local_stack import StackState
+from cdc_assets_tests.integration.test_ingest import read_table
+from cdc_assets_tests.support import extra_connector
+
+pytestmark = pytest.mark.integration
+
+DELIVERY_TIMEOUT_S = 120.0
+
+
+@dataclass
+class Source:
+    home: Settings
+    bootstrap: str
+    database: str
+    url: str
+    specs_dir: Path
+    kafka: KafkaResource
+    prefix: str
+    markers: Iterator[int]
+
+    def spec(self) -> TableSpec:
+        return load_spec(self.specs_dir / "people.yaml")
+
+    def execute(self, sql: str) -> None:
+        sources.mariadb_execute(self.home, sql, self.database)
+
+    def defs(self, resources: dict[str, Any]) -> dg.Definitions:
+        settings = replace(self.home, specs_dir=self.specs_dir)
+        return build_defs(settings=settings, resource_overrides={**resources, "kafka": self.kafka})
+
+
+@pytest.fixture(scope="module")
+def source(
+    sources_home: Settings, sources_stack: StackState, spark: Any, tmp_path_factory: Any
+) -> Iterator[Source]:
+    tag = uuid.uuid4().hex[:6]
+    database = f"renames_{tag}"
+    sources.mariadb_execute(
+        sources_home,
+        f"CREATE DATABASE `{database}`; USE `{database}`; CREATE TABLE people ("
+        "id BIGINT NOT NULL PRIMARY KEY, email VARCHAR(255) NOT NULL, "
+        "display_name VARCHAR(50), country CHAR(2), score INT);"
+        "INSERT INTO people VALUES (1, 'one@x', 'One', 'DE', 1), (2, 'two@x', 'Two', 'FR', 2),"
+        " (3, 'three@x', NULL, 'IT', 3);",
+    )
+    prefix = f"ren{tag}"
+    kafka = KafkaResource(
+        bootstrap_servers=sources_stack.bootstrap_servers, home=str(sources_home.home)
+    )
+    connector = extra_connector.register(
+        sources_home,
+        sources_stack.bootstrap_servers,
+        "mariadb",
+        tag,
+        [f"{database}.people"],
+        prefix=prefix,
+        schema_changes=True,
+    )
+    try:
+        spec = TableSpec.model_validate(
+            {
+                "spec_version": 1,
+                "name": "people",
+                "source": {
+                    "connector": "mariadb",
+                    "database": database,
+                    "table": "people",
+                    "topic": f"{prefix}.{database}.people",
+                },
+                "columns": [
+                    {"id": 1, "name": "id", "type": "bigint", "nullable": False},
+                    {"id": 2, "name": "email", "type": "varchar(255)", "nullable": False},
+                    {"id": 3, "name": "display_name", "type": "varchar(50)"},
+                    {"id": 4, "name": "country", "type": "char(2)"},
+                    {"id": 5, "name": "score", "type": "int"},
+                ],
+                "primary_key": ["id"],
+                "sink": {"namespace": f"ren_{tag}"},
+                "base": {"buckets": 2},
+            }
+        )
+        specs_dir = tmp_path_factory.mktemp("renames-specs")
+        write_spec(spec, specs_dir / "people.yaml")
+        ensure_tables(spark, "lake", spec)
+        yield Source(
+            sources_home,
+            sources_stack.bootstrap_servers,
+            database,
+            sources.mariadb_jdbc_url(sources_home, database),
+            specs_dir,
+            kafka,
+            prefix,
+            iter(range(9_000_000, 2**62)),
+        )
+    finally:
+        extra_connector.remove(sources_home, connector, kafka.admin())
+
+
+def wait_delivered(source: Source, email_column: str) -> None:
+    """Insert and delete a marker row; return when its delete is on the topic."""
+    key = next(source.markers)
+    source.execute(
+        f"INSERT INTO people (id, {email_column}) VALUES ({key}, 'marker');"
+        f"DELETE FROM people WHERE id = {key};"
+    )
+    topic = source.spec().source.topic
+    consumer = Consumer(
+        {
+            "bootstrap.servers": source.bootstrap,
+            "group.id": f"renames-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    deadline = time.monotonic() + DELIVERY_TIMEOUT_S
+    try:
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error() is not None or msg.value() is None:
+                continue
+            event = json.loads(msg.value())["payload"]
+            if event.get("op") == "d" and (event.get("before") or {}).get("id") == key:
+                return
+    finally:
+        consumer.close()
+    raise AssertionError(f"marker {key} not delivered within {DELIVERY_TIMEOUT_S:.0f} s")
+
+
+def cycle(source: Source, spark: Any, iceberg: IcebergCatalogResource) -> int:
+    """Ingest and upsert with the current spec; the ingest's dead letters."""
+    spec = source.spec()
+    result = ingest_incremental(spark, "lake", iceberg.load_catalog(), source.kafka, spec)
+    build_bucketed(spark, "lake", iceberg.load_catalog(), spec)
+    merge_base(spark, "lake", iceberg.load_catalog(), spec)
+    return int(result.dead)
+
+
+def test_renames_and_a_drop_on_the_live_source_lose_no_value(
+    source: Source, spark: Any, iceberg: IcebergCatalogResource, resources: dict[str, Any]
+) -> None:
+    wait_delivered(source, "email")
+    assert cycle(source, spark, iceberg) == 0
+    diff = compare_source(spark, "lake", source.spec(), source.url)
+    assert diff.equal, diff.summary()
+
+    source.execute(
+        "UPDATE people SET score = 10 WHERE id = 1;"
+        "ALTER TABLE people RENAME COLUMN email TO email_address;"
+        "UPDATE people SET email_address = 'uno@x', score = 11 WHERE id = 1;"
+        "INSERT INTO people (id, email_address, display_name, country, score)"
+        " VALUES (4, 'four@x', 'Four', 'ES', 4);"
+        "ALTER TABLE people CHANGE COLUMN display_name full_name VARCHAR(50);"
+        "UPDATE people SET full_name = 'Deux' WHERE id = 2;"
+        "INSERT INTO people (id, email_address, full_name, country, score)"
+        " VALUES (5, 'five@x', 'Five', 'PT', 5);"
+        "ALTER TABLE people DROP COLUMN country;"
+        "UPDATE people SET score = 33 WHERE id = 3;"
+        "INSERT INTO people (id, email_address, full_name, score) VALUES (6, 'six@x', 'Six', 6);"
+        "DELETE FROM people WHERE id = 2;"
+    )
+    wait_delivered(source, "email_address")
+    # The old spec reads the new shape first: NOT NULL email is missing, so those rows wait
+    # as dead letters; full_name's values are only in the row images.
+    assert cycle(source, spark, iceberg) > 0
+
+    instance = dg.DagsterInstance.ephemeral()
+    defs = source.defs(resources)
+    sensor = defs.get_sensor_def("schema_changes")
+    context = dg.build_sensor_context(instance=instance, resources={"kafka": source.kafka})
+    result = sensor(context)
+    assert isinstance(result, dg.SensorResult)
+    (request,) = result.run_requests or []
+    run = defs.resolve_job_def("evolve_schemas").execute_in_process(
+        instance=instance,
+        run_config=request.run_config,
+        asset_selection=list(request.asset_selection or []),
+    )
+    assert run.success
+    evolved = source.spec()
+    assert evolved.spec_version == 2
+    columns = {c.id: c for c in evolved.columns}
+    assert (columns[2].name, columns[2].sink_name, columns[2].former_names) == (
+        "email_address",
+        "email",
+        ["email"],
+    )
+    assert (columns[3].name, columns[3].sink_name) == ("full_name", "display_name")
+    assert columns[4].dropped
+
+    assert cycle(source, spark, iceberg) == 0
+    diff = compare_source(spark, "lake", evolved, source.url)
+    assert diff.equal, diff.summary()
+    dead = dead_letter_layout(evolved)
+    assert not read_table(iceberg, dead.namespace, dead.name)
