@@ -78,17 +78,37 @@ def cmd_stack(settings: Settings, args: argparse.Namespace) -> int:
     return 0 if status.healthy else 1
 
 
+# Seconds `dev` waits for dagster dev's own shutdown after SIGINT/SIGTERM before killing its
+# process group: everything it started is gone within 30 s of the signal.
+DEV_STOP_GRACE_S = 20.0
+
+
+def _default_signals() -> None:
+    """In dagster dev's process: SIGINT and SIGTERM as Python starts them. Started from a shell
+    in the background, a process inherits SIGINT ignored, and Python then never turns SIGINT
+    into its KeyboardInterrupt: dagster dev would not stop when asked."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def cmd_dev(settings: Settings, args: argparse.Namespace) -> int:
     """`make dev`: the stack with a Spark Connect server, then `dagster dev` (webserver, daemon,
-    code server) in a process group of its own. Ctrl-C or SIGTERM stops that group and waits for
-    it, so nothing is left running (make sends SIGTERM to this process, not to its children);
-    the stack keeps running for the next start (`cdc-assets stack down` stops it)."""
+    code server) in a process group of its own. Ctrl-C or SIGTERM, in the foreground or the
+    background, stops that group (dagster dev's own shutdown, then SIGKILL for whatever is left
+    after ``DEV_STOP_GRACE_S``) and a Spark Connect server `dev` itself started, so nothing it
+    started is left running (make sends SIGTERM to this process, not to its children); the
+    broker and catalog keep running for the next start (`cdc-assets stack down` stops them)."""
     import signal
     import subprocess
+    import time
 
     from cdc_assets.settings import ENV_WEBSERVER
+    from cdc_assets.stack import spark_connect
     from cdc_assets.stack.local_stack import stack_up
 
+    connect_was_running = spark_connect.running_port(settings) is not None
     stack_up(settings, spark_connect=True)
     env = {
         **os.environ,
@@ -98,30 +118,42 @@ def cmd_dev(settings: Settings, args: argparse.Namespace) -> int:
     }
     command = [str(Path(sys.executable).parent / "dagster"), "dev", "-w", "workspace.yaml"]
     command += ["-h", "127.0.0.1", "-p", str(args.port)]
-    child = subprocess.Popen(command, env=env, start_new_session=True)
-    stopping: list[int] = []
+    child = subprocess.Popen(command, env=env, start_new_session=True, preexec_fn=_default_signals)
+    stopping: list[float] = []
 
     def stop(signum: int, _frame: Any) -> None:
-        stopping.append(signum)
+        stopping.append(time.monotonic())
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(child.pid, signal.SIGINT)  # dagster dev's own clean shutdown
+            # dagster dev's own clean shutdown; a second signal asks again
+            os.killpg(child.pid, signal.SIGINT if len(stopping) == 1 else signal.SIGTERM)
 
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        code = child.wait()
+        while True:
+            try:
+                code = child.wait(timeout=0.5)
+                break
+            except subprocess.TimeoutExpired:
+                if stopping and time.monotonic() - stopping[0] > DEV_STOP_GRACE_S:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(child.pid, signal.SIGKILL)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         try:
-            child.wait(timeout=30)
+            child.wait(timeout=DEV_STOP_GRACE_S)
         except subprocess.TimeoutExpired:
             os.killpg(child.pid, signal.SIGKILL)
             child.wait()
         # Whatever dagster dev left in its group (a code server, a run worker) goes too.
         with contextlib.suppress(ProcessLookupError):
             os.killpg(child.pid, signal.SIGKILL)
+        if not connect_was_running:
+            spark_connect.stop_server(settings)
     if stopping:
-        console.print("dagster dev stopped; the stack keeps running (`cdc-assets stack down`)")
+        console.print(
+            "dagster dev stopped; the broker and catalog keep running (`cdc-assets stack down`)"
+        )
         return 0
     return code
 

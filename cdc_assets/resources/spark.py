@@ -20,6 +20,57 @@ from cdc_assets.settings import Settings, load_settings
 
 _THREAD = threading.local()
 
+# Spark Connect sessions of this process are released together, when the last resource that
+# opened one is torn down. Releasing one Connect session (the client's stop: release, then
+# close) while another session of the same process holds a local checkpoint makes the server
+# lose that checkpoint ("[INTERNAL_ERROR] No DataFrame with id ... is found in the session"):
+# a run's teardown broke the redrive of another run in the same process (the in-process
+# driver, the demo, a test session). Sessions of other processes are not affected, and a run
+# worker of the run launcher is a process of its own, so there this changes nothing.
+_CONNECT_LOCK = threading.Lock()
+_connect_users = 0
+_connect_sessions: list[Any] = []
+
+
+def _connect_opened() -> None:
+    global _connect_users
+    with _CONNECT_LOCK:
+        _connect_users += 1
+
+
+def _connect_closed(sessions: list[Any]) -> None:
+    """One resource is done with ``sessions``: stop every session of the process once no
+    resource uses one any more."""
+    global _connect_users
+    with _CONNECT_LOCK:
+        _connect_sessions.extend(s for s in sessions if all(s is not k for k in _connect_sessions))
+        _connect_users = max(_connect_users - 1, 0)
+        if _connect_users:
+            return
+        done = list(_connect_sessions)
+        _connect_sessions.clear()
+    for session in done:
+        session.stop()
+
+
+def _in_own_thread(make: Any) -> Any:
+    """``make()`` run in a short-lived thread of its own; its result (or its exception)."""
+    out: list[Any] = []
+
+    def run() -> None:
+        try:
+            out.append((make(), None))
+        except BaseException as exc:  # re-raised in the caller
+            out.append((None, exc))
+
+    thread = threading.Thread(target=run, name="spark-connect-session")
+    thread.start()
+    thread.join()
+    value, error = out[0]
+    if error is not None:
+        raise error
+    return value
+
 
 def own_session_per_thread() -> None:
     """From now on, ``get_session()`` in this thread returns a session of its own (created once
@@ -79,11 +130,10 @@ class SparkResource(ConfigurableResource):  # type: ignore[type-arg]
         # A Connect session lives in the server until released; a local driver ends with the
         # run's process (and tests share theirs across runs).
         if self.remote and self._session is not None:
-            for session in self._thread_sessions:
-                session.stop()
+            sessions = [*self._thread_sessions, self._session]
             self._thread_sessions.clear()
-            self._session.stop()
             self._session = None
+            _connect_closed(sessions)
 
     def get_session(self) -> Any:
         """The SparkSession, created on first use (fetching missing jars with Maven and compiling
@@ -100,7 +150,9 @@ class SparkResource(ConfigurableResource):  # type: ignore[type-arg]
             if self.remote:
                 from pyspark.sql import SparkSession
 
-                # A Connect client has no newSession: a second client session of the server.
+                # A Connect client has no newSession: a second client session of the server,
+                # the active one of this thread (create() makes it so when the thread has
+                # none, and the root session was made elsewhere).
                 own = SparkSession.builder.remote(self.remote).create()
                 own.conf.set("spark.sql.shuffle.partitions", str(self.shuffle_partitions))
                 with self._lock:
@@ -117,11 +169,19 @@ class SparkResource(ConfigurableResource):  # type: ignore[type-arg]
             from pyspark.sql import SparkSession
 
             require_reachable(self.remote)
-            session = SparkSession.builder.remote(self.remote).getOrCreate()
+            remote = self.remote
+            # Made in a thread of its own so that it never becomes the active session of a
+            # step thread: PySpark Connect binds the DataFrame that localCheckpoint() returns
+            # to the thread's active session, not to the session that made it, and a step
+            # thread whose own session (below) was not the active one got checkpoints the
+            # server had never heard of ("No DataFrame with id ... is found in the session",
+            # an evolution's redrive, issue 53).
+            session = _in_own_thread(lambda: SparkSession.builder.remote(remote).getOrCreate())
             # Runtime settings are per Connect session; the rest is the server's.
             session.conf.set("spark.sql.shuffle.partitions", str(self.shuffle_partitions))
             check_executors(session, self.remote)
             self._session = session
+            _connect_opened()
         if self._session is None:
             from dagster_pyspark.resources import spark_session_from_config
 

@@ -69,10 +69,21 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
         stack_down(settings, purge=True)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_dev_stops_everything_it_started(sig: signal.Signals, home: Settings) -> None:
+def _as_background_job() -> None:
+    """What a non-interactive shell does to a command started with ``&``: SIGINT ignored (which
+    its children inherit; dagster dev then ignored the SIGINT `dev` sent it, issue 53)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize(
+    ("sig", "background"),
+    [(signal.SIGTERM, False), (signal.SIGINT, False), (signal.SIGTERM, True)],
+)
+def test_dev_stops_everything_it_started(
+    sig: signal.Signals, background: bool, home: Settings
+) -> None:
     port = _free_port()
-    log = home.home / f"dev-{sig.name}.log"
+    log = home.home / f"dev-{sig.name}-{'bg' if background else 'fg'}.log"
     home.home.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, ENV_HOME: str(home.home), ENV_SPECS: str(PROJECT_ROOT / "table_specs")}
     with log.open("wb") as out:
@@ -83,6 +94,7 @@ def test_dev_stops_everything_it_started(sig: signal.Signals, home: Settings) ->
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=_as_background_job if background else None,
         )
     try:
         deadline = time.monotonic() + STARTUP_S
@@ -97,7 +109,9 @@ def test_dev_stops_everything_it_started(sig: signal.Signals, home: Settings) ->
         started = _descendants(proc.pid)  # dagster dev, its webserver, daemon, code server
         assert len(started) >= 3, started
         proc.send_signal(sig)  # to the command only, as make forwards SIGTERM
-        assert proc.wait(timeout=120) == 0, log.read_text()[-4000:]
+        stopped = time.monotonic()
+        assert proc.wait(timeout=60) == 0, log.read_text()[-4000:]
+        assert time.monotonic() - stopped < 30, log.read_text()[-4000:]
         left = {p for p in started if _alive(p)}
         assert not left, left
         with pytest.raises(urllib.error.URLError):  # nobody listens any more
