@@ -19,7 +19,7 @@ from typing import Any
 
 from cdc_assets.errors import CdcAssetsError
 from cdc_assets.pipeline.batch_cache import cached_batch, session_conf
-from cdc_assets.pipeline.failpoint import armed, failpoint, hold
+from cdc_assets.pipeline.failpoint import armed, fail_once, failpoint, hold
 from cdc_assets.pipeline.gtid_floor import fill_gtid_floor
 from cdc_assets.pipeline.ledger_commit import (
     LedgerMovedError,
@@ -415,6 +415,7 @@ def _ingest_once(
     ):
         _summarise(classified, result)
         hold("ingest_before_commit")  # tests: an evolution runs between decode and commit
+        fail_once("ingest_before_commit")  # tests: a transient failure, the run retried
         if result.dead:
             merge_dead_letters(spark, catalog, spec, dead_letter_rows(classified, spec))
         failpoint("after_dead_letters")

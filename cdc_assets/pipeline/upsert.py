@@ -23,7 +23,7 @@ from typing import Any
 
 from cdc_assets.errors import CdcAssetsError
 from cdc_assets.pipeline.batch_cache import session_conf
-from cdc_assets.pipeline.failpoint import failpoint, hold_at, hold_directory
+from cdc_assets.pipeline.failpoint import fail_once, failpoint, hold_at, hold_directory
 from cdc_assets.pipeline.moved_rows import moved_values_view
 from cdc_assets.pipeline.observed import ObservedView
 from cdc_assets.pipeline.offsets import (
@@ -472,6 +472,7 @@ def merge_base(
     # Every read of bucketed below is of the snapshot whose state this MERGE commits: another
     # upsert of the table (a second process, a deployment without the pool limit) may rebuild
     # bucketed meanwhile, and the key ranges must hold every key the MERGE then reads.
+    fail_once("merge_before_commit")  # tests: a transient failure, the run retried
     bucketed = _pinned_changes(spark, catalog, bucketed_table, bucketed_l)
     # The MERGEs read the changes, base and the tombstones: small ones all run interpreted.
     reads = sum(
