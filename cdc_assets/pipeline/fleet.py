@@ -79,7 +79,11 @@ def table_metrics(
             0.0 if waiting is None else max(now_s - waiting / 1000, 0.0)
         )
         values["dead_letters"] = dead_letter_reasons(iceberg_catalog, spec)
-        applied = [e for e in read_history(iceberg_catalog, spec.name) if e.decision == "applied"]
+        applied = [
+            e
+            for e in read_history(iceberg_catalog, spec.name)
+            if e.decision in ("applied", "partial")
+        ]
         values["evolutions"] = len(applied)
         newest = applied[-1] if applied else None
         if newest is not None and newest.detected_at is not None:

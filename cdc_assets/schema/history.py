@@ -25,7 +25,7 @@ META_TABLE_PROPERTIES = {"format-version": "2", "commit.manifest-merge.enabled":
 HISTORY_TABLE = "schema_history"
 
 Trigger = Literal["push", "pull", "manual"]
-Decision = Literal["applied", "rejected", "no-op"]
+Decision = Literal["applied", "partial", "rejected", "no-op"]  # partial: some columns refused
 TRIGGERS: tuple[str, ...] = get_args(Trigger)
 DECISIONS: tuple[str, ...] = get_args(Decision)
 

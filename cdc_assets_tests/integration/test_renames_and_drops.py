@@ -24,6 +24,8 @@ import pytest
 
 from cdc_assets.checks.runner import run_checks
 from cdc_assets.demo.events import KafkaRecord, workload
+from cdc_assets.pipeline.converge import converge
+from cdc_assets.pipeline.evolve import read_history
 from cdc_assets.pipeline.failpoint import FAIL_ONCE_ENV
 from cdc_assets.pipeline.health import iceberg_differences
 from cdc_assets.pipeline.tables import ensure_tables, missing_tables
@@ -40,6 +42,7 @@ from cdc_assets_tests.integration.test_schema_evolution_flow import (
     Table,
     _cursors,
     _tick,
+    create_table,
     schema_record,
 )
 from cdc_assets_tests.integration.test_upsert import ingest, upsert
@@ -266,3 +269,44 @@ def test_a_failed_evolution_is_retried_until_the_table_converges(
     base = {r["id"]: r for r in read_table(iceberg, layout.namespace, layout.name)}
     expected = replay(records)
     assert {k: base[k]["email"] for k in base} == {k: v["email"] for k, v in expected.items()}
+
+
+def test_a_safe_column_is_added_beside_a_refused_one(
+    it_settings: Settings,
+    spark: Any,
+    iceberg: IcebergCatalogResource,
+    kafka: KafkaResource,
+    tmp_path: Path,
+) -> None:
+    # Issue 53: decided per column. One record adds `tier` and turns `country` into an INT (a
+    # change of type category, refused): the addition applies, the refusal is recorded.
+    table = Table(it_settings, kafka, tmp_path)
+    v1 = table.v1
+    ensure_tables(spark, "lake", v1)
+    data = v1.model_dump(mode="json", by_alias=True)
+    for column in data["columns"]:
+        if column["name"] == "country":
+            column["type"] = "int"
+    data["columns"].append({"id": 9, "name": "tier", "type": "varchar(16)"})
+    shape = TableSpec.model_validate(data)
+    ddl = "ALTER TABLE users MODIFY country INT, ADD COLUMN tier VARCHAR(16)"
+    result = converge(
+        lambda: spark,
+        "lake",
+        iceberg.load_catalog(),
+        table.specs_dir,
+        "users",
+        source_ddl=create_table(shape),
+        audit_ddl=[ddl],
+        trigger="push",
+    )
+    assert result.decision == "partial"
+    assert [r.column for r in result.refused] == ["country"]
+    evolved = table.spec()
+    assert evolved.spec_version == 2
+    assert evolved.columns_by_name["tier"].type == "varchar(16)"
+    assert evolved.columns_by_name["country"].type == "char(2)"
+    assert not any(iceberg_differences(iceberg.load_catalog(), evolved).values())
+    (entry,) = [h for h in read_history(iceberg.load_catalog(), "users") if h.to_version == 2][-1:]
+    assert entry.decision == "partial"
+    assert "country" in (entry.reasons or "")
