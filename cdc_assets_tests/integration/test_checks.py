@@ -40,6 +40,7 @@ ALL_CHECKS = {
     "cdc/{t}_cdc:offsets_accounted",
     "cdc/{t}_cdc:dead_letter_rate",
     "cdc/{t}_cdc:ledger_null_counts",
+    "cdc/{t}_cdc:schema_converged",
     "base/{t}:null_counts",
     "base/{t}:image_values",
     "base/{t}:sample_conforms",
@@ -118,6 +119,7 @@ def test_healthy_table_passes_every_check(healthy: tuple[TableSpec, Checker], sp
     assert results["schema_drift"].metadata["iceberg_differences"] == {}
     assert results["dead_letter_rate"].metadata["dead_letters"] == 0
     assert results["ledger_null_counts"].metadata["rows"] > 0
+    assert results["schema_converged"].metadata["fields_behind"] == {}
 
 
 def test_null_in_not_null_column_fails(healthy: tuple[TableSpec, Checker], spark: Any) -> None:

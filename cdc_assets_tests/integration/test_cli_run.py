@@ -53,7 +53,7 @@ def test_check_command_runs_every_check_on_the_demo(
 ) -> None:
     outcomes = {(o["table"], o["asset"].split("/")[0], o["check"]): o for o in demo_home.checks}
     specs = load_specs(it_settings.specs_dir)
-    assert len(outcomes) == 10 * len(specs) + 1  # and the example view's
+    assert len(outcomes) == 11 * len(specs) + 1  # and the example view's
     assert outcomes[("user_orders", "view", "view_schema")]["passed"]
     errors = {
         k: o["description"]
