@@ -95,6 +95,7 @@ def test_jobs_record_metadata_and_run_the_checks_of_their_assets(
         "cdc/orders_cdc:offsets_accounted",
         "cdc/orders_cdc:dead_letter_rate",
         "cdc/orders_cdc:ledger_null_counts",
+        "cdc/orders_cdc:schema_converged",
         "base/orders:null_counts",
         "base/orders:image_values",
         "base/orders:sample_conforms",
