@@ -142,4 +142,3 @@ def test_ingest_and_upsert_jobs_run_through_the_server(
 
 def _server_pid(settings: Settings) -> int:
     return int(stack_state.section(settings, "spark_connect")["pid"])
-
