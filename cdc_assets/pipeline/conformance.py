@@ -52,12 +52,20 @@ def check_sample(spark: Any, catalog: str, spec: TableSpec, rows: int = SAMPLE_R
     schema = table_schema(spec, pipeline_columns=False)
     identifier = ".".join(quote(p) for p in (catalog, *schema.name.split(".", 1)))
     columns = [c.name for c in schema.columns]
-    frame = spark.table(identifier).select(*[quote(c) for c in columns]).limit(rows).toPandas()
+    # Through Arrow, not toPandas(): toPandas() casts timestamps to nanoseconds and fails on
+    # values past 2262 (a source's 9999-12-31 "never"), which Iceberg's microseconds hold.
+    table = spark.table(identifier).select(*[quote(c) for c in columns]).limit(rows).toArrow()
+    frame = table.to_pandas(coerce_temporal_nanoseconds=False)
     for c in schema.columns:
-        # Spark hands TIMESTAMP (with time zone) over as naive datetimes in the session's UTC.
         if c.type == "timestamp" and len(frame):
-            values = pd.to_datetime(frame[c.name])
-            frame[c.name] = values.dt.tz_localize("UTC") if values.dt.tz is None else values
+            values = frame[c.name]
+            if not isinstance(values.dtype, pd.DatetimeTZDtype):
+                values = pd.to_datetime(values)
+            # Spark hands TIMESTAMP (with time zone) over in the session's zone; the package
+            # declares UTC.
+            frame[c.name] = (
+                values.dt.tz_localize("UTC") if values.dt.tz is None else values.dt.tz_convert("UTC")
+            )
     result = Conformance(len(frame))
     try:
         frame_model(spec).validate(frame, lazy=True)

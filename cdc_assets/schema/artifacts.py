@@ -45,9 +45,11 @@ _SIMPLE: dict[str, tuple[str, str, Any, dict[str, Any]]] = {
         {"type": "long", "logicalType": "timestamp-micros"},
         {"type": "string", "format": "date-time"},
     ),
+    # Objects, as for dates: pandera holds a zone-less datetime64 only at nanoseconds (up to
+    # 2262), and sources keep sentinels such as 9999-12-31 that Iceberg's microseconds hold.
     "timestamp_ntz": (
         "datetime.datetime",
-        "datetime64[us]",
+        "object",
         {"type": "long", "logicalType": "local-timestamp-micros"},
         {"type": "string", "format": "date-time"},
     ),

@@ -138,6 +138,23 @@ def test_null_in_not_null_column_fails(healthy: tuple[TableSpec, Checker], spark
     assert check("null_counts")["null_counts"].passed
 
 
+def test_far_future_timestamps_conform(healthy: tuple[TableSpec, Checker], spark: Any) -> None:
+    """Sources keep sentinels such as 9999-12-31 for "never"; Iceberg's microseconds hold them,
+    pandas' nanoseconds do not (past 2262). The `make run` demo's tables hold such values, and
+    sample_conforms failed on them with OutOfBoundsDatetime while base equalled the source."""
+    spec, check = healthy
+    with _rollback_to_now(spark, spec, "base"):
+        spark.sql(
+            f"INSERT INTO {_ident(spec, 'base')} (id, email, is_active, login_count, created_at, "
+            "updated_at, _op, _kafka_partition, _kafka_offset) VALUES (999998, 'x@example.com', "
+            "true, 1, TIMESTAMP '9999-12-31 23:59:59', TIMESTAMP_NTZ '2999-12-31 23:59:59.123', "
+            "'c', 0, 0)"
+        )
+        result = check("sample_conforms")["sample_conforms"]
+        assert result.passed, result.description
+        assert result.metadata["rows_sampled"] > 1 and result.metadata["failures"] == 0
+
+
 def test_duplicate_key_fails_and_blocks(healthy: tuple[TableSpec, Checker], spark: Any) -> None:
     spec, check = healthy
     base = _ident(spec, "base")
