@@ -63,9 +63,8 @@ def check_sample(spark: Any, catalog: str, spec: TableSpec, rows: int = SAMPLE_R
                 values = pd.to_datetime(values)
             # Spark hands TIMESTAMP (with time zone) over in the session's zone; the package
             # declares UTC.
-            frame[c.name] = (
-                values.dt.tz_localize("UTC") if values.dt.tz is None else values.dt.tz_convert("UTC")
-            )
+            utc = values.dt.tz_localize if values.dt.tz is None else values.dt.tz_convert
+            frame[c.name] = utc("UTC")
     result = Conformance(len(frame))
     try:
         frame_model(spec).validate(frame, lazy=True)

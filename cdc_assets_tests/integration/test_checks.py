@@ -152,7 +152,8 @@ def test_far_future_timestamps_conform(healthy: tuple[TableSpec, Checker], spark
         )
         result = check("sample_conforms")["sample_conforms"]
         assert result.passed, result.description
-        assert result.metadata["rows_sampled"] > 1 and result.metadata["failures"] == 0
+        assert result.metadata["rows_sampled"] > 1
+        assert result.metadata["failures"] == 0
 
 
 def test_duplicate_key_fails_and_blocks(healthy: tuple[TableSpec, Checker], spark: Any) -> None:
