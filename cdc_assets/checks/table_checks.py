@@ -290,7 +290,8 @@ def build_table_checks(
         "renamed column's former name, or checks.unmirrored_fields): a field the spec has "
         f"lacked for more than {limits.schema_grace_minutes:g} min fails, since its values "
         "reach only _row_json (an evolution that failed, was refused or never ran); a newer "
-        "one warns.",
+        "one warns. Likewise dead letters whose value the spec's type or nullability refused "
+        "(the source holds it: the spec is behind).",
     )
     def schema_converged(r: CheckResources) -> dg.AssetCheckResult:
         catalog = r.iceberg.load_catalog()
@@ -303,6 +304,7 @@ def build_table_checks(
                     known=health.known_fields(spec),
                     now_ms=now_ms,
                     grace_minutes=limits.schema_grace_minutes,
+                    refused=health.refused_values(catalog, view),
                 ),
             )
         )

@@ -33,6 +33,7 @@ from cdc_assets.schema.layers import (
     dead_letter_layout,
     ledger_layout,
 )
+from cdc_assets.schema.recover import refused_column
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.sql.checks import (
     AddedColumnProbe,
@@ -317,6 +318,33 @@ def unknown_fields(iceberg_catalog: Any, spec: TableSpec) -> dict[str, tuple[int
             first, last = seen.get(name, (at, at))
             seen[name] = (min(first, at), max(last, at))
     return seen
+
+
+def refused_values(iceberg_catalog: Any, spec: TableSpec) -> dict[str, tuple[int, int]]:
+    """Per source column, the dead letters waiting because the spec's type or nullability
+    refused the source's value (`schema.recover.refused_column`), as (letters, oldest failure
+    in epoch milliseconds). Reads the reason and time of every waiting letter (a redrive takes
+    the letters it converts)."""
+    import pyarrow.compute as pc
+    from pyiceberg.exceptions import NoSuchTableError
+
+    try:
+        table = _load(iceberg_catalog, dead_letter_layout(spec))
+    except NoSuchTableError:
+        return {}
+    letters = table.scan(selected_fields=("reason", "failed_at")).to_arrow()
+    if not letters.num_rows:
+        return {}
+    letters = letters.set_column(1, "failed_at", pc.cast(letters["failed_at"], "int64"))
+    grouped = letters.group_by("reason").aggregate([("failed_at", "count"), ("failed_at", "min")])
+    out: dict[str, tuple[int, int]] = {}
+    for row in grouped.to_pylist():
+        column = refused_column(row["reason"])
+        if column is None:
+            continue
+        count, oldest = out.get(column, (0, row["failed_at_min"] // 1000))
+        out[column] = (count + row["failed_at_count"], min(oldest, row["failed_at_min"] // 1000))
+    return out
 
 
 def known_fields(spec: TableSpec) -> set[str]:

@@ -344,6 +344,7 @@ def schema_converged_verdict(
     known: Collection[str],
     now_ms: int,
     grace_minutes: float,
+    refused: Mapping[str, tuple[int, int]] | None = None,
 ) -> Verdict:
     """Whether the table keeps up with its stream's shape. ``unknown``: per field the ledger's
     row images carried without the spec knowing it at the time, (first seen, last seen) as
@@ -351,7 +352,13 @@ def schema_converged_verdict(
     names, former names of renamed columns, fields deliberately left out) was applied since.
     Any other field seen first more than ``grace_minutes`` ago fails (ERROR): its values go
     nowhere but ``_row_json`` (a column added or renamed at the source whose evolution failed,
-    was refused or never ran); a younger one warns (an evolution is due)."""
+    was refused or never ran); a younger one warns (an evolution is due).
+
+    ``refused``: per column, the dead letters waiting because the spec's type or nullability
+    refused a value the source stored, as (letters, oldest failure in epoch ms). The source
+    holds it, so its column is wider, of another type or nullable now: the spec is behind. The
+    same grace applies (an evolution redrives them; letters older than the grace mean it
+    failed, was refused or never ran)."""
     behind = {f: seen for f, seen in unknown.items() if f not in known}
     failures: list[tuple[Severity, str]] = []
     grace_ms = grace_minutes * 60_000
@@ -368,7 +375,29 @@ def schema_converged_verdict(
         )
     if due:
         failures.append(("WARN", f"field(s) {', '.join(due)} new in the stream: evolution due"))
+    refused = refused or {}
+    stuck = sorted(c for c, (_, oldest) in refused.items() if now_ms - oldest > grace_ms)
+    fresh = sorted(c for c in refused if c not in stuck)
+    if stuck:
+        letters = sum(refused[c][0] for c in stuck)
+        failures.append(
+            (
+                "ERROR",
+                f"{letters} dead letter(s) hold values of column(s) {', '.join(stuck)} that the "
+                f"spec's type or nullability refused, for more than {grace_minutes:g} min: the "
+                "source holds them, so the spec is behind it (evolve the column, then "
+                "`cdc-assets redrive`)",
+            )
+        )
+    if fresh:
+        failures.append(
+            ("WARN", f"column(s) {', '.join(fresh)} refused source values: evolution due")
+        )
     meta: dict[str, object] = {
+        "refused_values": {
+            c: {"dead_letters": n, "oldest": _iso(oldest)}
+            for c, (n, oldest) in sorted(refused.items())
+        },
         "fields_behind": {
             f: {
                 "first_seen": _iso(first),
@@ -379,7 +408,9 @@ def schema_converged_verdict(
         },
         "grace_minutes": grace_minutes,
     }
-    return _verdict(failures, "every field of the stream is in the spec", meta)
+    return _verdict(
+        failures, "every field of the stream is in the spec, and no value waits for a type", meta
+    )
 
 
 def _iso(epoch_ms: int) -> str:

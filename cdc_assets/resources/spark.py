@@ -176,7 +176,9 @@ class SparkResource(ConfigurableResource):  # type: ignore[type-arg]
             # thread whose own session (below) was not the active one got checkpoints the
             # server had never heard of ("No DataFrame with id ... is found in the session",
             # an evolution's redrive, issue 53).
-            session = _in_own_thread(lambda: SparkSession.builder.remote(remote).getOrCreate())
+            # create(), not getOrCreate(): the resource's own session, never another resource's
+            # default one (of another server, or released by its teardown).
+            session = _in_own_thread(lambda: SparkSession.builder.remote(remote).create())
             # Runtime settings are per Connect session; the rest is the server's.
             session.conf.set("spark.sql.shuffle.partitions", str(self.shuffle_partitions))
             check_executors(session, self.remote)

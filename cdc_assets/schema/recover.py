@@ -4,6 +4,8 @@ backfill recovers from the ledger's row images (``pipeline.catch_up``). Pure: sp
 
 from __future__ import annotations
 
+import re
+
 from cdc_assets.spec.models import TableSpec
 
 
@@ -64,3 +66,20 @@ def dead_letter_reasons(old: TableSpec | None, new: TableSpec, columns: list[str
             if c.id not in kept and not c.nullable and c.name not in old.primary_key
         ]
     return list(dict.fromkeys(out))
+
+
+# A convert-stage reason that names a value the spec's column refused (see `sql.decode`):
+# ``column 'x': value does not fit int``, ``column 'x': cannot decode as bigint`` and
+# ``column 'x' is null but declared not nullable``. A transform that failed is not one.
+_REFUSED = re.compile(
+    r"^column (?P<q>['\"])(?P<name>.*?)(?P=q)"
+    r"(?:: value does not fit |: cannot decode as | is null but declared not nullable)"
+)
+
+
+def refused_column(reason: str) -> str | None:
+    """The source column whose type or nullability refused the value, when a dead letter's
+    ``reason`` says so: a value the source database stored that the spec cannot hold (the
+    source's type is wider, another type, or nullable now: an evolution would take it)."""
+    match = _REFUSED.match(reason)
+    return match.group("name") if match else None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -15,10 +16,12 @@ from dagster._core.test_utils import create_run_for_test
 from cdc_assets.assets.keys import asset_key, table_of
 from cdc_assets.definitions import build_defs
 from cdc_assets.demo.events import DebeziumEventFactory, KafkaRecord, produce, workload
+from cdc_assets.pipeline import health
 from cdc_assets.pipeline.ingest import ingest_incremental, rebuild_hour
 from cdc_assets.pipeline.offsets import committed_offsets
 from cdc_assets.pipeline.redrive import redrive
 from cdc_assets.pipeline.tables import ensure_tables
+from cdc_assets.quality.rules import schema_converged_verdict
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.layers import dead_letter_layout, ledger_layout
 from cdc_assets.settings import Settings
@@ -140,6 +143,15 @@ def test_redrive_after_a_spec_fix(
     first = ingest_incremental(spark, "lake", iceberg.load_catalog(), kafka, spec)
     assert (first.ledger, first.dead) == (5, 5)
     assert first.dead_reasons == {"column 'country': value does not fit char(2)": 5}
+    # the source holds those values: schema_converged sees the spec behind it (red after grace)
+    refused = health.refused_values(iceberg.load_catalog(), spec)
+    assert list(refused) == ["country"]
+    assert refused["country"][0] == 5
+    now_ms = int(time.time() * 1000)
+    verdict = schema_converged_verdict(
+        {}, known=set(), now_ms=now_ms + 60_000, grace_minutes=0, refused=refused
+    )
+    assert (verdict.passed, verdict.severity) == (False, "ERROR")
 
     unchanged = redrive(spark, "lake", spec)
     assert (unchanged.to_ledger, unchanged.still_dead) == (0, 5)
@@ -155,6 +167,7 @@ def test_redrive_after_a_spec_fix(
     assert sorted(r["id"] for r in rows) == list(range(1, 11))
     assert sorted(r["country"] for r in rows if r["id"] % 2) == ["GBR"] * 5
     assert read_table(iceberg, spec.sink.namespace, dead_letter_layout(spec).name) == []
+    assert health.refused_values(iceberg.load_catalog(), fixed) == {}
 
 
 def test_sensor_requests_one_run_for_the_tables_with_new_offsets(

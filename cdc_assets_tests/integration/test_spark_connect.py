@@ -142,3 +142,57 @@ def test_ingest_and_upsert_jobs_run_through_the_server(
 
 def _server_pid(settings: Settings) -> int:
     return int(stack_state.section(settings, "spark_connect")["pid"])
+
+
+# Two runs of one process (the in-process driver, the demo) on the server: a step thread of the
+# first keeps a local checkpoint while the second run is torn down.
+CHECKPOINT_KEPT = """
+import threading
+from cdc_assets.resources import build_resources
+from cdc_assets.resources.spark import own_session_per_thread
+from cdc_assets.settings import load_settings
+
+first = build_resources(load_settings())["spark"]
+second = build_resources(load_settings())["spark"]
+assert first.remote and second.remote
+counted, checkpointed, torn_down = [], threading.Event(), threading.Event()
+
+def step():  # a step thread of the first run, as the run executor starts one
+    own_session_per_thread()
+    kept = first.get_session().range(7).localCheckpoint()
+    checkpointed.set()
+    assert torn_down.wait(120)
+    counted.append(kept.count())
+
+thread = threading.Thread(target=step)
+thread.start()
+assert checkpointed.wait(120)
+assert second.get_session().range(3).count() == 3
+second.teardown_after_execution(None)  # the other run ends first
+torn_down.set()
+thread.join(120)
+first.teardown_after_execution(None)
+print("counted", counted)
+"""
+
+
+def test_a_run_torn_down_in_the_same_process_keeps_the_others_checkpoints(
+    it_settings: Settings, connect_port: int
+) -> None:
+    # Issue 53: an evolution's redrive failed with "No DataFrame with id ... is found in the
+    # session". PySpark Connect binds a local checkpoint to the thread's active session; the
+    # first step thread of a run made the run's root session, which became its active one, so
+    # its own session's checkpoints were looked up in the root session. And one run's teardown
+    # must not stop sessions another run of the process still uses. In a child: a Connect
+    # client needs a process without a driver of its own.
+    proc = subprocess.run(
+        [sys.executable, "-c", CHECKPOINT_KEPT],
+        cwd=PROJECT_ROOT,
+        env={**os.environ, ENV_HOME: str(it_settings.home)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    assert proc.stdout.strip().splitlines()[-1] == "counted [7]"

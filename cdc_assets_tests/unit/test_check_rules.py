@@ -268,3 +268,38 @@ def test_schema_converged_fails_once_a_field_waits_past_the_grace_period() -> No
         unknown, known={"email_address", "tier"}, now_ms=now, grace_minutes=30
     )
     assert done.passed
+
+
+def test_schema_converged_fails_on_values_a_type_refused_past_the_grace_period() -> None:
+    from cdc_assets.quality.rules import schema_converged_verdict
+
+    minute = 60_000
+    now = 1_000 * minute
+    refused = {"score": (7, now - 40 * minute), "note": (1, now - minute)}
+    verdict = schema_converged_verdict(
+        {}, known=set(), now_ms=now, grace_minutes=30, refused=refused
+    )
+    assert (verdict.passed, verdict.severity) == (False, "ERROR")
+    assert "7 dead letter(s) hold values of column(s) score" in verdict.summary
+    assert "note" in verdict.summary  # younger: warned beside the error
+    values = verdict.metadata["refused_values"]
+    assert isinstance(values, dict)
+    assert values["score"]["dead_letters"] == 7
+    young = schema_converged_verdict(
+        {}, known=set(), now_ms=now, grace_minutes=30, refused={"note": refused["note"]}
+    )
+    assert (young.passed, young.severity) == (False, "WARN")
+    assert schema_converged_verdict({}, known=set(), now_ms=now, grace_minutes=30).passed
+
+
+def test_refused_column_reads_the_reasons_a_type_or_nullability_gives() -> None:
+    from cdc_assets.schema.recover import refused_column
+
+    assert refused_column("column 'score': value does not fit int") == "score"
+    assert refused_column("column 'qty': cannot decode as bigint") == "qty"
+    assert refused_column("column 'email' is null but declared not nullable") == "email"
+    assert refused_column('column "it\'s": value does not fit int') == "it's"
+    # not the spec's type: a transform, a key, a framing or envelope error
+    assert refused_column("column 'created_ms': cannot apply epoch_millis_to_timestamp") is None
+    assert refused_column("primary key column 'id' is null") is None
+    assert refused_column("value is not JSON") is None
