@@ -41,3 +41,8 @@ class ConfigError(CdcAssetsError):
 
 class ShardedSpecError(CdcAssetsError):
     """A per-source operation was asked of a spec with several shards: take one shard's view."""
+
+
+class SchemaChangeStopError(CdcAssetsError):
+    """A table whose ``evolution.policy`` is ``fail`` met a source schema change: its ingest
+    stops (commits nothing) until the spec file is changed by hand."""

@@ -305,6 +305,7 @@ def build_table_checks(
                     now_ms=now_ms,
                     grace_minutes=limits.schema_grace_minutes,
                     refused=health.refused_values(catalog, view),
+                    frozen=spec.evolution.policy == "freeze",
                 ),
             )
         )

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from cdc_assets.errors import CdcAssetsError
+from cdc_assets.errors import CdcAssetsError, SchemaChangeStopError
 from cdc_assets.pipeline.batch_cache import cached_batch, session_conf
 from cdc_assets.pipeline.failpoint import armed, fail_once, failpoint, hold
 from cdc_assets.pipeline.gtid_floor import fill_gtid_floor
@@ -42,6 +42,7 @@ from cdc_assets.pipeline.small_work import offsets_span, small_work_conf
 from cdc_assets.resources.kafka import KafkaResource, PartitionOffsets
 from cdc_assets.resources.schema_registry import TopicSchemas, value_subject
 from cdc_assets.schema.layers import dead_letter_layout, ledger_layout, order_mismatch
+from cdc_assets.schema.policy import fail_stop_reason
 from cdc_assets.schema.wire import plan_fields
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.sql.batch_decode import render_classified
@@ -414,6 +415,14 @@ def _ingest_once(
         cached_batch(spark, batch, size) as classified,
     ):
         _summarise(classified, result)
+        unmirrored = set(spec.checks.unmirrored_fields)
+        stop = fail_stop_reason(
+            spec.evolution.policy,
+            [f for f in result.unknown_fields if f not in unmirrored],
+            result.dead_reasons,
+        )
+        if stop is not None:
+            raise SchemaChangeStopError(f"{spec.name}: {stop}")
         hold("ingest_before_commit")  # tests: an evolution runs between decode and commit
         fail_once("ingest_before_commit")  # tests: a transient failure, the run retried
         if result.dead:

@@ -345,6 +345,7 @@ def schema_converged_verdict(
     now_ms: int,
     grace_minutes: float,
     refused: Mapping[str, tuple[int, int]] | None = None,
+    frozen: bool = False,
 ) -> Verdict:
     """Whether the table keeps up with its stream's shape. ``unknown``: per field the ledger's
     row images carried without the spec knowing it at the time, (first seen, last seen) as
@@ -358,12 +359,25 @@ def schema_converged_verdict(
     refused a value the source stored, as (letters, oldest failure in epoch ms). The source
     holds it, so its column is wider, of another type or nullable now: the spec is behind. The
     same grace applies (an evolution redrives them; letters older than the grace mean it
-    failed, was refused or never ran)."""
+    failed, was refused or never ran).
+
+    ``frozen``: the table's ``evolution.policy`` is ``freeze``, so new fields staying in
+    ``_row_json`` is what was asked for: they warn, never fail. Refused values still fail: those
+    rows are not in base."""
     behind = {f: seen for f, seen in unknown.items() if f not in known}
     failures: list[tuple[Severity, str]] = []
     grace_ms = grace_minutes * 60_000
     late = sorted(f for f, (first, _) in behind.items() if now_ms - first > grace_ms)
     due = sorted(f for f in behind if f not in late)
+    if frozen and behind:
+        failures.append(
+            (
+                "WARN",
+                f"field(s) {', '.join(sorted(behind))} of the stream are kept only in _row_json: "
+                "evolution.policy is freeze",
+            )
+        )
+        late = due = []
     if late:
         failures.append(
             (

@@ -94,7 +94,76 @@ def classify(
         shard_audit=from_source and audited,
     )
     out.run()
-    return EvolutionPlan(current.name, current.spec_version, tuple(out.changes), tuple(out.rejects))
+    changes, rejects = out.changes, out.rejects
+    if from_source:
+        changes, rejects = _under_policy(current, proposed, changes, rejects)
+    return EvolutionPlan(current.name, current.spec_version, tuple(changes), tuple(rejects))
+
+
+def _under_policy(
+    current: TableSpec, proposed: TableSpec, changes: list[Change], rejects: list[Rejection]
+) -> tuple[list[Change], list[Rejection]]:
+    """A source's changes under the table's ``evolution.policy`` (see ``EvolutionSpec``)."""
+    policy = current.evolution.policy
+    if policy == "evolve" or not changes:
+        return changes, rejects
+    if policy in ("freeze", "fail"):
+        what = "; ".join(str(c) for c in changes)
+        consequence = (
+            "new fields stay in _row_json and rows still land (values a type refuses become "
+            "dead letters)"
+            if policy == "freeze"
+            else "the table's ingest stops at the first batch that carries the change"
+        )
+        reason = (
+            f"evolution.policy is {policy}: source schema changes are not applied ({what}); "
+            f"{consequence}; change the spec file to apply them"
+        )
+        return [], [*rejects, Rejection(None, reason)]
+    # A column that disappeared while others appeared, without proof of a rename or a drop,
+    # is safe to keep as a soft-dropped column: nothing is renamed or removed in Iceberg.
+    ambiguous = {r.column for r in rejects if r.blocks}
+    by_name = current.columns_by_name
+    kept = [r for r in rejects if not r.blocks]
+    soft = [SoftDropColumn(by_name[n].id, n) for n in sorted(n for n in ambiguous if n)]
+    return _lenient(current, proposed, [*changes, *soft]), kept
+
+
+def _lenient(current: TableSpec, proposed: TableSpec, changes: list[Change]) -> list[Change]:
+    """Never rename or drop in Iceberg: a rename becomes the old column soft-dropped plus the
+    new name added (a column of its own, filled from the row images by the backfill); a hard
+    drop becomes a soft drop. Other changes of a renamed column go with the added one."""
+    renamed = {c.id: c for c in changes if isinstance(c, RenameColumn)}
+    by_id = {p.id: p for p in proposed.columns}
+    held = {c.sink_name for c in current.columns}
+    next_id = max(c.id for c in current.columns) + 1
+    out: list[Change] = []
+    for change in changes:
+        if isinstance(change, DropColumn):
+            out.append(SoftDropColumn(change.id, change.name))
+        elif isinstance(change, RenameColumn):
+            new = by_id[change.id]
+            sink = new.sink.model_copy(update={"name": None})
+            if new.name in held:  # the Iceberg name is taken (by the old column, say)
+                sink = sink.model_copy(update={"name": f"{new.name}_{next_id}"})
+            column = new.model_copy(
+                update={
+                    "id": next_id,
+                    "nullable": True,
+                    "default": None,
+                    "dropped": False,
+                    "former_names": [],
+                    "sink": sink,
+                }
+            )
+            next_id += 1
+            out.append(SoftDropColumn(change.id, change.old))
+            out.append(AddColumn(column, change.old))
+        elif getattr(change, "id", None) in renamed:
+            continue  # the added column has the proposed type and attributes already
+        else:
+            out.append(change)
+    return out
 
 
 def renamed_sink(column: ColumnSpec, new_name: str) -> SinkMapping:

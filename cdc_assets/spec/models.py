@@ -353,6 +353,16 @@ class FreshnessSpec(_Strict):
 class EvolutionSpec(_Strict):
     """How schema changes of the source apply to this table (cdc_assets.schema.evolution)."""
 
+    # What a schema change detected at the source does (a reviewed spec file always applies):
+    # evolve: apply what Iceberg can express (adds, widenings, proved renames, drops as below);
+    # lenient: the same, but never rename or drop in Iceberg: a renamed column is added under
+    #   its new name (the old one soft-dropped), a dropped one is soft-dropped even when
+    #   drop_columns is hard;
+    # freeze: apply nothing; new fields stay in _row_json, rows still land (values a type
+    #   refuses become dead letters);
+    # fail: apply nothing and stop the table: its ingest refuses a batch that carries a field
+    #   the spec lacks or a value its types refuse, until the spec file is changed by hand.
+    policy: Literal["evolve", "lenient", "freeze", "fail"] = "evolve"
     # soft: a column dropped in the source stays in Iceberg as `dropped` (history is kept);
     # hard: it is dropped from the spec and the Iceberg tables.
     drop_columns: Literal["soft", "hard"] = "soft"

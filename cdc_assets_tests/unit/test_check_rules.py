@@ -303,3 +303,25 @@ def test_refused_column_reads_the_reasons_a_type_or_nullability_gives() -> None:
     assert refused_column("column 'created_ms': cannot apply epoch_millis_to_timestamp") is None
     assert refused_column("primary key column 'id' is null") is None
     assert refused_column("value is not JSON") is None
+
+
+def test_schema_converged_under_freeze_warns_for_fields_and_fails_for_lost_values() -> None:
+    from cdc_assets.quality.rules import schema_converged_verdict
+
+    minute = 60_000
+    now = 1_000 * minute
+    unknown = {"tier": (now - 90 * minute, now)}
+    frozen = schema_converged_verdict(
+        unknown, known=set(), now_ms=now, grace_minutes=30, frozen=True
+    )
+    assert (frozen.passed, frozen.severity) == (False, "WARN")
+    assert "evolution.policy is freeze" in frozen.summary
+    lost = schema_converged_verdict(
+        unknown,
+        known=set(),
+        now_ms=now,
+        grace_minutes=30,
+        refused={"score": (3, now - 90 * minute)},
+        frozen=True,
+    )
+    assert (lost.passed, lost.severity) == (False, "ERROR")

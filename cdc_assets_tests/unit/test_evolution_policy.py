@@ -1,0 +1,99 @@
+"""A table's ``evolution.policy`` decides what a source schema change does to it: the plan
+for each kind of change under each policy, and the ingest's stop under ``fail`` (pure)."""
+
+from __future__ import annotations
+
+import pytest
+
+from cdc_assets.schema.changes import AddColumn, SoftDropColumn
+from cdc_assets.schema.evolution import apply_plan, classify
+from cdc_assets.schema.policy import fail_stop_reason
+from cdc_assets.spec.ddl_import import plan_from_ddl
+from cdc_assets.spec.models import TableSpec
+from cdc_assets_tests.unit.test_ddl_import import PG_V1, accounts
+
+RENAME = ["ALTER TABLE accounts RENAME COLUMN name TO holder"]
+RENAMED = PG_V1.replace("name character varying(40)", "holder character varying(40)")
+ADDED = PG_V1.replace("balance numeric(12,2),", "balance numeric(14,2),\n    branch integer,")
+
+
+def under(policy: str, **evolution: str) -> TableSpec:
+    spec = accounts()
+    return spec.model_copy(
+        update={"evolution": spec.evolution.model_copy(update={"policy": policy, **evolution})}
+    )
+
+
+def test_evolve_is_the_default_and_applies_what_iceberg_can_express() -> None:
+    assert accounts().evolution.policy == "evolve"
+    _, plan = plan_from_ddl(accounts(), ADDED)
+    assert [type(c).__name__ for c in plan.changes] == ["WidenType", "AddColumn"]
+
+
+@pytest.mark.parametrize("policy", ["freeze", "fail"])
+def test_freeze_and_fail_apply_nothing_and_say_why(policy: str) -> None:
+    _, plan = plan_from_ddl(under(policy), ADDED)
+    assert plan.changes == ()
+    (reason,) = plan.rejections
+    assert reason.column is None  # the whole table: nothing applicable
+    assert f"evolution.policy is {policy}" in reason.reason
+    assert "add column branch" in reason.reason
+    assert "widen column balance" in reason.reason
+    assert plan.applicable.changes == ()
+    # a reviewed spec file is not a source's change: it applies under any policy
+    proposed, _ = plan_from_ddl(accounts(), ADDED)
+    current = under(policy)
+    reviewed = proposed.model_copy(update={"evolution": current.evolution})
+    assert classify(current, reviewed).supported
+
+
+def test_lenient_adds_a_renamed_column_and_keeps_the_old_one() -> None:
+    current = under("lenient")
+    _, plan = plan_from_ddl(current, RENAMED, RENAME)
+    assert plan.supported
+    assert [type(c) for c in plan.changes] == [SoftDropColumn, AddColumn]
+    evolved = apply_plan(current, plan)
+    by_name = evolved.columns_by_name
+    assert by_name["name"].dropped  # kept in Iceberg, null for new rows
+    assert by_name["name"].sink_name == "name"
+    holder = by_name["holder"]
+    assert (holder.id, holder.sink_name, holder.nullable) == (5, "holder", True)
+    assert holder.former_names == []
+    # under evolve the same change is an Iceberg-preserving rename of the same column
+    _, renamed = plan_from_ddl(accounts(), RENAMED, RENAME)
+    assert [type(c).__name__ for c in renamed.changes] == ["RenameColumn"]
+
+
+def test_lenient_keeps_an_unproved_rename_as_a_drop_plus_an_add() -> None:
+    _, evolve = plan_from_ddl(accounts(), RENAMED)
+    assert not evolve.supported  # ambiguous without the audit trail
+    current = under("lenient")
+    _, plan = plan_from_ddl(current, RENAMED)
+    assert plan.supported
+    evolved = apply_plan(current, plan)
+    assert evolved.columns_by_name["name"].dropped
+    assert not evolved.columns_by_name["holder"].dropped
+
+
+def test_lenient_never_drops_in_iceberg() -> None:
+    gone = PG_V1.replace("    opened date,\n", "")
+    assert gone != PG_V1
+    _, hard = plan_from_ddl(under("evolve", drop_columns="hard"), gone)
+    assert [type(c).__name__ for c in hard.changes] == ["DropColumn"]
+    _, plan = plan_from_ddl(under("lenient", drop_columns="hard"), gone)
+    assert [type(c).__name__ for c in plan.changes] == ["SoftDropColumn"]
+
+
+def test_fail_stops_a_batch_that_carries_a_change() -> None:
+    assert fail_stop_reason("evolve", ["tier"], {}) is None
+    assert fail_stop_reason("fail", [], {"value is not a JSON object": 3}) is None
+    reason = fail_stop_reason(
+        "fail",
+        ["tier"],
+        {"column 'score': value does not fit int": 2, "column 'note': cannot apply x": 1},
+    )
+    assert reason is not None
+    assert "field(s) tier the spec lacks" in reason
+    assert "column(s) score (2)" in reason
+    assert "note" not in reason  # a transform's failure is bad data, not a schema change
+    assert "Nothing of this batch was committed" in reason
