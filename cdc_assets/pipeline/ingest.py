@@ -53,6 +53,7 @@ from cdc_assets.sql.decode import (
     ENVELOPE_FUNCTION,
     LEDGER,
     SKIP,
+    json_has_field,
     ledger_value,
     sequence_columns,
     unavailable_list,
@@ -214,7 +215,8 @@ def prepare(classified: Any, spec: TableSpec) -> Any:
 
 def _ledger_exprs(spec: TableSpec) -> dict[str, str]:
     plans = {p.sink_name: p for p in plan_fields(spec)}
-    exprs = {name: ledger_value(plan) for name, plan in plans.items()}
+    # `image`: the row image's JSON text (an image older than a column with a default lacks it)
+    exprs = {name: ledger_value(plan, json_has_field("image")) for name, plan in plans.items()}
     exprs.update(
         {
             "_op": "op",

@@ -330,6 +330,7 @@ class _Classifier:
                     )
                 else:
                     self.new_names.append(p.name)
+                    p = self.with_default(p)
                     if self.check_new(p):
                         added = AddColumn(p.model_copy(update={"id": next_id}), previous)
                         self.changes.append(added)
@@ -358,15 +359,31 @@ class _Classifier:
             f"new id to add it as a new column and drop {c.name}",
         )
 
+    def with_default(self, p: ColumnSpec) -> ColumnSpec:
+        """A column a source added with a constant default: its older rows read the default
+        (``backfill_default``), and it is optional in Iceberg even when the source declares it
+        NOT NULL, since the ledger's older changes do not hold it."""
+        if not self.from_source or p.default is None or not _constant(p.default):
+            return p
+        if p.sink.transform is not None or p.sink_type(self.connector).is_nested:
+            return p
+        return p.model_copy(update={"backfill_default": True, "nullable": True})
+
     def check_new(self, p: ColumnSpec) -> bool:
         problems = []
         if not p.nullable:
             problems.append("a new column must be nullable: rows already written have no value")
-        if p.default is not None:
+        if p.default is not None and not p.backfill_default:
             problems.append(
                 f"added with default {p.default!r}: the source fills the rows it has with the "
                 "default without emitting change events, so history in Iceberg would be null "
-                "where the source holds the default; add it without a default"
+                "where the source holds the default; add it without a default, or with a "
+                "constant default and backfill_default: true (a source's ADD COLUMN ... "
+                "DEFAULT <constant> is applied so)"
+            )
+        elif p.backfill_default and not _constant(p.default or ""):
+            problems.append(
+                f"default {p.default!r} is an expression: older rows cannot be given its value"
             )
         if p.sensitive and not self.current.pipeline.sensitive:
             problems.append(self.sensitive_reason())
@@ -559,6 +576,20 @@ class _Classifier:
                     )
             if diffs and not blocked:
                 self.changes.append(SetTableSetting(key, cur[key], new.get(key), tuple(diffs)))
+
+
+# Defaults the source computes per row or per statement: no constant for older rows.
+_DEFAULT_EXPRESSIONS = {
+    "current_timestamp", "current_date", "current_time", "localtime", "localtimestamp", "now",
+    "sysdate", "current_user", "user", "uuid", "null",
+}  # fmt: skip
+
+
+def _constant(default: str) -> bool:
+    """Whether a spec default (`spec.ddl_import` keeps a literal's value, else the SQL text) is
+    a constant, not an expression such as ``CURRENT_TIMESTAMP`` or ``nextval('s')``."""
+    text = default.strip().lower()
+    return "(" not in text and text not in _DEFAULT_EXPRESSIONS
 
 
 def _leaf_diff(old: Any, new: Any, path: str) -> list[tuple[str, Any, Any]]:

@@ -65,6 +65,9 @@ class FieldPlan:
     # Former source names (renames), looked up when the image lacks ``name``: an event written
     # before the rename. A former name another column has taken since is left out.
     aliases: tuple[str, ...] = ()
+    # The value of an image that lacks the field (under every name): a row the source had
+    # before the column was added (``ColumnSpec.backfill_default``); None: null.
+    default: str | None = None
 
     @property
     def parses_document(self) -> bool:
@@ -201,6 +204,7 @@ def plan_column(spec: TableSpec, column: ColumnSpec) -> FieldPlan:
         key=column.name in spec.primary_key,
         transform=column.sink.transform.value if column.sink.transform else None,
         aliases=tuple(n for n in column.former_names if n not in spec.columns_by_name),
+        default=column.default if column.backfill_default and not column.dropped else None,
     )
 
 

@@ -79,6 +79,10 @@ class ColumnSpec(_Strict):
     # applied each rename): events written before a rename carry the value under one of them,
     # and the ingest, a redrive and the backfill read it from there.
     former_names: list[SourceName] = Field(default_factory=list)
+    # Rows the source had before the column was added read ``default`` (a constant): MySQL,
+    # MariaDB and PostgreSQL 11+ give them the default without a change event. Set by the
+    # evolution that adds such a column; an image without the field then decodes to it.
+    backfill_default: bool = False
 
     @property
     def sink_name(self) -> str:
@@ -527,6 +531,12 @@ def _check_columns(spec: TableSpec) -> None:
         except UnsupportedTypeError as err:
             raise _fail(f"{where}.type", str(err)) from None
         _check_sink_mapping(where, col, source)
+        if col.backfill_default and (col.default is None or col.sink.transform is not None):
+            raise _fail(
+                f"{where}.backfill_default",
+                f"column {col.name!r}: backfill_default needs a constant default and no sink "
+                "transform",
+            )
         if col.dropped and not col.nullable:
             raise _fail(
                 f"{where}.nullable",

@@ -25,6 +25,7 @@ from cdc_assets.sql.decode import (
     decode_stages,
     is_unavailable,
     ledger_value,
+    map_has_field,
     raw,
 )
 from cdc_assets.sql.upsert import (
@@ -137,7 +138,8 @@ def render_ledger_values(
     values = []
     for i, p in enumerate(plans):
         values.append(
-            f"CASE WHEN {_rejected(p)} THEN NULL ELSE {ledger_value(p)} END AS {quote(p.sink_name)}"
+            f"CASE WHEN {_rejected(p)} THEN NULL ELSE {ledger_value(p, map_has_field('img'))} "
+            f"END AS {quote(p.sink_name)}"
         )
         values.append(f"{_rejected(p)} AS __rejected{i}")
         values.append(f"{_newly_unavailable(p)} AS __unavailable{i}")

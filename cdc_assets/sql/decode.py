@@ -432,8 +432,29 @@ def to_sink(plan: FieldPlan) -> str:
     return f"CAST({natural} AS {spark_type(plan.sink)})"
 
 
-def ledger_value(plan: FieldPlan) -> str:
-    return f"CASE WHEN {is_unavailable(plan)} THEN NULL ELSE {ref(plan, 'v')} END"
+def ledger_value(plan: FieldPlan, has_field: Callable[[str], str] | None = None) -> str:
+    """A column's ledger value. With ``has_field`` (a field name -> whether the image has it)
+    and a plan ``default``, an image without the field (a row older than the column) gets the
+    default; an image with the field set to null keeps the null."""
+    value = f"CASE WHEN {is_unavailable(plan)} THEN NULL ELSE {ref(plan, 'v')} END"
+    if plan.default is None or has_field is None:
+        return value
+    present = " OR ".join(has_field(n) for n in (plan.name, *plan.aliases))
+    default = f"try_cast({literal(plan.default)} AS {spark_type(plan.sink)})"
+    return f"CASE WHEN {ref(plan, 'v')} IS NOT NULL OR ({present}) THEN {value} ELSE {default} END"
+
+
+def json_has_field(image: str) -> Callable[[str], str]:
+    """``has_field`` for an image as JSON text (the ingest's): parsed only where it is asked,
+    for a null value of a column with a default."""
+    return lambda name: (
+        f"coalesce(array_contains(json_object_keys({image}), {literal(name)}), false)"
+    )
+
+
+def map_has_field(image: str) -> Callable[[str], str]:
+    """``has_field`` for an image parsed into a map (`IMAGE_SCHEMA`: the backfill's)."""
+    return lambda name: f"coalesce(map_contains_key({image}, {literal(name)}), false)"
 
 
 def _value_reasons(plans: list[FieldPlan]) -> list[tuple[str, str]]:

@@ -154,4 +154,21 @@ def test_a_seeded_scenario_converges_through_the_daemon(
         assert not left, f"{s}: base still differs: {left[:10]}\nruns: {states}"
     failures = [r for r in runs if r.status != dg.DagsterRunStatus.SUCCESS]
     # Only the injected failure may have failed a run; it was retried.
-    assert len(failures) <= (1 if s.fail_once else 0), (str(s), states)
+    assert len(failures) <= (1 if s.fail_once else 0), (
+        str(s),
+        states,
+        [_failure(instance, r) for r in failures],
+    )
+
+
+def _failure(instance: dg.DagsterInstance, run: dg.DagsterRun) -> str:
+    """Why a run failed: its failed steps' errors, else the run's own message."""
+    texts = []
+    for entry in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.STEP_FAILURE):
+        event = entry.dagster_event
+        error = event.step_failure_data.error if event is not None else None
+        if error is not None:
+            texts.append(f"{event.step_key if event else ''}: {error.to_string()[-3000:]}")
+    for entry in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.RUN_FAILURE):
+        texts.append(entry.message or "")
+    return f"{run.job_name} {run.run_id}: " + "\n".join(texts)

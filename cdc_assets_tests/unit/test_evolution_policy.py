@@ -97,3 +97,38 @@ def test_fail_stops_a_batch_that_carries_a_change() -> None:
     assert "column(s) score (2)" in reason
     assert "note" not in reason  # a transform's failure is bad data, not a schema change
     assert "Nothing of this batch was committed" in reason
+
+
+def test_a_source_column_added_with_a_constant_default_fills_older_rows() -> None:
+    # MariaDB's instant ADD COLUMN ... NOT NULL DEFAULT: the rows it has read the default
+    # without a change event; the mirror's older rows must too.
+    ddl = PG_V1.replace(
+        "opened date,", "opened date,\n    status character varying(10) NOT NULL DEFAULT 'open',"
+    )
+    current = accounts()
+    _, plan = plan_from_ddl(current, ddl)
+    assert plan.supported, plan.describe()
+    evolved = apply_plan(current, plan)
+    status = evolved.columns_by_name["status"]
+    assert (status.default, status.backfill_default, status.nullable) == ("open", True, True)
+    from cdc_assets.schema.wire import plan_column
+    from cdc_assets.sql.decode import json_has_field, ledger_value, map_has_field
+
+    value = ledger_value(plan_column(evolved, status), json_has_field("image"))
+    assert "try_cast('open' AS STRING)" in value
+    assert "json_object_keys(image), 'status'" in value
+    assert "map_contains_key(img, 'status')" in ledger_value(
+        plan_column(evolved, status), map_has_field("img")
+    )
+    # a column without backfill_default decodes as before
+    opened = evolved.columns_by_name["opened"]
+    assert "try_cast" not in ledger_value(plan_column(evolved, opened), json_has_field("image"))
+
+
+@pytest.mark.parametrize("default", ["CURRENT_TIMESTAMP", "now()", "nextval('s'::regclass)"])
+def test_an_expression_default_is_refused_with_its_reason(default: str) -> None:
+    ddl = PG_V1.replace("opened date,", f"opened date,\n    at timestamp DEFAULT {default},")
+    _, plan = plan_from_ddl(accounts(), ddl)
+    (refusal,) = plan.rejections
+    assert refusal.column == "at"
+    assert "added with default" in refusal.reason

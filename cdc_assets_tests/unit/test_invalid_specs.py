@@ -73,8 +73,8 @@ CASES = [
     (
         "unknown column key",
         _set("columns.1.nulable", True),
-        "columns[1].nulable: unknown field; valid fields here: comment, default, dropped, "
-        "former_names, id, name, nullable, sensitive, sink, type",
+        "columns[1].nulable: unknown field; valid fields here: backfill_default, comment, "
+        "default, dropped, former_names, id, name, nullable, sensitive, sink, type",
     ),
     (
         "missing topic",
