@@ -207,13 +207,18 @@ def converge(
     columns = _backfill_columns(plan, evolved)
     backfill = None
     if columns:
+        # A column added with a default the source gave its older rows: every ledger row,
+        # not only those since the change, decodes to it (their images lack the field).
+        defaulted = any(
+            isinstance(c, AddColumn) and c.column.backfill_default for c in plan.changes
+        )
         backfill = backfill_from_ledger(
             spark(),
             catalog,
             iceberg_catalog,
             evolved,
             columns,
-            since=detected_at,
+            since=None if defaulted else detected_at,
             from_spec=current,
         )
     else:

@@ -8,10 +8,12 @@ read after the evolution (the ingest decodes it so)."""
 from __future__ import annotations
 
 import random
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
+from confluent_kafka import Producer
 
 from cdc_assets.checks.runner import run_checks
 from cdc_assets.demo.events import workload
@@ -57,7 +59,13 @@ def test_older_rows_read_the_default_of_a_column_added_with_one(
     shape = with_status(v1)
     before = workload(v1, random.Random(81), keys=30, events=80)
     after = later(workload(shape, random.Random(82), keys=12, events=40), 1)
-    table.produce(before)
+    # Days old: outside the ledger partitions a backfill from the change point reads (the
+    # sensor's detection time less the upsert lookback), as a table's older rows are.
+    days_ago = int((datetime.now(UTC) - timedelta(days=5)).timestamp() * 1000)
+    producer = Producer(kafka.client_conf())
+    for record in before:
+        producer.produce(v1.source.topic, value=record.value, key=record.key, timestamp=days_ago)
+    assert producer.flush(30) == 0
     ingest(spark, iceberg, kafka, v1)
     upsert(spark, iceberg, v1)
     table.produce([schema_record(shape, ALTER)], table.schema_topic)
@@ -72,6 +80,8 @@ def test_older_rows_read_the_default_of_a_column_added_with_one(
         source_ddl=create_table(shape),
         audit_ddl=[ALTER],
         trigger="push",
+        # as the sensor passes it: the backfill still reads the ledger from its start
+        detected_at=datetime.now(UTC),
     )
     assert result.decision == "applied", result
     evolved = table.spec()
