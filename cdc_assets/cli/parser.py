@@ -170,6 +170,19 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument(
         "--audit", action="append", help="file of source DDL statements proving renames"
     )
+    export = specs_sub.add_parser(
+        "export",
+        help="write the spec versions evolutions stored in the catalog into a git checkout, on "
+        "a new branch, as one commit naming each change (ready for review)",
+    )
+    export.add_argument("--to", default=".", help="the git checkout (default: here)")
+    export.add_argument("--dir", default="table_specs", help="spec directory in the checkout")
+    export.add_argument(
+        "--branch", help="branch to create (default: cdc-assets/spec-versions-<time>)"
+    )
+    export.add_argument(
+        "--no-commit", action="store_true", help="only write the files: no branch, no commit"
+    )
     specs.set_defaults(fn=cmd_specs)
     run = sub.add_parser(
         "run",

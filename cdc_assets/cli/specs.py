@@ -26,6 +26,8 @@ def cmd_specs(settings: Settings, args: argparse.Namespace) -> int:
         return _specs_import_schema_record(settings, args)
     if args.action == "diff":
         return _specs_diff(args)
+    if args.action == "export":
+        return _specs_export(settings, args)
     directory = Path(args.directory) if args.directory else settings.specs_dir
     specs = load_specs(directory)
     table = Table("spec", "version", "source", "topic", "columns", "key", "buckets")
@@ -286,3 +288,69 @@ def _specs_diff(args: argparse.Namespace) -> int:
     verdict = f"unsupported: {', '.join(failed)}" if failed else "all supported"
     print_plain(f"{len(reviews)} spec(s) compared, {verdict}")
     return 1 if failed else 0
+
+
+def _specs_export(settings: Settings, args: argparse.Namespace) -> int:
+    """The catalog's spec versions newer than the checkout's files, written there and committed
+    on a branch of their own."""
+    from datetime import UTC, datetime
+
+    from cdc_assets.pipeline.evolve import read_history
+    from cdc_assets.pipeline.spec_store import base_table, stored_specs
+    from cdc_assets.resources import build_resources
+    from cdc_assets.spec import load_specs
+    from cdc_assets.spec.export import (
+        ExportedSpec,
+        branch_name,
+        commit_message,
+        evolutions_between,
+        newer_stored,
+    )
+    from cdc_assets.spec.review import git
+    from cdc_assets.spec.versions import render_spec_yaml
+
+    checkout = Path(args.to).resolve()
+    directory = checkout / args.dir
+    specs = load_specs(directory)
+    catalog = build_resources(settings)["iceberg"].load_catalog()
+    stored = stored_specs(catalog, {s.name for s in specs}, cache=False)
+    history = read_history(catalog)
+    exports = []
+    for spec in specs:
+        newer = stored.get((spec.name, base_table(spec)))
+        if newer is not None and newer_stored(spec, newer):
+            steps = evolutions_between(history, spec.name, spec.spec_version, newer.spec_version)
+            exports.append(
+                ExportedSpec(spec.spec_version, newer, render_spec_yaml(newer), tuple(steps))
+            )
+    if not exports:
+        print_plain(f"{len(specs)} spec(s) in {directory}: none has a newer stored version")
+        return 0
+    files = [directory / f"{e.name}.yaml" for e in exports]
+    if not args.no_commit:
+        dirty = git(["status", "--porcelain", "--", *map(str, files)], checkout)
+        if dirty.strip():
+            raise CdcAssetsError(
+                f"{checkout} has uncommitted changes to {', '.join(f.name for f in files)}: "
+                "commit or stash them first (or pass --no-commit)"
+            )
+    branch = args.branch or branch_name(datetime.now(UTC))
+    if not args.no_commit:
+        git(["switch", "-c", branch], checkout)
+    for export, path in zip(exports, files, strict=True):
+        path.write_text(export.yaml, encoding="utf-8")
+        print_plain(f"{path}: v{export.file_version} -> v{export.stored.spec_version}")
+    if args.no_commit:
+        return 0
+    git(["add", "--", *map(str, files)], checkout)
+    identity = []
+    if not git(["config", "--get", "user.email"], checkout, check=False).strip():
+        # A deployment's machine may have no git identity: name the tool, not a person.
+        identity = ["-c", "user.name=cdc-assets", "-c", "user.email=cdc-assets@localhost"]
+    git([*identity, "commit", "-q", "-F", "-"], checkout, stdin=commit_message(exports))
+    head = git(["rev-parse", "--short", "HEAD"], checkout).strip()
+    print_plain(
+        f"branch {branch}, commit {head}: {len(exports)} spec(s); review with "
+        f"`cdc-assets specs diff --git <base> {branch}`"
+    )
+    return 0

@@ -88,20 +88,24 @@ def directory_specs(directory: Path) -> dict[str, SpecText]:
 
 def git_specs(rev: str, directory: str, cwd: Path | None = None) -> dict[str, SpecText]:
     """The spec files of a directory at a git revision (none if it has no such directory)."""
-    listing = _git(["ls-tree", "--name-only", "--full-name", rev, "--", f"{directory}/"], cwd)
+    listing = git(["ls-tree", "--name-only", "--full-name", rev, "--", f"{directory}/"], cwd)
     out = {}
     for path in listing.splitlines():
         if path.endswith(".yaml"):
-            out[Path(path).stem] = SpecText(f"{rev}:{path}", _git(["show", f"{rev}:{path}"], cwd))
+            out[Path(path).stem] = SpecText(f"{rev}:{path}", git(["show", f"{rev}:{path}"], cwd))
     return out
 
 
-def _git(args: list[str], cwd: Path | None) -> str:
+def git(args: list[str], cwd: Path | None, *, check: bool = True, stdin: str | None = None) -> str:
+    """The output of ``git args`` run in ``cwd``; CdcAssetsError with git's message when it
+    fails (unless not ``check``: then what it printed, possibly nothing)."""
     try:
-        done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False)
+        done = subprocess.run(
+            ["git", *args], cwd=cwd, capture_output=True, text=True, check=False, input=stdin
+        )
     except FileNotFoundError:
         raise CdcAssetsError("git is not installed") from None
-    if done.returncode != 0:
+    if done.returncode != 0 and check:
         raise CdcAssetsError(f"git {' '.join(args)}: {done.stderr.strip()}")
     return done.stdout
 
