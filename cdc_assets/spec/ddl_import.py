@@ -161,7 +161,10 @@ def proposed_from_ddl(
     sensitive = {audit.renames.get(n, n) for n in sensitive if n not in audit.dropped}
     _check_known(table, sensitive)
     names = {c.name for c in table.columns}
-    renames = {old: new for old, new in audit.renames.items() if new in names}
+    # A rename whose new name is a live column already was applied as an added column (the
+    # lenient policy keeps the old one soft-dropped): the DDL's column is that one.
+    live = {c.name for c in current.columns if not c.dropped}
+    renames = {old: new for old, new in audit.renames.items() if new in names and new not in live}
     renamed_to = {new: old for old, new in renames.items()}
     by_name = current.columns_by_name
     next_id = max(c.id for c in current.columns) + 1

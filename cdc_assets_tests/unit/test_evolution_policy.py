@@ -132,3 +132,32 @@ def test_an_expression_default_is_refused_with_its_reason(default: str) -> None:
     (refusal,) = plan.rejections
     assert refusal.column == "at"
     assert "added with default" in refusal.reason
+
+
+DEFAULTED = PG_V1.replace(
+    "opened date,", "opened date,\n    status character varying(10) NOT NULL DEFAULT 'open',"
+)
+
+
+@pytest.mark.parametrize(
+    ("policy", "ddl", "audit"),
+    [
+        ("evolve", ADDED, []),
+        ("evolve", RENAMED, RENAME),
+        ("evolve", DEFAULTED, []),
+        ("lenient", RENAMED, RENAME),
+        ("lenient", RENAMED, []),
+        ("lenient", ADDED, []),
+        ("lenient", DEFAULTED, []),
+    ],
+)
+def test_an_applied_plan_is_a_fixed_point(policy: str, ddl: str, audit: list[str]) -> None:
+    # The schema_changes sensor compares the stream's shape (with the DDLs that led there)
+    # with the spec every tick until they agree: once a plan is applied, the same shape must
+    # plan nothing, or the sensor would ask for evolutions forever.
+    current = under(policy)
+    _, plan = plan_from_ddl(current, ddl, audit)
+    assert plan.supported, plan.describe()
+    evolved = apply_plan(current, plan)
+    _, again = plan_from_ddl(evolved, ddl, audit)
+    assert (again.changes, again.rejections) == ((), ()), again.describe()
