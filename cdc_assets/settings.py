@@ -173,9 +173,35 @@ class Settings:
         return self.stack_dir / "warehouse"
 
 
+# `<SETTING>_FILE`: the setting's value is that file's content (Docker and Kubernetes secrets).
+SECRET_FILE_SUFFIX = "_FILE"
+
+
+def with_secret_files(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with each ``CDC_ASSETS_<X>_FILE`` read into ``CDC_ASSETS_<X>`` (one trailing line
+    break dropped), so passwords in source URLs, catalog credentials and the like can come from
+    mounted secret files instead of the environment. Setting both, or naming a file that cannot
+    be read, is an error that names the setting (never the value)."""
+    out = dict(env)
+    for key, path in env.items():
+        if not key.startswith("CDC_ASSETS_") or not key.endswith(SECRET_FILE_SUFFIX) or not path:
+            continue
+        name = key[: -len(SECRET_FILE_SUFFIX)]
+        if env.get(name):
+            raise ConfigError(f"both {name} and {key} are set: set one of them")
+        try:
+            text = Path(path).expanduser().read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"{key}: cannot read {path}: {exc.strerror or exc}") from None
+        out[name] = text[:-1] if text.endswith("\n") else text
+        del out[key]  # consumed: never itself a setting (a source URL named ..._FILE, say)
+    return out
+
+
 def load_settings(env: dict[str, str] | None = None) -> Settings:
-    """Read settings from ``env`` (default: the process environment)."""
-    env = dict(os.environ) if env is None else env
+    """Read settings from ``env`` (default: the process environment); any setting may instead
+    name a file holding its value (`with_secret_files`)."""
+    env = with_secret_files(dict(os.environ) if env is None else env)
     home = Path(env.get(ENV_HOME, ".cdc-assets")).expanduser().resolve()
     specs = Path(env.get(ENV_SPECS, "table_specs")).expanduser().resolve()
     return Settings(

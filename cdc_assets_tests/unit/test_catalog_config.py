@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from cdc_assets.resources.config import (
@@ -136,3 +138,30 @@ def test_a_class_path_of_the_callers_adds_to_the_jars() -> None:
         "local[2]", [jar], {"spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.LocalFileSystem"}
     )
     assert conf["spark.hadoop.fs.file.impl"] == "org.apache.hadoop.fs.LocalFileSystem"
+
+
+def test_a_setting_may_come_from_a_secret_file(tmp_path: Path) -> None:
+    from cdc_assets.errors import ConfigError
+    from cdc_assets.settings import load_settings
+
+    url = tmp_path / "app-url"
+    url.write_text("jdbc:mariadb://127.0.0.1:3306/app?user=app&password=s3cret\n")
+    props = tmp_path / "catalog.json"
+    props.write_text('{"credential": "id:secret"}')
+    settings = load_settings(
+        {
+            "CDC_ASSETS_SOURCE_URL_APP_FILE": str(url),
+            "CDC_ASSETS_CATALOG_PROPERTIES_FILE": str(props),
+        }
+    )
+    assert settings.source_urls == {
+        "CDC_ASSETS_SOURCE_URL_APP": "jdbc:mariadb://127.0.0.1:3306/app?user=app&password=s3cret"
+    }
+    assert settings.catalog_properties == {"credential": "id:secret"}
+    with pytest.raises(ConfigError, match="both CDC_ASSETS_SOURCE_URL_APP and"):
+        load_settings(
+            {"CDC_ASSETS_SOURCE_URL_APP": "x", "CDC_ASSETS_SOURCE_URL_APP_FILE": str(url)}
+        )
+    with pytest.raises(ConfigError, match="CDC_ASSETS_SOURCE_URL_APP_FILE: cannot read") as err:
+        load_settings({"CDC_ASSETS_SOURCE_URL_APP_FILE": str(tmp_path / "missing")})
+    assert "s3cret" not in str(err.value)
