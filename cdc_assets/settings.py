@@ -70,6 +70,7 @@ DEFAULT_TABLES_AT_ONCE = 3
 # the spec's source server (Debezium's topic.prefix): the only form that tells apart two servers
 # holding a database of the same name. Unset means the source is not reachable from here.
 ENV_SOURCE_URL_PREFIX = "CDC_ASSETS_SOURCE_URL_"
+ENV_METRICS_TOKEN = "CDC_ASSETS_METRICS_TOKEN"
 
 
 def source_url_variable(database: str, qualifier: str | None = None) -> str:
@@ -111,6 +112,7 @@ class Settings:
     cluster: bool = False  # the local stack's cluster profile
     catalog_properties: dict[str, str] = field(default_factory=dict)
     tables_at_once: int = DEFAULT_TABLES_AT_ONCE  # steps of a run at once (jobs/executor.py)
+    metrics_token: str | None = None  # bearer token `fleet --serve` requires (None: none)
 
     @property
     def views_dir(self) -> Path:
@@ -224,6 +226,7 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         cluster=env.get(ENV_CLUSTER, "").strip().lower() in ("1", "true", "yes"),
         catalog_properties=_catalog_properties(env.get(ENV_CATALOG_PROPERTIES, "")),
         tables_at_once=_tables_at_once(env.get(ENV_TABLES_AT_ONCE, "")),
+        metrics_token=env.get(ENV_METRICS_TOKEN) or None,
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ def cmd_fleet(settings: Settings, args: argparse.Namespace) -> int:
         return fleet_metrics(resources["kafka"], catalog, specs, dagster_instance(settings))
 
     if args.serve is not None:
-        return _serve_fleet(args.serve, measure)
+        return _serve_fleet(args.serve, measure, settings.metrics_token)
     metrics = worst_first(measure())
     if args.prometheus:
         text = prometheus_text(metrics)
@@ -69,18 +70,28 @@ def _number(value: float | None) -> str:
     return "-" if value is None else f"{value:,.0f}"
 
 
-def _serve_fleet(port: int, measure: Any) -> int:
-    """Serve the fleet metrics on 127.0.0.1:<port>/metrics, measured at every scrape."""
+def metrics_server(port: int, render: Callable[[], str], token: str | None = None) -> Any:
+    """An HTTP server on 127.0.0.1:<port> (0: a free one) answering GET /metrics with
+    ``render()``; with ``token``, only to requests that carry ``Authorization: Bearer
+    <token>`` (401 otherwise). Not started: call ``serve_forever``."""
+    import hmac
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    from cdc_assets.quality.fleet import prometheus_text
+    expected = f"Bearer {token}".encode() if token else None
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             if self.path.rstrip("/") not in ("", "/metrics"):
                 self.send_error(404)
                 return
-            body = prometheus_text(measure()).encode("utf-8")
+            given = self.headers.get("Authorization", "").encode()
+            if expected is not None and not hmac.compare_digest(given, expected):
+                self.send_response(401)
+                self.send_header("WWW-Authenticate", 'Bearer realm="cdc-assets metrics"')
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            body = render().encode("utf-8")
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
             self.send_header("Content-Length", str(len(body)))
@@ -90,8 +101,18 @@ def _serve_fleet(port: int, measure: Any) -> int:
         def log_message(self, format: str, *args: Any) -> None:
             return
 
-    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-    console.print(f"fleet metrics on http://127.0.0.1:{server.server_port}/metrics (Ctrl-C stops)")
+    return ThreadingHTTPServer(("127.0.0.1", port), Handler)
+
+
+def _serve_fleet(port: int, measure: Any, token: str | None) -> int:
+    """Serve the fleet metrics on 127.0.0.1:<port>/metrics, measured at every scrape."""
+    from cdc_assets.quality.fleet import prometheus_text
+
+    server = metrics_server(port, lambda: prometheus_text(measure()), token)
+    guarded = " (bearer token required)" if token else ""
+    console.print(
+        f"fleet metrics on http://127.0.0.1:{server.server_port}/metrics{guarded} (Ctrl-C stops)"
+    )
     try:
         server.serve_forever()
     except KeyboardInterrupt:
