@@ -42,11 +42,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("jars", help="fetch the JVM jars with Maven (no-op when cached)").set_defaults(
         fn=cmd_jars
     )
-    sub.add_parser(
+    spark_conf = sub.add_parser(
         "spark-conf",
         help="print the Spark properties a driver or Spark Connect server of this deployment "
-        "needs (spark-defaults.conf lines; they include the catalog's credentials)",
-    ).set_defaults(fn=cmd_spark_conf)
+        "needs (spark-defaults.conf lines; the catalog's credentials as *** unless asked)",
+    )
+    spark_conf.add_argument(
+        "--show-secrets", action="store_true", help="print passwords, keys and tokens as they are"
+    )
+    spark_conf.set_defaults(fn=cmd_spark_conf)
     stack = sub.add_parser("stack", help="local Kafka broker + Iceberg catalog + warehouse")
     stack.add_argument("action", choices=["up", "status", "down"])
     stack.add_argument("--purge", action="store_true", help="with down: delete all stack state")

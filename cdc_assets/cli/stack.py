@@ -27,13 +27,21 @@ def cmd_jars(settings: Settings, _: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_spark_conf(settings: Settings, _: argparse.Namespace) -> int:
+def cmd_spark_conf(settings: Settings, args: argparse.Namespace) -> int:
     """The configuration SparkResource renders (the catalog, extensions, jars of the jar cache),
-    for a Spark Connect server or driver started by other means (Kubernetes, spark-submit)."""
+    for a Spark Connect server or driver started by other means (Kubernetes, spark-submit);
+    secret values redacted unless ``--show-secrets``."""
     from cdc_assets.resources import build_resources
+    from cdc_assets.resources.config import redacted_conf
 
-    for key, value in sorted(build_resources(settings)["spark"].conf().items()):
+    conf = build_resources(settings)["spark"].conf()
+    hidden = 0
+    if not getattr(args, "show_secrets", False):
+        conf, hidden = redacted_conf(conf)
+    for key, value in sorted(conf.items()):
         print(f"{key} {value}")
+    if hidden:
+        print(f"# {hidden} secret value(s) shown as ***: --show-secrets prints them")
     return 0
 
 

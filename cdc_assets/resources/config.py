@@ -4,6 +4,7 @@ and for pyiceberg so both engines always open the same catalog. No I/O here."""
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -170,3 +171,24 @@ def spark_conf(
         # A class path of the caller's adds to ours: fs.file.impl still names our class.
         conf[CLASS_PATH] = f"{ours}{os.pathsep}{extra[CLASS_PATH]}"
     return conf
+
+
+# Property names whose values are secrets (anywhere in the name, case-insensitive).
+_SECRET_KEYS = re.compile(r"(?i)(password|secret|token|credential|session-token|private-key)")
+
+
+def redacted_conf(conf: dict[str, str]) -> tuple[dict[str, str], int]:
+    """``conf`` fit to print: secret values (``*.password``, ``*.secret-access-key``, a
+    REST catalog's ``token`` or ``credential``) as ``***``, and passwords inside JDBC URLs
+    hidden; with how many values were changed."""
+    out, changed = {}, 0
+    for key, value in conf.items():
+        shown = value
+        if _SECRET_KEYS.search(key):
+            shown = "***"
+        elif "password=" in value.lower() or re.search(r"//[^/:@]+:[^/@]*@", value):
+            shown = re.sub(r"(?i)(password=)[^&;]*", r"\1***", value)
+            shown = re.sub(r"(//[^/:@]+:)[^/@]*@", r"\1***@", shown)
+        changed += shown != value
+        out[key] = shown
+    return out, changed

@@ -165,3 +165,25 @@ def test_a_setting_may_come_from_a_secret_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="CDC_ASSETS_SOURCE_URL_APP_FILE: cannot read") as err:
         load_settings({"CDC_ASSETS_SOURCE_URL_APP_FILE": str(tmp_path / "missing")})
     assert "s3cret" not in str(err.value)
+
+
+def test_printed_spark_conf_hides_secrets() -> None:
+    from cdc_assets.resources.config import redacted_conf
+
+    conf = {
+        "spark.sql.catalog.lake.jdbc.password": "pw",
+        "spark.sql.catalog.lake.s3.secret-access-key": "sk",
+        "spark.sql.catalog.lake.s3.access-key-id": "ak",
+        "spark.sql.catalog.lake.token": "tk",
+        "spark.sql.catalog.lake.credential": "id:secret",
+        "spark.sql.catalog.lake.uri": "jdbc:postgresql://127.0.0.1/cat?user=u&password=pw2",
+        "spark.sql.catalog.lake.warehouse": "s3://warehouse/",
+        "spark.hadoop.fs.s3a.secret.key": "hk",
+    }
+    shown, hidden = redacted_conf(conf)
+    assert hidden == 6
+    assert shown["spark.sql.catalog.lake.jdbc.password"] == "***"
+    assert shown["spark.sql.catalog.lake.uri"].endswith("user=u&password=***")
+    assert shown["spark.sql.catalog.lake.s3.access-key-id"] == "ak"  # an id, not a secret
+    assert shown["spark.sql.catalog.lake.warehouse"] == "s3://warehouse/"
+    assert not any(s in v for v in shown.values() for s in ("pw", "sk", "tk", "hk", "id:secret"))
