@@ -7,6 +7,7 @@ compared with a plain replay of the row images each time."""
 from __future__ import annotations
 
 import random
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -67,8 +68,14 @@ def base_rows(iceberg: IcebergCatalogResource, spec: TableSpec) -> dict[int, dic
 
 
 def push(
-    spark: Any, iceberg: IcebergCatalogResource, table: Table, shape: TableSpec, ddl: str
+    spark: Any,
+    iceberg: IcebergCatalogResource,
+    table: Table,
+    shape: TableSpec,
+    ddl: str,
+    detected_at: datetime | None = None,
 ) -> Any:
+    """The evolution the schema_changes sensor starts for a record of ``shape`` and ``ddl``."""
     return converge(
         lambda: spark,
         "lake",
@@ -78,6 +85,7 @@ def push(
         source_ddl=create_table(shape),
         audit_ddl=[ddl],
         trigger="push",
+        detected_at=detected_at,
     )
 
 

@@ -17,18 +17,16 @@ from confluent_kafka import Producer
 
 from cdc_assets.checks.runner import run_checks
 from cdc_assets.demo.events import workload
-from cdc_assets.pipeline.converge import converge
 from cdc_assets.pipeline.tables import ensure_tables
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.layers import dead_letter_layout
 from cdc_assets.settings import Settings
 from cdc_assets.spec.models import TableSpec
-from cdc_assets_tests.integration.test_evolution_policies import base_rows, images
+from cdc_assets_tests.integration.test_evolution_policies import base_rows, images, push
 from cdc_assets_tests.integration.test_evolve import later
 from cdc_assets_tests.integration.test_ingest import read_table
 from cdc_assets_tests.integration.test_schema_evolution_flow import (
     Table,
-    create_table,
     schema_record,
 )
 from cdc_assets_tests.integration.test_upsert import ingest, upsert
@@ -71,18 +69,8 @@ def test_older_rows_read_the_default_of_a_column_added_with_one(
     table.produce([schema_record(shape, ALTER)], table.schema_topic)
     table.produce(after)
     ingest(spark, iceberg, kafka, v1)  # still the old spec: status only in _row_json
-    result = converge(
-        lambda: spark,
-        "lake",
-        iceberg.load_catalog(),
-        table.specs_dir,
-        "users",
-        source_ddl=create_table(shape),
-        audit_ddl=[ALTER],
-        trigger="push",
-        # as the sensor passes it: the backfill still reads the ledger from its start
-        detected_at=datetime.now(UTC),
-    )
+    # detected now, as the sensor passes it: the backfill still reads the ledger from its start
+    result = push(spark, iceberg, table, shape, ALTER, detected_at=datetime.now(UTC))
     assert result.decision == "applied", result
     evolved = table.spec()
     status = evolved.columns_by_name["status"]
