@@ -198,7 +198,9 @@ def evolve_layer(
 ) -> tuple[int, TableAlteration]:
     """Bring one layer's table to the proposed layout (one commit; retried when another writer
     committed first). Returns the table's schema id and what was changed (empty: nothing)."""
-    target, previous = all_layouts(proposed)[layer], all_layouts(current)[layer]
+    target = all_layouts(proposed)[layer]
+    # A layer the current spec lacks (history switched on) evolves from the proposed layout.
+    previous = all_layouts(current).get(layer, target)
     applied = TableAlteration(_identifier(target))
     for attempt in range(1, COMMIT_RETRIES + 1):
         table = _load(iceberg_catalog, target)
@@ -229,6 +231,14 @@ def evolve_iceberg(
     """
     _check_plan(current, proposed, plan)
     targets, previous = all_layouts(proposed), all_layouts(current)
+    # A history table not created yet (history switched on in a spec file) is created by the
+    # history step, with the spec it then reads, not evolved.
+    targets = {
+        layer: layout
+        for layer, layout in targets.items()
+        if layer != "history" or iceberg_catalog.table_exists(_identifier(layout))
+    }
+    previous = {layer: previous.get(layer, layout) for layer, layout in targets.items()}
     for layer, layout in targets.items():
         if _identifier(layout) != _identifier(previous[layer]):
             raise EvolutionError(
@@ -240,7 +250,9 @@ def evolve_iceberg(
     for layer in targets:
         ids[layer], _ = evolve_layer(iceberg_catalog, layer, current, proposed)
         failpoint(f"evolve_after_{layer}")
-    left = {k: v for k, v in iceberg_differences(iceberg_catalog, proposed).items() if v}
+    left = {
+        k: v for k, v in iceberg_differences(iceberg_catalog, proposed).items() if v and k in ids
+    }
     if left:
         raise EvolutionError(f"{plan.table}: the tables still differ from the spec: {left}")
     return ids

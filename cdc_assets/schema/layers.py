@@ -20,6 +20,7 @@ from cdc_assets.schema.types import SinkType
 from cdc_assets.spec.models import TableSpec
 
 LONG, INT, STRING = SinkType("long"), SinkType("int"), SinkType("string")
+BOOLEAN = SinkType("boolean")
 TIMESTAMPTZ = SinkType("timestamptz")
 
 BASE_PROPERTIES = {
@@ -121,6 +122,23 @@ LEDGER_ONLY_COLUMNS = (
     Column("_processed_at", TIMESTAMPTZ, required=True, doc="when the ingest wrote the row"),
     Column("dt", STRING, required=True, doc="date of the Kafka timestamp, yyyy-MM-dd (UTC)"),
     Column("hr", INT, required=True, doc="hour of the Kafka timestamp, 0-23 (UTC)"),
+)
+# What a history row adds to the change that opened the version (SEQUENCE_COLUMNS, whose _op,
+# _source_ts and position say where the version starts): where it ends and how.
+HISTORY_COLUMNS = (
+    Column("_valid_from", TIMESTAMPTZ, doc="source time the version starts (its change's ts_ms)"),
+    Column("_valid_to", TIMESTAMPTZ, doc="source time of the change that closed it; null if open"),
+    Column("_valid_to_seq_major", LONG, doc="source position of the closing change, major part"),
+    Column("_valid_to_seq_minor", LONG, doc="source position of the closing change, minor part"),
+    Column("_valid_to_seq_row", LONG, doc="source position of the closing change, row"),
+    Column("_closed_by", STRING, doc="op of the closing change: u, d, t or c; null if open"),
+    Column("_is_current", BOOLEAN, required=True, doc="no later change of the key is known"),
+    Column(
+        "_is_deleted",
+        BOOLEAN,
+        required=True,
+        doc="the key is absent in this version: opened by a delete (d) or a truncate (t)",
+    ),
 )
 DEAD_LETTER_COLUMNS = (
     Column("topic", STRING, required=True),
@@ -236,6 +254,25 @@ def tombstones_layout(spec: TableSpec) -> TableLayout:
     )
 
 
+def history_layout(spec: TableSpec) -> TableLayout:
+    """Every version of every key (SCD type 2), bucketed like base and sorted by key and
+    position: a version is a change of the ledger (deletes and truncates too, as versions in
+    which the key is absent), valid until the key's next change."""
+    keys = tuple(spec.key_sink_names)
+    return TableLayout(
+        namespace=spec.sink.namespace,
+        name=f"{_sink_table(spec)}_history",
+        columns=data_columns(spec, keys_required=True)
+        + SEQUENCE_COLUMNS
+        + (UNAVAILABLE_COLUMN,)
+        + HISTORY_COLUMNS,
+        partition_by=(_bucket_partition(spec),),
+        properties={**BASE_PROPERTIES},
+        comment=f"versions of the rows of {_sink_table(spec)} (SCD type 2)",
+        write_order=(*keys, "_seq_major", "_seq_minor", "_seq_row"),
+    )
+
+
 def dead_letter_layout(spec: TableSpec) -> TableLayout:
     """Records of this table that could not be written, with their Kafka coordinates and reason."""
     return TableLayout(
@@ -250,6 +287,7 @@ def dead_letter_layout(spec: TableSpec) -> TableLayout:
 def all_layouts(spec: TableSpec) -> dict[str, TableLayout]:
     """Every table of one spec, by layer name; a sharded spec's ledgers and dead-letter tables
     as ``cdc:<shard>``, ``bucketed:<shard>`` and ``dead_letter:<shard>``."""
+    history = {"history": history_layout(spec)} if spec.history.enabled else {}
     if not spec.source.shards:
         return {
             "cdc": ledger_layout(spec),
@@ -257,6 +295,7 @@ def all_layouts(spec: TableSpec) -> dict[str, TableLayout]:
             "base": base_layout(spec),
             "dead_letter": dead_letter_layout(spec),
             "tombstones": tombstones_layout(spec),
+            **history,
         }
     per_shard: dict[str, TableLayout] = {}
     for view in spec.shard_specs():
@@ -264,4 +303,9 @@ def all_layouts(spec: TableSpec) -> dict[str, TableLayout]:
         per_shard[f"cdc:{name}"] = ledger_layout(view)
         per_shard[f"bucketed:{name}"] = bucketed_layout(view)
         per_shard[f"dead_letter:{name}"] = dead_letter_layout(view)
-    return {**per_shard, "base": base_layout(spec), "tombstones": tombstones_layout(spec)}
+    return {
+        **per_shard,
+        "base": base_layout(spec),
+        "tombstones": tombstones_layout(spec),
+        **history,
+    }

@@ -372,6 +372,18 @@ class EvolutionSpec(_Strict):
     drop_columns: Literal["soft", "hard"] = "soft"
 
 
+class HistorySpec(_Strict):
+    """Versions of every row kept beside base (cdc_assets.pipeline.history, docs/history.md)."""
+
+    # none: base only; scd2: a history table with one row per version of a key (SCD type 2),
+    # recomputed from the ledger for the keys each run touches.
+    mode: Literal["none", "scd2"] = "none"
+
+    @property
+    def enabled(self) -> bool:
+        return self.mode == "scd2"
+
+
 class ChecksSpec(_Strict):
     """Thresholds of the table's asset checks (the watermark-lag limit is freshness.sla_minutes)."""
 
@@ -413,6 +425,7 @@ class TableSpec(_Strict):
     freshness: FreshnessSpec = FreshnessSpec()
     checks: ChecksSpec = ChecksSpec()
     evolution: EvolutionSpec = EvolutionSpec()
+    history: HistorySpec = HistorySpec()
 
     @model_validator(mode="after")
     def _check(self) -> TableSpec:
