@@ -1,5 +1,6 @@
 """The asset factory: one table spec becomes five assets: raw -> cdc -> bucketed -> base, and
-schema (the spec version, moved by schema evolution).
+schema (the spec version, moved by schema evolution); a sixth, cdc -> history, where the spec
+keeps history.
 
 Asset keys come from ``assets.keys`` (``cdc/users_cdc``), grouped per table. The bodies delegate
 to pipeline modules.
@@ -11,6 +12,7 @@ from typing import Any
 
 import dagster as dg
 
+from cdc_assets.assets.history import build_history_asset
 from cdc_assets.assets.keys import asset_key
 from cdc_assets.assets.ledger import build_ledger_asset
 from cdc_assets.assets.raw import build_raw_asset
@@ -26,6 +28,7 @@ KINDS = {
     "cdc": {"spark", "iceberg"},
     "bucketed": {"spark", "iceberg"},
     "base": {"spark", "iceberg"},
+    "history": {"spark", "iceberg"},
 }
 
 
@@ -100,6 +103,12 @@ def _descriptions(spec: TableSpec, layouts: dict[str, TableLayout]) -> dict[str,
             f"Iceberg mirror `{layouts['base'].name}` of {src}, "
             f"bucketed by key, merge-on-read.{about}"
         ),
+        "history": (
+            f"Every version of every row of {src} (SCD type 2) in `{layouts['history'].name}`"
+            if "history" in layouts
+            else ""
+        )
+        + ", recomputed from the ledger for the keys each run touches (docs/history.md).",
     }
 
 
@@ -112,7 +121,8 @@ def freshness_policy(spec: TableSpec) -> dg.FreshnessPolicy:
 def build_table_assets(
     spec: TableSpec, catalog: str, hourly: dg.PartitionsDefinition, specs_dir: Path
 ) -> list[dg.AssetsDefinition]:
-    """The five assets of one table spec; ``hourly`` is shared by every ledger."""
+    """The five assets of one table spec (six with history); ``hourly`` is shared by every
+    ledger."""
     layouts = layer_layouts(spec)
     descriptions = _descriptions(spec, layouts)
     tags = {**spec.tags, "cdc/connector": spec.source.connector}
@@ -160,4 +170,7 @@ def build_table_assets(
         {**spec_args("base", "bucketed"), "freshness_policy": freshness_policy(spec)},
     )
     schema = build_schema_asset(spec, specs_dir, spec_args("schema", None))
-    return [raw, cdc, bucketed, base, schema]
+    if not spec.history.enabled:
+        return [raw, cdc, bucketed, base, schema]
+    history = build_history_asset(spec, spec_args("history", "cdc"))
+    return [raw, cdc, bucketed, base, history, schema]

@@ -3,15 +3,23 @@
 Dagster's asset graph labels a node with the last component of its key only, so a key like
 ``cdc/users`` reads as ``users`` beside ``raw/users`` and ``base/users``. The name carries the
 layer instead: ``raw/users_topic``, ``cdc/users_cdc`` (the ledger's Iceberg name),
-``bucketed/users_bucketed``, ``base/users`` (the mirror keeps the table's name) and
-``schema/users_schema``. The layer prefix stays, so prefix selections (``key:"cdc/*"``) keep
-working. Every key is made and read here: nothing else splits a key into layer and table.
+``bucketed/users_bucketed``, ``base/users`` (the mirror keeps the table's name),
+``history/users_history`` (tables whose spec keeps history) and ``schema/users_schema``.
+The layer prefix stays, so prefix selections (``key:"cdc/*"``) keep working. Every key is made
+and read here: nothing else splits a key into layer and table.
 """
 
 import dagster as dg
 
-TABLE_LAYERS = ("raw", "cdc", "bucketed", "base", "schema")
-SUFFIX = {"raw": "_topic", "cdc": "_cdc", "bucketed": "_bucketed", "base": "", "schema": "_schema"}
+TABLE_LAYERS = ("raw", "cdc", "bucketed", "base", "history", "schema")
+SUFFIX = {
+    "raw": "_topic",
+    "cdc": "_cdc",
+    "bucketed": "_bucketed",
+    "base": "",
+    "history": "_history",
+    "schema": "_schema",
+}
 
 
 def asset_key(layer: str, table: str) -> dg.AssetKey:

@@ -23,6 +23,7 @@ from cdc_assets.checks import accounting
 from cdc_assets.checks.failsafe import failsafe
 from cdc_assets.jobs.upsert import UPSERT_JOB
 from cdc_assets.pipeline import conformance, health
+from cdc_assets.pipeline.history import compare_history
 from cdc_assets.quality import rules
 from cdc_assets.resources.iceberg import IcebergCatalogResource
 from cdc_assets.resources.kafka import KafkaResource
@@ -329,6 +330,25 @@ def build_table_checks(
         return check_result(
             rules.schema_drift_verdict(diffs, source), spec_version=spec.spec_version
         )
+
+    if spec.history.enabled:
+
+        @check(
+            asset=asset_key("history", spec.name),
+            name="history_matches_ledger",
+            description="A sample of keys' versions in the history equal a plain-Python replay "
+            "of their ledger changes, and every key has exactly one current version.",
+        )
+        def history_matches_ledger(r: CheckResources) -> dg.AssetCheckResult:
+            catalog = r.iceberg.load_catalog()
+            return check_result(
+                per_source(
+                    spec,
+                    lambda view: rules.history_verdict(
+                        compare_history(r.session(), r.catalog_name, catalog, view)
+                    ),
+                )
+            )
 
     if sources:
 

@@ -20,6 +20,7 @@ from cdc_assets.cli.tables import (
     cmd_bootstrap,
     cmd_checks,
     cmd_evolve,
+    cmd_history,
     cmd_redrive,
     cmd_rollback,
 )
@@ -295,6 +296,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     backfill.add_argument("--since", help="ISO time; default: the whole ledger")
     backfill.set_defaults(fn=cmd_backfill)
+    history = sub.add_parser(
+        "history",
+        help="bring a table's history (SCD2) up to its ledger, or read it as of a source time",
+    )
+    history.add_argument("table", help="spec name (its spec has history.mode: scd2)")
+    how = history.add_mutually_exclusive_group()
+    how.add_argument(
+        "--full", action="store_true", help="recompute every key's versions from the whole ledger"
+    )
+    how.add_argument(
+        "--as-of",
+        help="print the rows as the source held them at this time (ISO, e.g. "
+        "2026-12-01T09:30:00+00:00; no zone: UTC); reads, changes nothing",
+    )
+    history.add_argument("--limit", type=int, default=20, help="rows to print with --as-of")
+    history.set_defaults(fn=cmd_history)
     redrive = sub.add_parser("redrive", help="replay a table's dead letters after a fix")
     redrive.add_argument("table", help="spec name")
     redrive.add_argument("--reason", help="only dead letters whose reason contains this text")

@@ -194,12 +194,18 @@ class PipelineDriver:
         there are none. Metadata of each upserted table's base asset. A failed run leaves its
         tables waiting for the next cycle's upsert."""
         specs = {s.name for s in self.specs()}
+        history = {s.name for s in self.specs() if s.history.enabled}
         tables = sorted(self._pending & specs)
         if not tables:
             return {}
         result = self._run(
             "upsert_bases",
-            [asset_key(layer, t) for t in tables for layer in ("bucketed", "base")],
+            [
+                asset_key(layer, t)
+                for t in tables
+                for layer in ("bucketed", "base", "history")
+                if layer != "history" or t in history
+            ],
             [],
             tags={**table_tags(tables), "cdc/trigger": "driver"},
         )

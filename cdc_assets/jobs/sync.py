@@ -21,12 +21,18 @@ from cdc_assets.jobs.asset_job import AssetJob
 
 SYNC_JOB = "sync_tables"
 # The layers a micro-batch run materializes for each of its tables, in order.
-SYNC_LAYERS = ("cdc", "bucketed", "base")
+SYNC_LAYERS = ("cdc", "bucketed", "base", "history")
 
 
-def sync_selection(tables: list[str]) -> list[dg.AssetKey]:
-    """The assets of a micro-batch run over ``tables``: each table's ledger, bucketed and base."""
-    return [asset_key(layer, t) for t in tables for layer in SYNC_LAYERS]
+def sync_selection(tables: list[str], history: frozenset[str] = frozenset()) -> list[dg.AssetKey]:
+    """The assets of a micro-batch run over ``tables``: each table's ledger, bucketed and base,
+    and its history for the tables in ``history`` (those whose spec keeps one)."""
+    return [
+        asset_key(layer, t)
+        for t in tables
+        for layer in SYNC_LAYERS
+        if layer != "history" or t in history
+    ]
 
 
 def build_sync_job() -> AssetJob:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from cdc_assets.pipeline.offsets import KIND_PROPERTY
@@ -35,9 +36,11 @@ from cdc_assets.pipeline.watermark import (
     is_commit_conflict,
     snapshot_properties,
 )
+from cdc_assets.quality.history_replay import order_key, replay_history
+from cdc_assets.quality.rules import HistoryComparison
 from cdc_assets.schema.layers import history_layout, ledger_layout
 from cdc_assets.spec.models import TableSpec
-from cdc_assets.sql.ddl import quote, spark_type, temp_view_name
+from cdc_assets.sql.ddl import literal, quote, spark_type, temp_view_name
 from cdc_assets.sql.history import (
     render_changes,
     render_history_merge,
@@ -46,7 +49,13 @@ from cdc_assets.sql.history import (
     render_truncates,
     render_versions,
 )
-from cdc_assets.sql.upsert import render_pinned_changes
+from cdc_assets.sql.upsert import (
+    data_names,
+    key_names,
+    movable_keys,
+    old_key_values,
+    render_pinned_changes,
+)
 
 STATE_PROPERTY = "cdc.history.ledger"
 HISTORY_KIND = "history"
@@ -134,10 +143,15 @@ def _appended_view(spark: Any, catalog: str, ledger: Any, spec: TableSpec, start
     return view
 
 
-def _pinned_ledger(spark: Any, catalog: str, ledger: Any, spec: TableSpec) -> str:
-    """A temp view of the whole ledger at its current snapshot, in the current column names."""
+def _pinned_ledger(
+    spark: Any, catalog: str, ledger: Any, spec: TableSpec, snapshot_id: int | None = None
+) -> str:
+    """A temp view of the whole ledger at a snapshot (default: the current one), in the current
+    column names."""
     layout = ledger_layout(spec)
-    snapshot = ledger.current_snapshot()
+    snapshot = (
+        ledger.current_snapshot() if snapshot_id is None else ledger.snapshot_by_id(snapshot_id)
+    )
     current = ledger.schema()
     written = next(
         (s for s in ledger.metadata.schemas if s.schema_id == snapshot.schema_id), current
@@ -156,10 +170,11 @@ def _pinned_ledger(spark: Any, catalog: str, ledger: Any, spec: TableSpec) -> st
 
 
 def update_history(
-    spark: Any, catalog: str, iceberg_catalog: Any, spec: TableSpec
+    spark: Any, catalog: str, iceberg_catalog: Any, spec: TableSpec, *, full: bool = False
 ) -> HistoryResult:
     """Bring the history table of ``spec`` (one shard's view of a sharded table) up to its
-    ledger. Retried when another writer commits to the history first."""
+    ledger; with ``full``, every key's versions from the whole ledger. Retried when another
+    writer commits to the history first."""
     started = time.monotonic()
     result = HistoryResult(spec.name)
     history_l = history_layout(spec)
@@ -168,7 +183,7 @@ def update_history(
     for attempt in range(1, COMMIT_RETRIES + 1):
         result.attempts = attempt
         try:
-            _run(spark, catalog, iceberg_catalog, spec, result)
+            _run(spark, catalog, iceberg_catalog, spec, result, full)
             break
         except Exception as exc:  # py4j/pyspark wrap Iceberg's commit exceptions
             lost = isinstance(exc, _OvertakenError) or is_commit_conflict(exc)
@@ -180,7 +195,12 @@ def update_history(
 
 
 def _run(
-    spark: Any, catalog: str, iceberg_catalog: Any, spec: TableSpec, result: HistoryResult
+    spark: Any,
+    catalog: str,
+    iceberg_catalog: Any,
+    spec: TableSpec,
+    result: HistoryResult,
+    full: bool,
 ) -> None:
     history_l = history_layout(spec)
     history_t = load_table(iceberg_catalog, history_l)
@@ -193,10 +213,10 @@ def _run(
     states = history_state(history_t)
     start = states.get(shard)
     result.ledger_snapshot = int(current.snapshot_id)
-    if start == current.snapshot_id:
+    if start == current.snapshot_id and not full:
         result.mode, result.reason = "up-to-date", f"history reflects ledger snapshot {start}"
         return
-    reason = _since(ledger, start)
+    reason = "a full recomputation was asked for" if full else _since(ledger, start)
     views: list[str] = []
     history = spark_identifier(catalog, history_l)
     names = (history_l.namespace, history_l.name)
@@ -266,3 +286,131 @@ def _run(
     finally:
         for view in views:
             spark.catalog.dropTempView(view)
+
+
+def compare_history(
+    spark: Any, catalog: str, iceberg_catalog: Any, spec: TableSpec, sample: int = 200
+) -> HistoryComparison:
+    """Up to ``sample`` keys' versions in the history (one shard's view of a sharded table)
+    against the plain-Python replay of their ledger changes at the ledger snapshot the history
+    reflects, and the keys without exactly one current version."""
+    history_l = history_layout(spec)
+    history_t = load_table(iceberg_catalog, history_l)
+    current = history_t.current_snapshot()
+    start = history_state(history_t).get(shard_name(spec))
+    if current is None or start is None:
+        return HistoryComparison(0, 0, 0)
+    keys = key_names(spec)
+    history = f"{spark_identifier(catalog, history_l)} VERSION AS OF {int(current.snapshot_id)}"
+    shard = ""
+    if spec.shard_column and spec.shard is not None:
+        shard = f"WHERE {quote(spec.shard_column)} = {literal(spec.shard.shard_name)}"
+    key_list = ", ".join(quote(k) for k in keys)
+    open_keys = spark.sql(
+        f"SELECT count(1) AS n FROM (SELECT {key_list}, count_if(_is_current) AS c "
+        f"FROM {history} {shard} GROUP BY {key_list}) WHERE c <> 1"
+    ).collect()[0]["n"]
+    names = (history_l.namespace, history_l.name)
+    picked = temp_view_name("history_sample", *names)
+    ledger = load_table(iceberg_catalog, ledger_layout(spec))
+    pinned = _pinned_ledger(spark, catalog, ledger, spec, start)
+    # Keys the history holds and keys the ledger holds (one the history lacks is a difference).
+    order = f"ORDER BY xxhash64({key_list}), {key_list} LIMIT {int(sample) // 2 + 1}"
+    spark.sql(
+        f"CREATE OR REPLACE TEMP VIEW {picked} AS SELECT DISTINCT * FROM ("
+        f"(SELECT DISTINCT {key_list} FROM {history} {shard} {order}) UNION ALL "
+        f"(SELECT DISTINCT {key_list} FROM {pinned} WHERE _op IN ('c', 'u', 'r', 'd') {order}))"
+    )
+    try:
+        chosen = {tuple(r[k] for k in keys) for r in spark.sql(f"SELECT * FROM {picked}").collect()}
+        on = " AND ".join(f"l.{quote(k)} = k.{quote(k)}" for k in keys)
+        wanted = f"EXISTS (SELECT 1 FROM {picked} k WHERE {on})"
+        old = old_key_values(spec, "l") if movable_keys(spec) else None
+        if old is not None:
+            moved = " AND ".join(
+                f"{old[k]} = k.{quote(k)}" if k in old else f"l.{quote(k)} = k.{quote(k)}"
+                for k in keys
+            )
+            wanted += (
+                f" OR (l._op = 'u' AND l._before_json IS NOT NULL AND "
+                f"EXISTS (SELECT 1 FROM {picked} k WHERE {moved}))"
+            )
+        ledger_rows = [
+            r.asDict(recursive=True)
+            for r in spark.sql(f"SELECT * FROM {pinned} l WHERE l._op = 't' OR {wanted}").collect()
+        ]
+        on_h = " AND ".join(f"h.{quote(k)} = k.{quote(k)}" for k in keys)
+        stored = [
+            r.asDict(recursive=True)
+            for r in spark.sql(
+                f"SELECT h.* FROM {history} h LEFT SEMI JOIN {picked} k ON {on_h}"
+            ).collect()
+        ]
+    finally:
+        spark.catalog.dropTempView(pinned)
+        spark.catalog.dropTempView(picked)
+    expected = replay_history(
+        ledger_rows,
+        data_columns=data_names(spec),
+        key_fields=[(c.name, c.sink_name) for c in spec.key_columns],
+        shard_column=spec.shard_column,
+        carry_unavailable=spec.source.connector in PLACEHOLDER_CONNECTORS,
+        old_keys=old is not None,
+    )
+    actual: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for row in stored:
+        actual.setdefault(tuple(row[k] for k in keys), []).append(row)
+    columns = history_l.column_names
+    examples: list[str] = []
+    differing = versions = 0
+    for key in sorted(chosen, key=repr):
+        got, want = actual.get(key, []), expected.get(key, [])
+        versions += len(want)
+        got.sort(key=order_key)
+        problem = _difference(want, got, columns)
+        if problem is not None:
+            differing += 1
+            if len(examples) < 5:
+                examples.append(f"key {key}: {problem}")
+    return HistoryComparison(len(chosen), versions, differing, examples, int(open_keys))
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
+        return True
+    return bool(a == b)
+
+
+def _difference(
+    want: list[dict[str, Any]], got: list[dict[str, Any]], columns: list[str]
+) -> str | None:
+    """How stored versions differ from the replayed ones (column names, never values)."""
+    at_want, at_got = [order_key(v) for v in want], [order_key(v) for v in got]
+    if at_want != at_got:
+        return f"versions at {at_got}, the replay has {at_want}"
+    for w, g in zip(want, got, strict=True):
+        wrong = [c for c in columns if not _same(w.get(c), g.get(c))]
+        if wrong:
+            return f"version at {order_key(w)} differs in {', '.join(wrong)}"
+    return None
+
+
+def read_as_of(iceberg_catalog: Any, spec: TableSpec, at: datetime) -> Any:
+    """The table as the source held it at source time ``at`` (an aware datetime), read from
+    its history with pyiceberg: each key's version valid then, without deleted ones, in base's
+    data columns (a pyarrow Table)."""
+    from pyiceberg import expressions as ex
+
+    # pydantic's mypy plugin misreads pyiceberg's predicates' constructors
+    eq: Any = ex.EqualTo
+    le: Any = ex.LessThanOrEqual
+    gt: Any = ex.GreaterThan
+    null: Any = ex.IsNull
+    table = load_table(iceberg_catalog, history_layout(spec))
+    when = at.astimezone(UTC).isoformat()
+    row_filter = ex.And(
+        eq("_is_deleted", False),
+        le("_valid_from", when),
+        ex.Or(null("_valid_to"), gt("_valid_to", when)),
+    )
+    return table.scan(row_filter=row_filter, selected_fields=tuple(data_names(spec))).to_arrow()

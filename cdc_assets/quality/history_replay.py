@@ -105,7 +105,7 @@ def replay_history(
             if old is not None:
                 old_full = ((row[shard_column],) if shard_column else ()) + old
                 if old_full != key:
-                    gone = {c: None for c in data_columns}
+                    gone: dict[str, Any] = {c: None for c in data_columns}
                     gone.update(zip(keys, old_full, strict=True))
                     gone.update(
                         {
@@ -132,7 +132,7 @@ def replay_history(
         shard = key[0] if shard_column else None
         for (t_shard, *_), t in truncates.items():
             if t_shard == shard and order_key(t) > first:
-                mark = {c: None for c in data_columns}
+                mark: dict[str, Any] = {c: None for c in data_columns}
                 mark.update(zip(keys, key, strict=True))
                 mark.update({k: t.get(k) for k in ("_source_ts", *_POSITION)})
                 mark.update({"_op": "t", "_unavailable": None})

@@ -429,3 +429,39 @@ def schema_converged_verdict(
 
 def _iso(epoch_ms: int) -> str:
     return datetime.fromtimestamp(epoch_ms / 1000, UTC).isoformat(timespec="seconds")
+
+
+@dataclass(frozen=True)
+class HistoryComparison:
+    """A sample of keys' versions in the history table against a plain-Python replay of the
+    same keys' ledger changes (`quality.history_replay`), at the ledger snapshot the history
+    reflects."""
+
+    keys: int  # keys compared
+    versions: int  # versions the replay expects for them
+    differences: int  # keys whose versions differ
+    examples: Sequence[str] = ()  # keys and columns only: values may be sensitive
+    open_keys: int = 0  # keys with more or fewer than one current version
+
+
+def history_verdict(c: HistoryComparison) -> Verdict:
+    """Fail (ERROR) when a sampled key's versions differ from the replay of its ledger changes,
+    or a key has no current version or two: the history no longer tells what the source held.
+    A full recomputation (`cdc-assets history <table> --full`) rebuilds it from the ledger."""
+    meta: dict[str, object] = {
+        "keys_compared": c.keys,
+        "versions_compared": c.versions,
+        "keys_differing": c.differences,
+        "keys_without_one_current_version": c.open_keys,
+        "examples": list(c.examples),
+    }
+    failures: list[tuple[Severity, str]] = []
+    if c.differences:
+        failures.append(
+            ("ERROR", f"{c.differences} of {c.keys} sampled keys differ from the ledger's replay")
+        )
+    if c.open_keys:
+        failures.append(("ERROR", f"{c.open_keys} keys have no current version or several"))
+    return _verdict(
+        failures, f"{c.versions} versions of {c.keys} sampled keys equal the ledger's replay", meta
+    )

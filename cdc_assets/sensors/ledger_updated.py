@@ -22,11 +22,15 @@ FIRST_TICK_LOOKBACK_S = 3600.0
 RUNS_PER_TICK = 500
 
 
-def upsert_selection(asset_keys: list[dg.AssetKey]) -> list[dg.AssetKey]:
+def upsert_selection(
+    asset_keys: list[dg.AssetKey], known: set[dg.AssetKey] | None = None
+) -> list[dg.AssetKey]:
     """The bucketed and base assets of every table whose cdc or schema asset is in
-    ``asset_keys``."""
+    ``asset_keys``, and its history asset where ``known`` (the repository's assets) has one."""
     tables = sorted({t for k in asset_keys if (t := table_of(k, ("cdc", "schema")))})
-    return [asset_key(layer, t) for t in tables for layer in ("bucketed", "base")]
+    keys = [asset_key(layer, t) for t in tables for layer in ("bucketed", "base")]
+    keys += [k for t in tables if known is not None and (k := asset_key("history", t)) in known]
+    return keys
 
 
 def build_ledger_updated_sensor(
@@ -83,7 +87,7 @@ def build_ledger_updated_sensor(
                 continue
             selection = [
                 k
-                for k in upsert_selection(_run_assets(context, run))
+                for k in upsert_selection(_run_assets(context, run), known)
                 if known is None or k in known  # another code location's run of the same job
             ]
             tables = sorted({t for k in selection if (t := table_of(k))} - covered)

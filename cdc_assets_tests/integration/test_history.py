@@ -11,7 +11,6 @@ import os
 import random
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -30,7 +29,6 @@ from cdc_assets_tests.integration.test_upsert import (
     _shuffle_chunks,
     example_spec,
     ingest,
-    upsert,
 )
 from cdc_assets_tests.support.bad_records import base_row, users_spec
 from cdc_assets_tests.support.oracle import expected_outcome
@@ -118,7 +116,8 @@ def test_truncate_key_change_late_and_recreated_keys(
     produce([*after_truncate, old_update, *deleted], spec.source.topic, bootstrap)
     ingest(spark, iceberg, kafka, spec)
     result = run_history(spark, iceberg, spec)
-    assert result.mode == "full" and "truncate" in result.reason
+    assert result.mode == "full"
+    assert "truncate" in result.reason
     assert_history_matches(spec, iceberg, expected_history(spec, kafka))
 
     produce(
@@ -128,12 +127,14 @@ def test_truncate_key_change_late_and_recreated_keys(
     )
     ingest(spark, iceberg, kafka, spec)
     result = run_history(spark, iceberg, spec)
-    assert result.mode == "incremental" and result.touched_keys == 2
+    assert result.mode == "incremental"
+    assert result.touched_keys == 2
     expected = expected_history(spec, kafka)
     assert_history_matches(spec, iceberg, expected)
     # the late update sits before the truncate: a version of key 3 closed by it
     late = [v for v in expected[(3,)] if v["_op"] == "u"]
-    assert late and late[0]["_closed_by"] == "t"
+    assert late
+    assert late[0]["_closed_by"] == "t"
     again = run_history(spark, iceberg, spec)
     assert again.mode == "up-to-date"
 

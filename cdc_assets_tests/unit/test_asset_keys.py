@@ -21,6 +21,7 @@ def test_names_say_the_layer() -> None:
         "cdc": "cdc/users_cdc",
         "bucketed": "bucketed/users_bucketed",
         "base": "base/users",
+        "history": "history/users_history",
         "schema": "schema/users_schema",
     }
 

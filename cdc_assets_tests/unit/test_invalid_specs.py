@@ -67,8 +67,8 @@ CASES = [
         "unknown top-level key",
         _set("colums", []),
         "colums: unknown field; valid fields here: base, checks, columns, description, "
-        "evolution, freshness, name, owners, pipeline, primary_key, schedule, sink, source, "
-        "spec_version, tags",
+        "evolution, freshness, history, name, owners, pipeline, primary_key, schedule, sink, "
+        "source, spec_version, tags",
     ),
     (
         "unknown column key",

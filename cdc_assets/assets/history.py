@@ -1,0 +1,65 @@
+"""The history asset of a table whose spec keeps one (``history.mode: scd2``).
+
+It reads the ledger, not base, so it depends on the cdc asset and runs beside the upsert: in
+the ``upsert_bases`` and ``sync_tables`` runs, in a pool of its own (``cdc_history/<table>``)
+so that two history runs of one table never race for the same commit.
+"""
+
+from typing import Any
+
+import dagster as dg
+
+from cdc_assets.assets.metadata import commit_metadata, markdown_summary
+from cdc_assets.pipeline.history import HistoryResult, update_history
+from cdc_assets.pipeline.upsert import load_table
+from cdc_assets.resources.iceberg import IcebergCatalogResource
+from cdc_assets.resources.spark import SparkResource
+from cdc_assets.schema.layers import history_layout
+from cdc_assets.spec.models import TableSpec
+
+
+def history_metadata(results: list[HistoryResult]) -> dict[str, Any]:
+    modes = {r.mode for r in results}
+    mode = "full" if "full" in modes else "incremental" if "incremental" in modes else "up-to-date"
+    touched = [r.touched_keys for r in results if r.touched_keys is not None]
+    return {
+        "mode": mode,
+        "reason": "; ".join(r.reason for r in results if r.reason),
+        "touched_keys": sum(touched) if touched else -1,
+        "ledger_snapshot": ", ".join(str(r.ledger_snapshot or "") for r in results),
+        "commit_attempts": sum(r.attempts for r in results),
+        "seconds": round(sum(r.seconds for r in results), 2),
+    }
+
+
+def build_history_asset(spec: TableSpec, args: dict[str, Any]) -> dg.AssetsDefinition:
+    # After base in a run: a micro-batch's base is what its freshness is measured by.
+    args = {**args, "op_tags": {"dagster/priority": "1"}}
+
+    @dg.asset(**args, pool=f"cdc_history/{spec.name}")  # type: ignore[untyped-decorator]
+    def history(
+        context: dg.AssetExecutionContext, spark: SparkResource, iceberg: IcebergCatalogResource
+    ) -> dg.MaterializeResult:  # type: ignore[type-arg]
+        catalog = iceberg.load_catalog()
+        # A sharded table's history takes each shard's ledger in turn (keys lead with the shard).
+        results = [
+            update_history(spark.get_session(), spark.catalog.name, catalog, view)
+            for view in spec.shard_specs()
+        ]
+        meta = history_metadata(results)
+        context.log.info(f"{spec.name}: history {meta['mode']} ({meta['reason']})")
+        table = load_table(catalog, history_layout(spec))
+        meta.update(commit_metadata(table))
+        meta["summary"] = markdown_summary(
+            f"history of {spec.name}",
+            {
+                "mode": meta["mode"],
+                "why": meta["reason"] or "-",
+                "keys recomputed": "all" if meta["touched_keys"] < 0 else meta["touched_keys"],
+                "versions in the table": meta.get("dagster/row_count", "-"),
+                "seconds": meta["seconds"],
+            },
+        )
+        return dg.MaterializeResult(metadata=meta)
+
+    return history  # type: ignore[no-any-return]
