@@ -1,11 +1,12 @@
 """Upkeep of one spec's Iceberg tables with Iceberg's Spark procedures (no Dagster here).
 
-In order: forget tombstones past their retention, compact base and tombstones (data files, then
-position deletes), expire old snapshots of every layer, remove orphan files. Safe while upserts
-and ingests run: every step is one or more atomic Iceberg commits, a step that loses a commit
-race is retried, and snapshot expiry keeps the snapshots the pipeline resumes from (base's newest
-``cdc.watermark`` snapshot; the ledger's newest ``cdc.offsets`` snapshot and every ledger
-snapshot base has not read yet, redrives included) whatever the retention says.
+In order: forget tombstones past their retention, compact base, tombstones and history (data
+files, then position deletes), expire old snapshots of every layer, remove orphan files. Safe
+while upserts and ingests run: every step is one or more atomic Iceberg commits, a step that
+loses a commit race is retried, and snapshot expiry keeps the snapshots the pipeline resumes
+from (base's newest ``cdc.watermark`` snapshot; the ledger's newest ``cdc.offsets`` snapshot and
+every ledger snapshot base has not read yet, redrives included; a history's newest
+``cdc.history.ledger`` snapshot and the ledger snapshot it names) whatever the retention says.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from functools import partial
 from typing import Any
 
 from cdc_assets.errors import CdcAssetsError
+from cdc_assets.pipeline.history import STATE_PROPERTY as HISTORY_STATE
+from cdc_assets.pipeline.history import history_state
 from cdc_assets.pipeline.offsets import OFFSETS_PROPERTY
 from cdc_assets.pipeline.upsert import spark_identifier
 from cdc_assets.pipeline.watermark import WATERMARK, base_state, is_commit_conflict, state_key
@@ -48,8 +51,8 @@ REWRITE_DELETES_OPTIONS = {
     "partial-progress.max-commits": "10",
 }
 
-COMPACTED_LAYERS = ("base", "tombstones")
-ALL_LAYERS = ("base", "tombstones", "bucketed", "cdc", "dead_letter")
+COMPACTED_LAYERS = ("base", "tombstones", "history")
+ALL_LAYERS = ("base", "tombstones", "history", "bucketed", "cdc", "dead_letter")
 # The maintenance session of each parent session (see _isolated_session).
 _SESSIONS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
@@ -361,6 +364,11 @@ def maintain_table(
     now = now or datetime.now(UTC)
     log = log or (lambda _message: None)
     layouts = all_layouts(spec)
+    history = layouts.get("history")
+    if history is not None and not iceberg_catalog.table_exists(
+        f"{history.namespace}.{history.name}"
+    ):
+        del layouts["history"]  # switched on, not run yet: its first run creates it
     _check_tables_exist(iceberg_catalog, spec, layouts)
     session = _isolated_session(spark)
     result = MaintenanceResult(spec.name)
@@ -380,7 +388,8 @@ def maintain_table(
             partial(_purge_tombstones, session, ident["tombstones"], purge_before),
         )
     ]
-    for layer in COMPACTED_LAYERS:
+    # The history layer only where the spec keeps one.
+    for layer in (c for c in COMPACTED_LAYERS if c in layouts):
         layout = layouts[layer]
         table = iceberg_catalog.load_table(f"{layout.namespace}.{layout.name}")
         sort = _ensure_write_order(session, catalog, table, layout)
@@ -498,6 +507,14 @@ def _expire(
         base = _load(iceberg_catalog, layouts["base"])
         read = base_state(base, shard or None).ledger_sequence
         protected = protected_depth(lineage, OFFSETS_PROPERTY, unread_after=read)
+        if "history" in layouts:
+            # The ledger snapshot the history reflects: its next run reads the appends since.
+            reflected = history_state(_load(iceberg_catalog, layouts["history"])).get(shard)
+            ids = [p.snapshot_id for p in lineage]
+            if reflected in ids:
+                protected = max(protected, ids.index(reflected) + 1)
+    elif kind == "history":
+        protected = protected_depth(lineage, HISTORY_STATE)
     else:
         protected = 0
     expiry = plan_expiry(lineage, protected, older_than_ms, retain_last)
