@@ -43,13 +43,13 @@ def test_four_assets_per_table_with_layered_deps(defs: dg.Definitions) -> None:
         asset_key(layer, t).to_user_string()
         for t in TABLES
         for layer in ("raw", "cdc", "bucketed", "base", "schema")
-    } | {"view/app/user_orders"}
+    } | {"view/app/user_orders", "history/order_items_history"}
     # The asset graph labels a node with its key's last component: no two nodes read alike.
     labels = [k.path[-1] for k in graph.get_all_asset_keys()]
     assert len(labels) == len(set(labels))
     assert {layer_and_table(k) for k in graph.get_all_asset_keys()} - {None} == {
         (layer, t) for t in TABLES for layer in ("raw", "cdc", "bucketed", "base", "schema")
-    }
+    } | {("history", "order_items")}
     # The example view reads two base tables: it is downstream of both.
     assert graph.get(dg.AssetKey(["view", "app", "user_orders"])).parent_keys == {
         asset_key("base", "users"),
@@ -60,6 +60,10 @@ def test_four_assets_per_table_with_layered_deps(defs: dg.Definitions) -> None:
         assert graph.get(asset_key("cdc", t)).parent_keys == {asset_key("raw", t)}
         assert graph.get(asset_key("bucketed", t)).parent_keys == {asset_key("cdc", t)}
         assert graph.get(asset_key("base", t)).parent_keys == {asset_key("bucketed", t)}
+    # The example that keeps history: its versions come from the ledger.
+    assert graph.get(asset_key("history", "order_items")).parent_keys == {
+        asset_key("cdc", "order_items")
+    }
 
 
 def test_groups_kinds_owners_tags_and_metadata(defs: dg.Definitions) -> None:
@@ -129,7 +133,8 @@ def test_table_checks_schedule_runs_every_check_on_its_cron(tmp_path: Path) -> N
         assert schedule.default_status == dg.DefaultScheduleStatus.RUNNING
         job = defs.resolve_job_def("check_tables")
         checks = job.asset_layer.asset_graph.asset_check_keys
-        assert len(checks) == len(TABLES) * len(TABLE_CHECKS) + 1  # and the view's
+        # and the view's, and order_items' history's
+        assert len(checks) == len(TABLES) * len(TABLE_CHECKS) + 2
 
 
 def test_each_spec_schedule_cron_times_its_own_checks(tmp_path: Path) -> None:
@@ -247,7 +252,8 @@ def test_every_table_has_its_checks_and_only_the_key_check_blocks(defs: dg.Defin
     graph = defs.resolve_asset_graph()
     checks = {k.to_user_string() for k in graph.asset_check_keys}
     assert checks == {c.format(t=t) for t in TABLES for c in TABLE_CHECKS} | {
-        "view/app/user_orders:view_schema"
+        "view/app/user_orders:view_schema",
+        "history/order_items_history:history_matches_ledger",
     }
     blocking = {
         f"{s.asset_key.to_user_string()}:{s.name}"
@@ -312,7 +318,8 @@ def test_loading_definitions_starts_no_jvm(tmp_path: Path) -> None:
     env = {**os.environ, "CDC_ASSETS_HOME": str(tmp_path)}
     proc = _run(code, env)
     assert proc.returncode == 0, proc.stderr
-    assert "assets 16" in proc.stdout  # 5 per table and the example view
+    # 5 per table, order_items' history and the example view
+    assert "assets 17" in proc.stdout
     assert not (tmp_path / "jars").exists(), "loading definitions must not fetch jars"
 
 
@@ -437,7 +444,8 @@ def test_ledger_updated_sensor_upserts_every_table_after_a_whole_job_ingest(
         assert request.run_key == run.run_id
         assert request.tags["cdc/tables"] == ",".join(sorted(TABLES))
         assert request.asset_selection == [
-            asset_key(layer, t) for t in sorted(TABLES) for layer in ("bucketed", "base")
+            *(asset_key(layer, t) for t in sorted(TABLES) for layer in ("bucketed", "base")),
+            asset_key("history", "order_items"),
         ]
 
 
@@ -459,7 +467,12 @@ def test_ledger_updated_sensor_leaves_out_tables_whose_upsert_is_queued(
         _succeeded(instance, "ingest_ledgers", {asset_key("cdc", "orders")})
         (request,), _ = _ledger_updated_tick(defs, instance, None)
         assert request.asset_selection == [
-            asset_key(layer, t) for t in ("order_items", "orders") for layer in ("bucketed", "base")
+            *(
+                asset_key(layer, t)
+                for t in ("order_items", "orders")
+                for layer in ("bucketed", "base")
+            ),
+            asset_key("history", "order_items"),
         ]
         assert request.tags["cdc/tables"] == "order_items,orders"
         assert request.run_key == ingest.run_id
