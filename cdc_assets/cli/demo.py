@@ -37,6 +37,7 @@ def run_generator_demo(settings: Settings, args: argparse.Namespace) -> int:
     from cdc_assets.assets.keys import asset_key, node_name
     from cdc_assets.definitions import build_defs
     from cdc_assets.demo.stream import produce_demo
+    from cdc_assets.jobs.upsert import upsert_assets
     from cdc_assets.sensors.new_offsets import current_hour_key
     from cdc_assets.spec import load_specs
     from cdc_assets.stack import local_stack
@@ -94,7 +95,7 @@ def run_generator_demo(settings: Settings, args: argparse.Namespace) -> int:
     upsert = defs.resolve_job_def("upsert_bases").execute_in_process(
         instance=instance,
         run_config=QUIET,
-        asset_selection=[asset_key(layer, s.name) for s in specs for layer in ("bucketed", "base")],
+        asset_selection=upsert_assets(specs),
     )
     merges = Table(
         "table",

@@ -21,10 +21,11 @@ from typing import Any
 
 import dagster as dg
 
-from cdc_assets.assets.keys import asset_key, node_name, table_of
+from cdc_assets.assets.keys import node_name, table_of
 from cdc_assets.definitions import build_defs
 from cdc_assets.jobs.checks import CHECK_JOB
 from cdc_assets.jobs.executor import execute_here
+from cdc_assets.jobs.upsert import upsert_assets
 from cdc_assets.sensors.runs import table_tags
 from cdc_assets.settings import Settings
 from cdc_assets.spec import load_specs
@@ -193,19 +194,13 @@ class PipelineDriver:
         last upsert, without checks (the ``ledger_updated`` sensor's request); no run when
         there are none. Metadata of each upserted table's base asset. A failed run leaves its
         tables waiting for the next cycle's upsert."""
-        specs = {s.name for s in self.specs()}
-        history = {s.name for s in self.specs() if s.history.enabled}
-        tables = sorted(self._pending & specs)
+        specs = {s.name: s for s in self.specs()}
+        tables = sorted(self._pending & set(specs))
         if not tables:
             return {}
         result = self._run(
             "upsert_bases",
-            [
-                asset_key(layer, t)
-                for t in tables
-                for layer in ("bucketed", "base", "history")
-                if layer != "history" or t in history
-            ],
+            upsert_assets(specs[t] for t in tables),
             [],
             tags={**table_tags(tables), "cdc/trigger": "driver"},
         )

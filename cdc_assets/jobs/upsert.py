@@ -5,11 +5,25 @@ One job for every table; a run targets tables by asset selection (the sensor, th
 so the job count stays constant however many tables there are.
 """
 
+from collections.abc import Iterable
+
 import dagster as dg
 
+from cdc_assets.assets.keys import asset_key
 from cdc_assets.jobs.asset_job import AssetJob
+from cdc_assets.spec.models import TableSpec
 
 UPSERT_JOB = "upsert_bases"
+
+
+def upsert_assets(specs: Iterable[TableSpec]) -> list[dg.AssetKey]:
+    """The assets an upsert of ``specs`` materializes: bucketed, base, and history where kept."""
+    return [
+        asset_key(layer, s.name)
+        for s in specs
+        for layer in ("bucketed", "base", "history")
+        if layer != "history" or s.history.enabled
+    ]
 
 
 def build_upsert_job() -> AssetJob:

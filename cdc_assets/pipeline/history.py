@@ -299,7 +299,8 @@ def compare_history(
     current = history_t.current_snapshot()
     start = history_state(history_t).get(shard_name(spec))
     if current is None or start is None:
-        return HistoryComparison(0, 0, 0)
+        ledger_now = load_table(iceberg_catalog, ledger_layout(spec)).current_snapshot()
+        return HistoryComparison(0, 0, 0, built=ledger_now is None)
     keys = key_names(spec)
     history = f"{spark_identifier(catalog, history_l)} VERSION AS OF {int(current.snapshot_id)}"
     shard = ""

@@ -442,6 +442,7 @@ class HistoryComparison:
     differences: int  # keys whose versions differ
     examples: Sequence[str] = ()  # keys and columns only: values may be sensitive
     open_keys: int = 0  # keys with more or fewer than one current version
+    built: bool = True  # False: the ledger holds changes, the history was never built from it
 
 
 def history_verdict(c: HistoryComparison) -> Verdict:
@@ -456,6 +457,9 @@ def history_verdict(c: HistoryComparison) -> Verdict:
         "examples": list(c.examples),
     }
     failures: list[tuple[Severity, str]] = []
+    if not c.built:
+        # Right after onboarding this is normal for a moment: a warning, not an error.
+        failures.append(("WARN", "the ledger holds changes but the history was never built"))
     if c.differences:
         failures.append(
             ("ERROR", f"{c.differences} of {c.keys} sampled keys differ from the ledger's replay")

@@ -53,7 +53,15 @@ def test_check_command_runs_every_check_on_the_demo(
 ) -> None:
     outcomes = {(o["table"], o["asset"].split("/")[0], o["check"]): o for o in demo_home.checks}
     specs = load_specs(it_settings.specs_dir)
-    assert len(outcomes) == 11 * len(specs) + 1  # and the example view's
+    history = [s.name for s in specs if s.history.enabled]
+    # and the example view's, and one per history (order_items keeps one)
+    assert len(outcomes) == 11 * len(specs) + 1 + len(history)
+    assert history
+    for name in history:
+        check = outcomes[(name, "history", "history_matches_ledger")]
+        assert check["passed"], check["description"]
+        assert check["metadata"]["keys_compared"] > 0
+        assert check["metadata"]["versions_compared"] > check["metadata"]["keys_compared"]
     assert outcomes[("user_orders", "view", "view_schema")]["passed"]
     errors = {
         k: o["description"]

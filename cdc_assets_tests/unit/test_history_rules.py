@@ -167,3 +167,14 @@ def test_micro_batches_select_history_only_where_kept() -> None:
     keys = [k.to_user_string() for k in sync_selection(["a", "b"], frozenset({"b"}))]
     assert "history/b_history" in keys
     assert "history/a_history" not in keys
+
+
+def test_the_check_warns_on_a_history_never_built_and_fails_on_differences() -> None:
+    from cdc_assets.quality.rules import HistoryComparison, history_verdict
+
+    assert history_verdict(HistoryComparison(10, 30, 0)).passed
+    unbuilt = history_verdict(HistoryComparison(0, 0, 0, built=False))
+    assert (unbuilt.passed, unbuilt.severity) == (False, "WARN")
+    wrong = history_verdict(HistoryComparison(10, 30, 2, ("key (1,): ...",), open_keys=1))
+    assert (wrong.passed, wrong.severity) == (False, "ERROR")
+    assert "2 of 10" in wrong.summary
