@@ -131,3 +131,34 @@ def test_the_schema_changes_reached_specs_and_base(
     assert len(ids["shard1"] & ids["shard2"]) > 10
     for shard in shards.SHARD_SERVERS:
         assert sum(r["tier"] is not None for r in customers if r["_shard"] == shard) > 5, shard
+
+
+def test_the_history_of_order_items_ends_in_its_base(
+    demo: subprocess.CompletedProcess[str], sources_home: Settings
+) -> None:
+    """order_items keeps history (history.mode: scd2): through real MariaDB and Debezium, its
+    schema change and the redrive of the lines the old type refused, the history's versions
+    as of now are base's rows, and it holds the older versions besides."""
+    from datetime import UTC, datetime, timedelta
+
+    from cdc_assets.pipeline.history import read_as_of
+    from cdc_assets.schema.layers import history_layout
+    from cdc_assets.sql.upsert import data_names
+
+    assert demo.returncode == 0
+    spec = next(s for s in load_specs(demo_specs_dir(sources_home)) if s.name == "order_items")
+    assert spec.history.enabled
+    catalog = build_resources(sources_home)["iceberg"].load_catalog()
+    names = data_names(spec)
+    layout = base_layout(spec)
+    base = catalog.load_table(f"{layout.namespace}.{layout.name}").scan().to_arrow().to_pylist()
+    now = read_as_of(catalog, spec, datetime.now(UTC) + timedelta(days=1)).to_pylist()
+
+    def key(row: dict[str, Any]) -> tuple[Any, ...]:
+        return (row["order_id"], row["line_no"])
+
+    assert sorted(now, key=key) == sorted(({c: r[c] for c in names} for r in base), key=key)
+    history = history_layout(spec)
+    versions = catalog.load_table(f"{history.namespace}.{history.name}").scan().to_arrow()
+    assert versions.num_rows > len(base)
+    assert sum(len(r["sku"]) > 64 for r in now) > 5  # the widened column's redriven values
