@@ -90,7 +90,8 @@ def ledger_insert(spec: Any, ledger: str, source: str) -> str:
         else:
             value = _value(column.type, "k * 31 + pos")
         exprs.append(f"{value} AS {quote(name)}")
-    return f"INSERT INTO {ledger} SELECT {', '.join(exprs)} FROM ({source})"
+    typed = f"SELECT CAST(k AS BIGINT) AS k, op, CAST(pos AS BIGINT) AS pos FROM ({source})"
+    return f"INSERT INTO {ledger} SELECT {', '.join(exprs)} FROM ({typed})"
 
 
 def column_type(column: Any) -> str:
