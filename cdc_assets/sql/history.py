@@ -81,9 +81,30 @@ def render_prior(spec: TableSpec, history: str, touched: str) -> str:
     )
 
 
+def _first_delivery(partition: list[str]) -> str:
+    """A window that numbers the deliveries of one change (rows of ``partition`` at the same
+    source position, or the same record without one) from the first (lowest partition, offset)."""
+    no_position = " AND ".join(f"{p} IS NULL" for p in SEQ_PARTS)
+    identity = [
+        *partition,
+        *SEQ_PARTS,
+        f"CASE WHEN {no_position} THEN _kafka_partition END",
+        f"CASE WHEN {no_position} THEN _kafka_offset END",
+    ]
+    return (
+        f"row_number() OVER (PARTITION BY {', '.join(identity)} "
+        "ORDER BY _kafka_partition, _kafka_offset)"
+    )
+
+
 def render_truncates(ledger: str) -> str:
-    """The truncates in ``ledger``: their position and source time."""
-    return f"SELECT {_cols(list(POSITION_COLUMNS), 'l')} FROM {ledger} l WHERE l._op = 't'"
+    """The truncates in ``ledger``, each once (a redelivery is the same truncate): their
+    position and source time."""
+    columns = ", ".join(quote(c) for c in POSITION_COLUMNS)
+    return (
+        f"SELECT {columns} FROM (SELECT {columns}, {_first_delivery([])} AS _dup "
+        f"FROM {ledger} WHERE _op = 't') WHERE _dup = 1"
+    )
 
 
 def _unavailable(alias: str, column: str) -> str:
@@ -100,16 +121,6 @@ def render_versions(
     columns = event_columns(spec)
     part = ", ".join(quote(k) for k in keys)
     union = " UNION ALL ".join(f"SELECT {_cols(columns, 'c')} FROM {v} c" for v in changes)
-    no_position = " AND ".join(f"{p} IS NULL" for p in SEQ_PARTS)
-    # One version per source position (a redelivery is the same change): the first delivery.
-    identity = ", ".join(
-        [
-            part,
-            *SEQ_PARTS,
-            f"CASE WHEN {no_position} THEN _kafka_partition END",
-            f"CASE WHEN {no_position} THEN _kafka_offset END",
-        ]
-    )
     marks = []
     for c in columns:
         if c in keys:
@@ -158,8 +169,9 @@ def render_versions(
     ]
     return (
         f"WITH changes AS ({union}), "
-        f"deduped AS (SELECT * FROM (SELECT c.*, row_number() OVER (PARTITION BY {identity} "
-        f"ORDER BY _kafka_partition, _kafka_offset) AS _dup FROM changes c) WHERE _dup = 1), "
+        # One version per source position (a redelivery is the same change): the first.
+        f"deduped AS (SELECT * FROM (SELECT c.*, {_first_delivery([quote(k) for k in keys])} "
+        "AS _dup FROM changes c) WHERE _dup = 1), "
         f"firsts AS (SELECT {part}, min({order_struct('d')}) AS _first FROM deduped d "
         f"GROUP BY {part}), "
         f"marks AS (SELECT {', '.join(marks)} FROM firsts f JOIN {truncates} t "
