@@ -31,7 +31,8 @@ def test_onboard_job_creates_tables_idempotently(
     first = job.execute_in_process()
     assert first.success
     created = first.output_for_node("create_spec_tables")
-    assert len(created) == 15  # 3 specs x (cdc, bucketed, base, dead letter, tombstones)
+    # 3 specs x (cdc, bucketed, base, dead letter, tombstones), and order_items' history
+    assert len(created) == 16
 
     catalog = iceberg.load_catalog()
     for spec in specs:
