@@ -20,9 +20,8 @@ from cdc_assets.sql.upsert import (
     SEQ_PARTS,
     data_names,
     key_names,
-    old_key_values,
+    old_key_rows,
     order_struct,
-    same_key_prefix,
 )
 
 ROW_OPS = "('c', 'u', 'r')"
@@ -45,25 +44,12 @@ def render_changes(spec: TableSpec, ledger: str, *, old_keys: bool = True) -> st
     holds another key (when the key's encoding can be read back from the image's text)."""
     columns = event_columns(spec)
     sql = f"SELECT {_cols(columns, 'l')} FROM {ledger} l WHERE l._op IN ('c', 'u', 'r', 'd')"
-    old = old_key_values(spec, "l") if old_keys else None
-    if old is None:
+    # The shard column too: the old key is the same shard's.
+    kept = (*CHANGE_COLUMNS, *([spec.shard_column] if spec.shard_column else []))
+    rows = old_key_rows(spec, columns, kept=kept) if old_keys else None
+    if rows is None:
         return sql
-    values = []
-    for c in columns:
-        if c in old:
-            values.append(f"{old[c]} AS {quote(c)}")
-        elif c == "_op":
-            values.append("'d' AS _op")
-        elif c in CHANGE_COLUMNS or c == spec.shard_column:
-            values.append(f"l.{quote(c)}")
-        else:
-            values.append(f"NULL AS {quote(c)}")
-    where = ["l._op = 'u'", "l._before_json IS NOT NULL"]
-    prefix = same_key_prefix(spec, "l")
-    if prefix is not None:
-        where.append(f"NOT coalesce(startswith(l._before_json, {prefix}), false)")
-    where += [f"{v} IS NOT NULL" for v in old.values()]
-    where.append("(" + " OR ".join(f"NOT ({old[k]} <=> l.{quote(k)})" for k in old) + ")")
+    values, where = rows
     return f"{sql} UNION ALL SELECT {', '.join(values)} FROM {ledger} l WHERE {' AND '.join(where)}"
 
 

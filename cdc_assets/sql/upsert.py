@@ -210,14 +210,13 @@ def same_key_prefix(spec: TableSpec, alias: str) -> str | None:
     return f"concat({', '.join(parts)}, ',')"
 
 
-def old_key_deletes(spec: TableSpec, window: ChangeWindow, columns: list[str]) -> str | None:
-    """SELECT of a delete of the old key for every update whose before image has another key.
-
-    Debezium itself sends a primary-key change as a delete plus a create; an update carrying
-    both keys (other producers) must still remove the old row. The old key is read from the
-    before image's JSON text, which works for integer and string keys; None when the spec's
-    key has another encoding.
-    """
+def old_key_rows(
+    spec: TableSpec, columns: list[str], *, kept: tuple[str, ...] = CHANGE_COLUMNS
+) -> tuple[list[str], list[str]] | None:
+    """The select list and WHERE conditions, over ledger rows ``l``, of a delete of the old key
+    for every update whose before image holds another key: ``columns`` with the old key's
+    values, ``_op`` 'd', the row's own value for the columns in ``kept``, null for the rest.
+    None when the spec's key has an encoding that cannot be read back from the image's text."""
     old = old_key_values(spec, "l")
     if old is None:
         return None
@@ -229,17 +228,34 @@ def old_key_deletes(spec: TableSpec, window: ChangeWindow, columns: list[str]) -
             values.append("'d' AS _op")
         elif c in CHANGE_COLUMNS:
             values.append(f"l.{c}")
+        elif c in kept:
+            values.append(f"l.{quote(c)}")
         else:
             values.append(f"NULL AS {quote(c)}")
     moved = "(" + " OR ".join(f"NOT ({old[k]} <=> l.{quote(k)})" for k in old) + ")"
     present = " AND ".join(f"{v} IS NOT NULL" for v in old.values())
-    where = [_window_filter(window), "l._op = 'u'", "l._before_json IS NOT NULL"]
+    where = ["l._op = 'u'", "l._before_json IS NOT NULL"]
     # Most updates keep their key and their before image starts with it: a prefix test spares
     # them the JSON parse (AND evaluates left to right and stops at the first false).
     prefix = same_key_prefix(spec, "l")
     if prefix is not None:
         where.append(f"NOT coalesce(startswith(l._before_json, {prefix}), false)")
-    where += [present, moved]
+    return values, [*where, present, moved]
+
+
+def old_key_deletes(spec: TableSpec, window: ChangeWindow, columns: list[str]) -> str | None:
+    """SELECT of a delete of the old key for every update whose before image has another key.
+
+    Debezium itself sends a primary-key change as a delete plus a create; an update carrying
+    both keys (other producers) must still remove the old row. The old key is read from the
+    before image's JSON text, which works for integer and string keys; None when the spec's
+    key has another encoding.
+    """
+    rows = old_key_rows(spec, columns)
+    if rows is None:
+        return None
+    values, conditions = rows
+    where = [_window_filter(window), *conditions]
     if window.floor is not None:
         where.append(f"{position_struct('l')} > {position_literal(window.floor)}")
     return f"SELECT {', '.join(values)} FROM {_ledger_from(window)} WHERE {' AND '.join(where)}"
