@@ -44,9 +44,7 @@ def render_changes(spec: TableSpec, ledger: str, *, old_keys: bool = True) -> st
     holds another key (when the key's encoding can be read back from the image's text)."""
     columns = event_columns(spec)
     sql = f"SELECT {_cols(columns, 'l')} FROM {ledger} l WHERE l._op IN ('c', 'u', 'r', 'd')"
-    # The shard column too: the old key is the same shard's.
-    kept = (*CHANGE_COLUMNS, *([spec.shard_column] if spec.shard_column else []))
-    rows = old_key_rows(spec, columns, kept=kept) if old_keys else None
+    rows = old_key_rows(spec, columns) if old_keys else None
     if rows is None:
         return sql
     values, where = rows

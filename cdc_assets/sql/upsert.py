@@ -210,13 +210,12 @@ def same_key_prefix(spec: TableSpec, alias: str) -> str | None:
     return f"concat({', '.join(parts)}, ',')"
 
 
-def old_key_rows(
-    spec: TableSpec, columns: list[str], *, kept: tuple[str, ...] = CHANGE_COLUMNS
-) -> tuple[list[str], list[str]] | None:
+def old_key_rows(spec: TableSpec, columns: list[str]) -> tuple[list[str], list[str]] | None:
     """The select list and WHERE conditions, over ledger rows ``l``, of a delete of the old key
     for every update whose before image holds another key: ``columns`` with the old key's
-    values, ``_op`` 'd', the row's own value for the columns in ``kept``, null for the rest.
-    None when the spec's key has an encoding that cannot be read back from the image's text."""
+    values, ``_op`` 'd', the row's own change columns and shard (the old key is on the same
+    shard), null for the rest. None when the spec's key has an encoding that cannot be read
+    back from the image's text."""
     old = old_key_values(spec, "l")
     if old is None:
         return None
@@ -228,7 +227,7 @@ def old_key_rows(
             values.append("'d' AS _op")
         elif c in CHANGE_COLUMNS:
             values.append(f"l.{c}")
-        elif c in kept:
+        elif c == spec.shard_column:
             values.append(f"l.{quote(c)}")
         else:
             values.append(f"NULL AS {quote(c)}")
