@@ -7,6 +7,7 @@ from typing import Any
 
 import dagster as dg
 
+from cdc_assets.assets.consistency import build_consistency_assets
 from cdc_assets.assets.factory import build_table_assets
 from cdc_assets.assets.keys import table_or_name
 from cdc_assets.assets.views import build_refresh_job, build_view_definitions, build_views_sensor
@@ -34,6 +35,7 @@ from cdc_assets.sensors.schema_changes import build_schema_change_sensor
 from cdc_assets.sensors.spec_directory import build_spec_directory_sensor
 from cdc_assets.settings import Settings, load_settings
 from cdc_assets.spec import TableSpec, load_specs
+from cdc_assets.spec.groups import consistency_groups
 from cdc_assets.spec.views_load import load_views
 from cdc_assets.stack.source_stack import with_local_sources
 
@@ -91,12 +93,17 @@ def build_defs(
         specs, views, settings.catalog_name, settings.specs_dir, settings.views_dir
     )
     refresh_job = build_refresh_job()
+    group_assets, group_checks = [], []
+    for group, members in consistency_groups(specs).items():
+        asset, check = build_consistency_assets(group, members)
+        group_assets.append(asset)
+        group_checks.append(check)
     return dg.Definitions(
-        assets=[*assets, *view_assets],
+        assets=[*assets, *group_assets, *view_assets],
         # Every step needs the Spark session: in one process per run the driver starts once and
         # the steps share it, where Dagster's default would start a process and a driver per step.
         executor=build_executor(settings.tables_at_once),
-        asset_checks=[*asset_checks, *view_checks],
+        asset_checks=[*asset_checks, *group_checks, *view_checks],
         jobs=[
             build_onboard_job(specs),
             ingest_job,

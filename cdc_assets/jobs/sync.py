@@ -14,6 +14,8 @@ backfills of the ledger, and the upserts ``ledger_updated`` starts after an evol
 ingest started by hand.
 """
 
+from collections.abc import Mapping
+
 import dagster as dg
 
 from cdc_assets.assets.keys import asset_key
@@ -24,21 +26,29 @@ SYNC_JOB = "sync_tables"
 SYNC_LAYERS = ("cdc", "bucketed", "base", "history")
 
 
-def sync_selection(tables: list[str], history: frozenset[str] = frozenset()) -> list[dg.AssetKey]:
+def sync_selection(
+    tables: list[str],
+    history: frozenset[str] = frozenset(),
+    groups: Mapping[str, str] | None = None,
+) -> list[dg.AssetKey]:
     """The assets of a micro-batch run over ``tables``: each table's ledger, bucketed and base,
-    and its history for the tables in ``history`` (those whose spec keeps one)."""
+    its history for the tables in ``history`` (those whose spec keeps one), and the
+    consistency group of each table in ``groups`` (table -> group)."""
+    chosen = sorted({(groups or {})[t] for t in tables if t in (groups or {})})
     return [
         asset_key(layer, t)
         for t in tables
         for layer in SYNC_LAYERS
         if layer != "history" or t in history
-    ]
+    ] + [dg.AssetKey(["consistent", g]) for g in chosen]
 
 
 def build_sync_job() -> AssetJob:
     return dg.define_asset_job(
         SYNC_JOB,
-        selection=dg.AssetSelection.key_prefixes(*([layer] for layer in SYNC_LAYERS)),
+        selection=dg.AssetSelection.key_prefixes(
+            *([layer] for layer in SYNC_LAYERS), ["consistent"]
+        ),
         description="Kafka -> CDC ledger -> bucketed -> MERGE into base of the selected tables, "
         "in one run (the new_kafka_offsets sensor's micro-batch).",
     )

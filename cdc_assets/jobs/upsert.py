@@ -17,18 +17,23 @@ UPSERT_JOB = "upsert_bases"
 
 
 def upsert_assets(specs: Iterable[TableSpec]) -> list[dg.AssetKey]:
-    """The assets an upsert of ``specs`` materializes: bucketed, base, and history where kept."""
+    """The assets an upsert of ``specs`` materializes: bucketed, base, history where kept, and
+    the consistency groups they belong to."""
+    specs = list(specs)
+    groups = sorted({s.consistency.group for s in specs if s.consistency is not None})
     return [
         asset_key(layer, s.name)
         for s in specs
         for layer in ("bucketed", "base", "history")
         if layer != "history" or s.history.enabled
-    ]
+    ] + [dg.AssetKey(["consistent", g]) for g in groups]
 
 
 def build_upsert_job() -> AssetJob:
     return dg.define_asset_job(
         UPSERT_JOB,
-        selection=dg.AssetSelection.key_prefixes(["bucketed"], ["base"], ["history"]),
+        selection=dg.AssetSelection.key_prefixes(
+            ["bucketed"], ["base"], ["history"], ["consistent"]
+        ),
         description="Ledger -> bucketed temp -> MERGE into base, for the selected tables.",
     )

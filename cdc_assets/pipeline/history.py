@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from cdc_assets.pipeline.offsets import KIND_PROPERTY
-from cdc_assets.pipeline.tables import ensure_tables
+from cdc_assets.pipeline.tables import ensure_tables, ensure_txn_columns
 from cdc_assets.pipeline.upsert import (
     COMMIT_RETRIES,
     PLACEHOLDER_CONNECTORS,
@@ -143,7 +143,7 @@ def _appended_view(spark: Any, catalog: str, ledger: Any, spec: TableSpec, start
     return view
 
 
-def _pinned_ledger(
+def pinned_ledger_view(
     spark: Any, catalog: str, ledger: Any, spec: TableSpec, snapshot_id: int | None = None
 ) -> str:
     """A temp view of the whole ledger at a snapshot (default: the current one), in the current
@@ -203,8 +203,10 @@ def _run(
     full: bool,
 ) -> None:
     history_l = history_layout(spec)
-    history_t = load_table(iceberg_catalog, history_l)
-    ledger = load_table(iceberg_catalog, ledger_layout(spec))
+    history_t = ensure_txn_columns(load_table(iceberg_catalog, history_l), history_l)
+    ledger = ensure_txn_columns(
+        load_table(iceberg_catalog, ledger_layout(spec)), ledger_layout(spec)
+    )
     current = ledger.current_snapshot()
     if current is None:
         result.mode, result.reason = "up-to-date", "the ledger is empty"
@@ -220,7 +222,7 @@ def _run(
     views: list[str] = []
     history = spark_identifier(catalog, history_l)
     names = (history_l.namespace, history_l.name)
-    pinned = _pinned_ledger(spark, catalog, ledger, spec)
+    pinned = pinned_ledger_view(spark, catalog, ledger, spec)
     views.append(pinned)
     try:
         if reason is None:
@@ -249,7 +251,7 @@ def _run(
         else:
             result.mode, result.reason = "full", reason
         truncates = temp_view_name("history_truncates", *names)
-        spark.sql(f"CREATE OR REPLACE TEMP VIEW {truncates} AS {render_truncates(pinned)}")
+        spark.sql(f"CREATE OR REPLACE TEMP VIEW {truncates} AS {render_truncates(spec, pinned)}")
         views.append(truncates)
         versions = temp_view_name("history_versions", *names)
         select = render_versions(
@@ -314,7 +316,7 @@ def compare_history(
     names = (history_l.namespace, history_l.name)
     picked = temp_view_name("history_sample", *names)
     ledger = load_table(iceberg_catalog, ledger_layout(spec))
-    pinned = _pinned_ledger(spark, catalog, ledger, spec, start)
+    pinned = pinned_ledger_view(spark, catalog, ledger, spec, start)
     # Keys the history holds and keys the ledger holds (one the history lacks is a difference).
     order = f"ORDER BY xxhash64({key_list}), {key_list} LIMIT {int(sample) // 2 + 1}"
     spark.sql(

@@ -39,6 +39,7 @@ from cdc_assets.pipeline.offsets import (
     encode_offsets,
 )
 from cdc_assets.pipeline.small_work import offsets_span, small_work_conf
+from cdc_assets.pipeline.tables import ensure_txn_columns
 from cdc_assets.resources.kafka import KafkaResource, PartitionOffsets
 from cdc_assets.resources.schema_registry import TopicSchemas, value_subject
 from cdc_assets.schema.layers import dead_letter_layout, ledger_layout, order_mismatch
@@ -233,6 +234,8 @@ def _ledger_exprs(spec: TableSpec) -> dict[str, str]:
                 "THEN _old_key ELSE before END"
             ),
             "_unavailable": unavailable_list(list(plans.values())),
+            "_txn_id": "txn_id",
+            "_txn_order": "txn_order",
             "dt": "date_format(_kafka_ts, 'yyyy-MM-dd')",
             "hr": "hour(_kafka_ts)",
         }
@@ -394,7 +397,7 @@ def _ingest_once(
     started = time.monotonic()
     layout = ledger_layout(spec)
     identifier = f"{layout.namespace}.{layout.name}"
-    table = iceberg_catalog.load_table(identifier)
+    table = ensure_txn_columns(iceberg_catalog.load_table(identifier), layout)
     mismatch = order_mismatch(dict(table.properties), spec)
     if mismatch is not None:
         raise SourceOrderError(mismatch)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from cdc_assets.schema.layers import all_layouts
+from cdc_assets.pipeline.iceberg_types import iceberg_type
+from cdc_assets.schema.layers import TXN_COLUMNS, TableLayout, all_layouts
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.sql.ddl import (
     render_create_namespace,
@@ -55,3 +56,24 @@ def missing_tables(iceberg_catalog: Any, spec: TableSpec) -> list[str]:
         for layout in all_layouts(spec).values()
         if not iceberg_catalog.table_exists(f"{layout.namespace}.{layout.name}")
     ]
+
+
+def ensure_txn_columns(table: Any, layout: TableLayout) -> Any:
+    """Add the transaction columns ``layout`` has and the live table lacks (a table that joined
+    a consistency group after it was created): optional columns, null in the rows before.
+    Returns the table as it is now."""
+    live = {f.name for f in table.schema().fields}
+    missing = [c for c in TXN_COLUMNS if c.name in layout.column_names and c.name not in live]
+    if not missing:
+        return table
+    try:
+        with table.update_schema() as update:
+            for column in missing:
+                update.add_column(column.name, iceberg_type(column.type), doc=column.doc)
+    except Exception:
+        # Another writer added them first (a commit conflict): fine when they are there now.
+        table.refresh()
+        if any(c.name not in {f.name for f in table.schema().fields} for c in missing):
+            raise
+    table.refresh()
+    return table

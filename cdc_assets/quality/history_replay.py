@@ -120,6 +120,7 @@ def replay_history(
                                     "_seq_row",
                                     "_kafka_partition",
                                     "_kafka_offset",
+                                    *_TXN,
                                 )
                             },
                         }
@@ -134,7 +135,7 @@ def replay_history(
             if t_shard == shard and order_key(t) > first:
                 mark: dict[str, Any] = {c: None for c in data_columns}
                 mark.update(zip(keys, key, strict=True))
-                mark.update({k: t.get(k) for k in ("_source_ts", *_POSITION)})
+                mark.update({k: t.get(k) for k in ("_source_ts", *_POSITION, *_TXN)})
                 mark.update({"_op": "t", "_unavailable": None})
                 events.append(mark)
         events.sort(key=order_key)
@@ -143,6 +144,8 @@ def replay_history(
 
 
 _POSITION = ("_seq_major", "_seq_minor", "_seq_row", "_kafka_partition", "_kafka_offset")
+# The change's source transaction (tables of a consistency group; absent elsewhere: None).
+_TXN = ("_txn_id", "_txn_order")
 
 
 def _versions(
@@ -165,7 +168,7 @@ def _versions(
         else:
             life = {}
         nxt = events[i + 1] if i + 1 < len(events) else None
-        row.update({k: event.get(k) for k in ("_source_ts", *_POSITION)})
+        row.update({k: event.get(k) for k in ("_source_ts", *_POSITION, *_TXN)})
         row.update(
             {
                 "_op": op,

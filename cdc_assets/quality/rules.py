@@ -15,6 +15,7 @@ Severity is chosen per rule, not per check:
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -469,3 +470,34 @@ def history_verdict(c: HistoryComparison) -> Verdict:
     return _verdict(
         failures, f"{c.versions} versions of {c.keys} sampled keys equal the ledger's replay", meta
     )
+
+
+def cut_verdict(
+    published: Sequence[int], lag_ms: int, max_lag_seconds: float, pending: int = 0
+) -> Verdict:
+    """A consistency group's cut (docs/history.md): ERROR when a published cut lies before an
+    earlier one (a reader of the consistent views would have gone back in time) or when it
+    trails the newest known transaction by more than ``max_lag_seconds`` of source time; WARN
+    before the first cut. ``published``: the cuts' END offsets in publication order."""
+    meta: dict[str, object] = {
+        "cuts_published": len(published),
+        "cut_offset": published[-1] if published else -1,
+        "lag_seconds": round(lag_ms / 1000, 3),
+        "pending_transactions": pending,
+    }
+    failures: list[tuple[Severity, str]] = []
+    if not published:
+        failures.append(("WARN", "no cut published yet"))
+    backwards = [(a, b) for a, b in itertools.pairwise(published) if b < a]
+    if backwards:
+        a, b = backwards[0]
+        failures.append(("ERROR", f"the cut moved backwards ({a} then {b})"))
+    if lag_ms > max_lag_seconds * 1000:
+        failures.append(
+            (
+                "ERROR",
+                f"the cut trails the newest known transaction by {lag_ms / 1000:.0f} s of "
+                f"source time (limit {max_lag_seconds:.0f} s)",
+            )
+        )
+    return _verdict(failures, "the cut only moved forward and is within its lag", meta)

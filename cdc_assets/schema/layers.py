@@ -123,6 +123,22 @@ LEDGER_ONLY_COLUMNS = (
     Column("dt", STRING, required=True, doc="date of the Kafka timestamp, yyyy-MM-dd (UTC)"),
     Column("hr", INT, required=True, doc="hour of the Kafka timestamp, 0-23 (UTC)"),
 )
+# Of a change in a source transaction (Debezium's transaction block): ledgers and histories of
+# tables in a consistency group keep them, to tell when a transaction is applied in full.
+TXN_COLUMNS = (
+    Column("_txn_id", STRING, doc="source transaction id (Debezium transaction.id)"),
+    Column(
+        "_txn_order",
+        LONG,
+        doc="the change's number among its transaction's changes of this table (1..n)",
+    ),
+)
+
+
+def txn_columns(spec: TableSpec) -> tuple[Column, ...]:
+    return TXN_COLUMNS if spec.consistency is not None else ()
+
+
 # What a history row adds to the change that opened the version (SEQUENCE_COLUMNS, whose _op,
 # _source_ts and position say where the version starts): where it ends and how.
 HISTORY_COLUMNS = (
@@ -216,7 +232,10 @@ def ledger_layout(spec: TableSpec) -> TableLayout:
     return TableLayout(
         namespace=spec.sink.namespace,
         name=f"{_source_table(spec, 'ledger')}_cdc",
-        columns=data_columns(spec, keys_required=False) + SEQUENCE_COLUMNS + LEDGER_ONLY_COLUMNS,
+        columns=data_columns(spec, keys_required=False)
+        + SEQUENCE_COLUMNS
+        + LEDGER_ONLY_COLUMNS
+        + txn_columns(spec),
         partition_by=("dt", "hr"),
         properties={**LEDGER_PROPERTIES, ORDER_PROPERTY: source_order(spec)},
         comment=f"CDC ledger of {spec.source.database}.{spec.source.table}",
@@ -265,7 +284,8 @@ def history_layout(spec: TableSpec) -> TableLayout:
         columns=data_columns(spec, keys_required=True)
         + SEQUENCE_COLUMNS
         + (UNAVAILABLE_COLUMN,)
-        + HISTORY_COLUMNS,
+        + HISTORY_COLUMNS
+        + txn_columns(spec),
         partition_by=(_bucket_partition(spec),),
         properties={**BASE_PROPERTIES},
         comment=f"versions of the rows of {_sink_table(spec)} (SCD type 2)",
@@ -309,3 +329,62 @@ def all_layouts(spec: TableSpec) -> dict[str, TableLayout]:
         "tombstones": tombstones_layout(spec),
         **history,
     }
+
+
+# --- consistency groups (cdc_assets.pipeline.consistency) -----------------------------------
+
+
+def group_namespace(specs: list[TableSpec]) -> str:
+    """Where a group's own tables live: the namespace of its first table by name."""
+    return sorted(specs, key=lambda s: s.name)[0].sink.namespace
+
+
+def transactions_layout(group: str, namespace: str) -> TableLayout:
+    """The group's source transactions, from Debezium's END records: one row per transaction
+    and table it wrote (``data_collection``), with how many changes it made there."""
+    return TableLayout(
+        namespace=namespace,
+        name=f"{group}_transactions",
+        columns=(
+            Column("txn_id", STRING, required=True, doc="source transaction id"),
+            Column("data_collection", STRING, doc="a table it wrote (db.table, schema.table)"),
+            Column("event_count", LONG, doc="its changes of that table"),
+            Column("txn_events", LONG, doc="its changes of every table"),
+            Column("_source_ts", TIMESTAMPTZ, doc="time of the END record in the source"),
+            Column("_kafka_partition", INT, required=True),
+            Column(
+                "_kafka_offset",
+                LONG,
+                required=True,
+                doc="offset of the END record: the transaction's place in commit order",
+            ),
+            Column("_processed_at", TIMESTAMPTZ, required=True),
+        ),
+        properties=dict(LEDGER_PROPERTIES),
+        comment=f"source transactions of consistency group {group}",
+    )
+
+
+def cuts_layout(group: str, namespace: str) -> TableLayout:
+    """Every cut the group published: the newest transaction applied in all of its tables."""
+    return TableLayout(
+        namespace=namespace,
+        name=f"{group}_cuts",
+        columns=(
+            Column(
+                "cut_offset",
+                LONG,
+                required=True,
+                doc="offset of the cut transaction's END record: the views show every "
+                "transaction at or before it, none after",
+            ),
+            Column("txn_id", STRING, doc="the cut transaction"),
+            Column("cut_source_ts", TIMESTAMPTZ, doc="its time in the source"),
+            Column("lag_ms", LONG, doc="newest applied change's source time minus the cut's"),
+            Column("pending", LONG, doc="transactions after the cut, not yet in every table"),
+            Column("snapshots", STRING, doc="history snapshot per table (JSON) the cut holds in"),
+            Column("published_at", TIMESTAMPTZ, required=True),
+        ),
+        properties=dict(LEDGER_PROPERTIES),
+        comment=f"consistent cuts of consistency group {group}",
+    )

@@ -40,6 +40,7 @@ def build_new_offsets_sensor(specs: list[TableSpec], job: AssetJob) -> dg.Sensor
     # Every shard's topic feeds its table: a grown shard runs the table's ingest.
     by_topic = {view.source.topic: s for s in specs for view in s.shard_specs()}
     history = frozenset(s.name for s in specs if s.history.enabled)
+    groups = {s.name: s.consistency.group for s in specs if s.consistency is not None}
 
     @dg.sensor(
         name="new_kafka_offsets",
@@ -85,7 +86,7 @@ def build_new_offsets_sensor(specs: list[TableSpec], job: AssetJob) -> dg.Sensor
         request = dg.RunRequest(
             run_key=f"offsets:{key}",
             partition_key=hour,
-            asset_selection=sync_selection(tables, history),
+            asset_selection=sync_selection(tables, history, groups),
             # Only the accounting of this very ingest; the checks that read whole tables run on
             # the `table_checks` schedule, not after every batch (they would hold back the next).
             asset_check_keys=[

@@ -384,6 +384,19 @@ class HistorySpec(_Strict):
         return self.mode == "scd2"
 
 
+class ConsistencySpec(_Strict):
+    """Membership in a group of tables read at one source transaction (docs/history.md)."""
+
+    # Tables of one group are written by one source server in shared transactions; their
+    # `consistent` views read every table at the newest transaction complete in all of them.
+    group: Identifier
+    # Debezium's transaction metadata topic of that server (provide.transaction.metadata),
+    # by default <topic.prefix>.transaction.
+    transaction_topic: TopicName
+    # The cut may trail the newest applied change by this many seconds of source time (error).
+    max_lag_seconds: float = Field(default=900, gt=0)
+
+
 class ChecksSpec(_Strict):
     """Thresholds of the table's asset checks (the watermark-lag limit is freshness.sla_minutes)."""
 
@@ -426,6 +439,7 @@ class TableSpec(_Strict):
     checks: ChecksSpec = ChecksSpec()
     evolution: EvolutionSpec = EvolutionSpec()
     history: HistorySpec = HistorySpec()
+    consistency: ConsistencySpec | None = None
 
     @model_validator(mode="after")
     def _check(self) -> TableSpec:
@@ -437,6 +451,7 @@ class TableSpec(_Strict):
         _check_primary_key(self)
         _check_checks(self)
         _check_shard_column(self)
+        _check_consistency(self)
         return self
 
     @cached_property
@@ -625,6 +640,23 @@ def _check_primary_key(spec: TableSpec) -> None:
     if bucket is not None and bucket not in spec.primary_key:
         raise _fail(
             "base.bucket_column", f"{bucket!r} must be one of primary_key {spec.primary_key}"
+        )
+
+
+def _check_consistency(spec: TableSpec) -> None:
+    if spec.consistency is None:
+        return
+    # The consistent views read the history at the cut; a sharded table has one transaction
+    # stream per shard's server, which one group's cut cannot order.
+    if not spec.history.enabled:
+        raise ValueError(
+            f"consistency.group {spec.consistency.group!r} needs the table's history: "
+            "set history.mode: scd2"
+        )
+    if spec.source.sharded:
+        raise ValueError(
+            "consistency: a sharded table's shards write separate transaction streams; "
+            "a consistency group reads one server's transactions"
         )
 
 

@@ -51,6 +51,8 @@ ENVELOPE_FIELDS = (
     ("after", "string"),
     ("vals", "array<string>"),
     ("unknown", "array<string>"),
+    ("txn_id", "string"),
+    ("txn_order", "bigint"),
 )
 ENVELOPE_TYPE = "struct<" + ",".join(f"{n}:{t}" for n, t in ENVELOPE_FIELDS) + ">"
 TWO_POW_64 = 18446744073709551616

@@ -12,7 +12,7 @@ arrived in: a late change lands in its place and the versions around it are re-c
 
 from __future__ import annotations
 
-from cdc_assets.schema.layers import history_layout
+from cdc_assets.schema.layers import history_layout, txn_columns
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.sql.ddl import literal, quote
 from cdc_assets.sql.upsert import (
@@ -29,9 +29,15 @@ DELETE_OPS = "('d', 't')"
 POSITION_COLUMNS = ("_source_ts", *SEQ_PARTS, "_kafka_partition", "_kafka_offset")
 
 
+def txn_names(spec: TableSpec) -> list[str]:
+    """The transaction columns a change carries (tables of a consistency group)."""
+    return [c.name for c in txn_columns(spec)]
+
+
 def event_columns(spec: TableSpec) -> list[str]:
-    """The columns a change has on its way to a version: data, the change's own, placeholders."""
-    return [*data_names(spec), *CHANGE_COLUMNS, "_unavailable"]
+    """The columns a change has on its way to a version: data, the change's own, placeholders
+    and its transaction."""
+    return [*data_names(spec), *CHANGE_COLUMNS, "_unavailable", *txn_names(spec)]
 
 
 def _cols(names: list[str], alias: str) -> str:
@@ -81,10 +87,10 @@ def _first_delivery(partition: list[str]) -> str:
     )
 
 
-def render_truncates(ledger: str) -> str:
+def render_truncates(spec: TableSpec, ledger: str) -> str:
     """The truncates in ``ledger``, each once (a redelivery is the same truncate): their
-    position and source time."""
-    columns = ", ".join(quote(c) for c in POSITION_COLUMNS)
+    position, source time and transaction."""
+    columns = ", ".join(quote(c) for c in (*POSITION_COLUMNS, *txn_names(spec)))
     return (
         f"SELECT {columns} FROM (SELECT {columns}, {_first_delivery([])} AS _dup "
         f"FROM {ledger} WHERE _op = 't') WHERE _dup = 1"
@@ -111,7 +117,7 @@ def render_versions(
             marks.append(f"f.{quote(c)}")
         elif c == "_op":
             marks.append("'t' AS _op")
-        elif c in POSITION_COLUMNS:
+        elif c in POSITION_COLUMNS or c in txn_names(spec):
             marks.append(f"t.{quote(c)}")
         else:
             marks.append(f"NULL AS {quote(c)}")
@@ -133,6 +139,7 @@ def render_versions(
         outputs.append(f"{ref} AS {quote(c)}")
     outputs += [f"e.{c}" for c in CHANGE_COLUMNS]
     outputs.append(f"CASE WHEN e._op IN {ROW_OPS} THEN e._unavailable END AS _unavailable")
+    outputs += [f"e.{c}" for c in txn_names(spec)]
     nxt = f"lead(named_struct('ts', e._source_ts, 'op', e._op, {_seq_fields('e')})) OVER ({window})"
     outputs.append("e._source_ts AS _valid_from")
     closing = {
@@ -150,6 +157,7 @@ def render_versions(
         *(f"{v} AS {k}" for k, v in closing.items()),
         "_n IS NULL AS _is_current",
         f"_op IN {DELETE_OPS} AS _is_deleted",
+        *txn_names(spec),
     ]
     return (
         f"WITH changes AS ({union}), "

@@ -225,7 +225,7 @@ def old_key_rows(spec: TableSpec, columns: list[str]) -> tuple[list[str], list[s
             values.append(f"{old[c]} AS {quote(c)}")
         elif c == "_op":
             values.append("'d' AS _op")
-        elif c in CHANGE_COLUMNS:
+        elif c in CHANGE_COLUMNS or c in ("_txn_id", "_txn_order"):
             values.append(f"l.{c}")
         elif c == spec.shard_column:
             values.append(f"l.{quote(c)}")

@@ -474,6 +474,11 @@ def expected_outcome(
         "dt": kafka_ts.strftime("%Y-%m-%d"),
         "hr": kafka_ts.hour,
     }
+    if spec.consistency is not None:
+        block = envelope.get("transaction")
+        block = block if isinstance(block, dict) else {}
+        row["_txn_id"] = block.get("id")
+        row["_txn_order"] = block.get("data_collection_order")
     return Outcome("ledger", None, "ok", row)
 
 

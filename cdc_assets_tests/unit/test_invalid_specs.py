@@ -66,9 +66,9 @@ CASES = [
     (
         "unknown top-level key",
         _set("colums", []),
-        "colums: unknown field; valid fields here: base, checks, columns, description, "
-        "evolution, freshness, history, name, owners, pipeline, primary_key, schedule, sink, "
-        "source, spec_version, tags",
+        "colums: unknown field; valid fields here: base, checks, columns, consistency, "
+        "description, evolution, freshness, history, name, owners, pipeline, primary_key, "
+        "schedule, sink, source, spec_version, tags",
     ),
     (
         "unknown column key",

@@ -81,6 +81,8 @@ class DebeziumEventFactory:
         middle = spec.source.database if self._mysql else prefix_schema
         self._prefix = f"{server_name}.{middle}.{spec.source.table}"
         self._data_collection = f"{middle}.{spec.source.table}"
+        # Set by a TransactionLog: the transaction block of each change (None: no metadata).
+        self.transaction_hook: Callable[[DebeziumEventFactory], dict[str, object]] | None = None
 
     # positions
 
@@ -123,6 +125,21 @@ class DebeziumEventFactory:
     def _processing_ts(self) -> int:
         self._processed = max(self._processed, self._ts + self._rng.randint(5, 180))
         return self._processed
+
+    def _transaction_block(self) -> dict[str, object] | None:
+        """Debezium's transaction block of the next change: set while a `TransactionLog`
+        transaction is open over this factory, else none (transaction metadata off)."""
+        return None if self.transaction_hook is None else self.transaction_hook(self)
+
+    @property
+    def source_ts_ms(self) -> int:
+        """The source time of the newest change built (epoch milliseconds)."""
+        return self._ts
+
+    @property
+    def data_collection(self) -> str:
+        """The table's name in transaction records (db.table, or schema.table on PostgreSQL)."""
+        return self._data_collection
 
     @property
     def transaction_id(self) -> str:
@@ -239,7 +256,7 @@ class DebeziumEventFactory:
             "source": self._source(snapshot=snapshot),
             "op": op,
             "ts_ms": self._processing_ts(),
-            "transaction": None,
+            "transaction": self._transaction_block(),
         }
         keyed = after if after is not None else before
         natural = after if op != "d" else before
@@ -276,7 +293,7 @@ class DebeziumEventFactory:
             "source": self._source(snapshot=False),
             "op": "t",
             "ts_ms": self._processing_ts(),
-            "transaction": None,
+            "transaction": self._transaction_block(),
         }
         return KafkaRecord(key=None, value=self._wrap(self._envelope_schema, payload))
 

@@ -60,9 +60,9 @@ public final class EnvelopeReader {
                   + "table:string,file:string,pos:bigint,row:bigint,gtid:string,lsn:bigint,"
                   + "txId:bigint>,ddl:string,tableChanges:string,status:string,id:string,"
                   + "databaseName:string,before:string,after:string,vals:array<string>,"
-                  + "unknown:array<string>>");
+                  + "unknown:array<string>,txn_id:string,txn_order:bigint>");
 
-  private static final int FIELDS = 14;
+  private static final int FIELDS = 16;
   private static final int SOURCE_FIELDS = 11;
 
   /** Input from_json would call a corrupt record; thrown without a stack trace. */
@@ -94,6 +94,8 @@ public final class EnvelopeReader {
     UTF8String databaseName;
     Long tsMs;
     InternalRow source;
+    UTF8String txnId; // transaction.id (provide.transaction.metadata)
+    Long txnOrder; // transaction.data_collection_order: 1..n per table within the transaction
   }
 
   /** The names asked for, read once per distinct array (a literal: the same one every row). */
@@ -170,6 +172,8 @@ public final class EnvelopeReader {
     f[9] = e.databaseName;
     f[10] = text(e.before, value);
     f[11] = text(e.after, value);
+    f[14] = e.txnId;
+    f[15] = e.txnOrder;
     if (applied != null) {
       ImageScanner.Fields fields = image(applied, value);
       if (fields != ImageScanner.NOT_OBJECT) {
@@ -212,7 +216,8 @@ public final class EnvelopeReader {
       case "status" -> env.status = string(p, t, value);
       case "id" -> env.id = string(p, t, value);
       case "databaseName" -> env.databaseName = string(p, t, value);
-      default -> p.skipChildren(); // "schema", "transaction" and the like are not read
+      case "transaction" -> transaction(p, t, value, env);
+      default -> p.skipChildren(); // "schema" and the like are not read
     }
   }
 
@@ -279,6 +284,26 @@ public final class EnvelopeReader {
       }
     }
     throw CORRUPT;
+  }
+
+  /** The id and the per-table order of the transaction block (null: not in a transaction). */
+  private static void transaction(JsonParser p, JsonToken t, byte[] value, Envelope env)
+      throws IOException, Corrupt {
+    if (t == JsonToken.VALUE_NULL) {
+      return;
+    }
+    if (t != JsonToken.START_OBJECT) {
+      throw CORRUPT;
+    }
+    while (p.nextToken() == JsonToken.FIELD_NAME) {
+      String name = p.currentName();
+      JsonToken v = p.nextToken();
+      switch (name) {
+        case "id" -> env.txnId = string(p, v, value);
+        case "data_collection_order" -> env.txnOrder = bigint(p, v);
+        default -> p.skipChildren();
+      }
+    }
   }
 
   /** The fields of decode.SOURCE_STRUCT, in its order. */

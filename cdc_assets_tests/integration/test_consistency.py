@@ -1,0 +1,273 @@
+"""Consistency groups on the real stack: orders and their lines written in shared source
+transactions, ingested, historised and cut in random orders; the ``consistent`` views must
+always equal the source as it stood right after the cut transaction (never half of one).
+
+The expected state is the generator's own: the source tables after each transaction, kept as
+the transactions are built. Seeds are random per run (printed on failure) plus fixed ones.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import uuid
+from typing import Any
+
+import pytest
+from confluent_kafka.admin import NewTopic
+
+from cdc_assets.demo.events import DebeziumEventFactory, KafkaRecord, produce
+from cdc_assets.demo.events.transactions import TransactionLog
+from cdc_assets.pipeline.consistency import (
+    ConsistencyError,
+    cut_history,
+    update_cut,
+    view_name,
+)
+from cdc_assets.pipeline.history import compare_history, update_history
+from cdc_assets.pipeline.tables import ensure_tables
+from cdc_assets.resources import IcebergCatalogResource, KafkaResource
+from cdc_assets.spec.models import TableSpec
+from cdc_assets_tests.integration.test_ingest import FOREVER
+from cdc_assets_tests.integration.test_upsert import ingest
+
+State = dict[str, dict[tuple[Any, ...], Any]]
+
+
+def group_specs(kafka: KafkaResource) -> tuple[TableSpec, TableSpec, str]:
+    """An orders and an order-lines table of one MariaDB server in one group, on fresh topics."""
+    tag = uuid.uuid4().hex[:8]
+    txn_topic = f"it.txn.{tag}"
+    topics = [f"it.orders.{tag}", f"it.lines.{tag}", txn_topic]
+    admin = kafka.admin()
+    for future in admin.create_topics(
+        [NewTopic(t, num_partitions=1, replication_factor=1, config=FOREVER) for t in topics]
+    ).values():
+        future.result(30)
+    group = {"group": "shop", "transaction_topic": txn_topic, "max_lag_seconds": 60}
+    common = {
+        "spec_version": 1,
+        "sink": {"namespace": f"it_{tag}"},
+        "history": {"mode": "scd2"},
+        "consistency": group,
+    }
+    orders = TableSpec.model_validate(
+        {
+            **common,
+            "name": "orders",
+            "source": {
+                "connector": "mariadb",
+                "database": "shop",
+                "table": "orders",
+                "topic": topics[0],
+            },
+            "columns": [
+                {"id": 1, "name": "order_id", "type": "bigint", "nullable": False},
+                {"id": 2, "name": "status", "type": "varchar(20)", "nullable": False},
+            ],
+            "primary_key": ["order_id"],
+        }
+    )
+    lines = TableSpec.model_validate(
+        {
+            **common,
+            "name": "order_lines",
+            "source": {
+                "connector": "mariadb",
+                "database": "shop",
+                "table": "order_lines",
+                "topic": topics[1],
+            },
+            "columns": [
+                {"id": 1, "name": "order_id", "type": "bigint", "nullable": False},
+                {"id": 2, "name": "line_no", "type": "int", "nullable": False},
+                {"id": 3, "name": "quantity", "type": "int", "nullable": False},
+            ],
+            "primary_key": ["order_id", "line_no"],
+        }
+    )
+    return orders, lines, txn_topic
+
+
+def generate(
+    rng: random.Random, orders: TableSpec, lines: TableSpec, count: int
+) -> tuple[dict[str, list[Any]], list[Any], dict[str, State]]:
+    """``count`` transactions over orders and their lines: the data records per table, the
+    transaction topic's records and the source state after each transaction."""
+    f_orders, f_lines = DebeziumEventFactory(orders), DebeziumEventFactory(lines)
+    log = TransactionLog([f_orders, f_lines])
+    records: dict[str, list[Any]] = {"orders": [], "order_lines": []}
+    state: State = {"orders": {}, "order_lines": {}}
+    after: dict[str, State] = {}
+    next_id = 1
+    for _ in range(count):
+        live = sorted(state["orders"])
+        choice = rng.random()
+        with log.transaction() as txid:
+            if not live or choice < 0.45:  # a new order with its lines
+                oid = next_id
+                next_id += 1
+                row = {"order_id": oid, "status": "new"}
+                records["orders"].append(f_orders.create(row))
+                state["orders"][(oid,)] = "new"
+                for n in range(1, rng.randint(1, 4) + 1):
+                    line = {"order_id": oid, "line_no": n, "quantity": rng.randint(1, 9)}
+                    records["order_lines"].append(f_lines.create(line))
+                    state["order_lines"][(oid, n)] = line["quantity"]
+            elif choice < 0.8:  # the order moves on and every line changes with it
+                (oid,) = rng.choice(live)
+                status = rng.choice(["paid", "packed", "shipped"])
+                old = {"order_id": oid, "status": state["orders"][(oid,)]}
+                records["orders"].append(f_orders.update(old, {**old, "status": status}))
+                state["orders"][(oid,)] = status
+                for key in sorted(k for k in state["order_lines"] if k[0] == oid):
+                    before = {"order_id": oid, "line_no": key[1]}
+                    before["quantity"] = state["order_lines"][key]
+                    qty = before["quantity"] + 10
+                    records["order_lines"].append(
+                        f_lines.update(before, {**before, "quantity": qty})
+                    )
+                    state["order_lines"][key] = qty
+            else:  # the order and its lines go
+                (oid,) = rng.choice(live)
+                for key in sorted(k for k in state["order_lines"] if k[0] == oid):
+                    row = {"order_id": oid, "line_no": key[1], "quantity": 0}
+                    row["quantity"] = state["order_lines"].pop(key)
+                    records["order_lines"].append(f_lines.delete(row))
+                old = {"order_id": oid, "status": state["orders"].pop((oid,))}
+                records["orders"].append(f_orders.delete(old))
+        after[txid] = {t: dict(rows) for t, rows in state.items()}
+    return records, log.records, after
+
+
+def read_views(spark: Any, specs: list[TableSpec]) -> State:
+    out: State = {}
+    for spec in specs:
+        rows = spark.sql(f"SELECT * FROM lake.{spec.sink.namespace}.{view_name(spec)}").collect()
+        if spec.name == "orders":
+            out[spec.name] = {(r["order_id"],): r["status"] for r in rows}
+        else:
+            out[spec.name] = {(r["order_id"], r["line_no"]): r["quantity"] for r in rows}
+    return out
+
+
+def check_cut(spark: Any, specs: list[TableSpec], result: Any, after: dict[str, State]) -> None:
+    if result.cut_offset is None:
+        return
+    assert result.txn_id in after, result
+    assert read_views(spark, specs) == after[result.txn_id], f"views at {result.txn_id}"
+
+
+@pytest.mark.parametrize("seed", [7, 1234, random.randrange(10**6)])
+def test_views_equal_the_source_after_the_cut_transaction_in_any_order(
+    spark: Any, iceberg: IcebergCatalogResource, kafka: KafkaResource, seed: int
+) -> None:
+    rng = random.Random(seed)
+    orders, lines, txn_topic = group_specs(kafka)
+    specs = [orders, lines]
+    for spec in specs:
+        ensure_tables(spark, "lake", spec)
+    records, txn_records, after = generate(rng, orders, lines, 30)
+    queues = {
+        orders.source.topic: list(records["orders"]),
+        lines.source.topic: list(records["order_lines"]),
+        txn_topic: list(txn_records),
+    }
+    bootstrap = kafka.resolved_bootstrap()
+    catalog = iceberg.load_catalog()
+    cuts: list[int] = []
+
+    def cut() -> None:
+        result = update_cut(spark, "lake", catalog, kafka, "shop", specs)
+        check_cut(spark, specs, result, after)
+        if result.cut_offset is not None:
+            assert not cuts or result.cut_offset >= cuts[-1], f"cut moved back (seed {seed})"
+            cuts.append(result.cut_offset)
+
+    steps = [
+        lambda: ingest(spark, iceberg, kafka, orders),
+        lambda: ingest(spark, iceberg, kafka, lines),
+        lambda: update_history(spark, "lake", catalog, orders),
+        lambda: update_history(spark, "lake", catalog, lines),
+        cut,
+    ]
+    for _ in range(14):
+        topic = rng.choice([t for t, q in queues.items() if q] or [txn_topic])
+        # Transaction records in small steps: the histories run ahead of the known transactions.
+        most = 4 if topic == txn_topic else max(1, len(queues[topic]) // 2)
+        take = rng.randint(1, most)
+        chunk, queues[topic] = queues[topic][:take], queues[topic][take:]
+        if chunk:
+            produce(chunk, topic, bootstrap)
+        for step in rng.sample(steps, rng.randint(1, 3)):
+            step()
+        if rng.random() < 0.5:
+            cut()
+    for topic, rest in queues.items():
+        if rest:
+            produce(rest, topic, bootstrap)
+    for step in steps:
+        step()
+    final = update_cut(spark, "lake", catalog, kafka, "shop", specs)
+    last = list(after)[-1]
+    assert (final.txn_id, final.pending, final.lag_ms) == (last, 0, 0), f"seed {seed}"
+    assert read_views(spark, specs) == after[last]
+    published = [r["cut_offset"] for r in cut_history(spark, "lake", "shop", specs)]
+    assert published == sorted(published)
+    for spec in specs:
+        comparison = compare_history(spark, "lake", catalog, spec)
+        assert (comparison.differences, comparison.open_keys) == (0, 0), comparison.examples
+        tags = catalog.load_table(f"{spec.sink.namespace}.{spec.name}_history").metadata.refs
+        assert "consistent" in tags
+
+
+def test_a_missing_change_holds_the_cut_and_shows_as_lag(
+    spark: Any, iceberg: IcebergCatalogResource, kafka: KafkaResource
+) -> None:
+    """A change of a transaction that has not reached a table's ledger holds the cut before
+    that transaction, however many later ones are complete: the views show the source right
+    before it, although both histories already hold the later transactions."""
+    orders, lines, txn_topic = group_specs(kafka)
+    specs = [orders, lines]
+    for spec in specs:
+        ensure_tables(spark, "lake", spec)
+    records, txn_records, after = generate(random.Random(3), orders, lines, 8)
+    order = list(after)
+
+    def txn_of(record: Any) -> str:
+        return str(json.loads(record.value)["transaction"]["id"])
+
+    # A line of the third transaction with lines, not the first one: the cut has somewhere to be.
+    with_lines = list(dict.fromkeys(txn_of(r) for r in records["order_lines"]))
+    held = next(r for r in records["order_lines"] if txn_of(r) == with_lines[2])
+    blocked = order.index(txn_of(held))
+    bootstrap = kafka.resolved_bootstrap()
+    produce(records["orders"], orders.source.topic, bootstrap)
+    produce([r for r in records["order_lines"] if r is not held], lines.source.topic, bootstrap)
+    produce(txn_records, txn_topic, bootstrap)
+    catalog = iceberg.load_catalog()
+    for spec in specs:
+        ingest(spark, iceberg, kafka, spec)
+        update_history(spark, "lake", catalog, spec)
+    result = update_cut(spark, "lake", catalog, kafka, "shop", specs)
+    assert result.txn_id == order[blocked - 1]
+    assert result.pending == len(order) - blocked
+    assert result.lag_ms > 0
+    assert read_views(spark, specs) == after[order[blocked - 1]]
+    produce([held], lines.source.topic, bootstrap)  # arrives late, lands in its place
+    ingest(spark, iceberg, kafka, lines)
+    update_history(spark, "lake", catalog, lines)
+    result = update_cut(spark, "lake", catalog, kafka, "shop", specs)
+    assert (result.txn_id, result.pending, result.lag_ms) == (order[-1], 0, 0)
+    assert read_views(spark, specs) == after[order[-1]]
+
+
+def test_a_transaction_topic_record_it_cannot_read_stops_with_a_clear_error(
+    spark: Any, iceberg: IcebergCatalogResource, kafka: KafkaResource
+) -> None:
+    orders, lines, txn_topic = group_specs(kafka)
+    for spec in (orders, lines):
+        ensure_tables(spark, "lake", spec)
+    produce([KafkaRecord(b"k", b'{"status": "COMMITTED"}')], txn_topic, kafka.resolved_bootstrap())
+    with pytest.raises(ConsistencyError, match="not Debezium BEGIN/END transaction records"):
+        update_cut(spark, "lake", iceberg.load_catalog(), kafka, "shop", [orders, lines])
