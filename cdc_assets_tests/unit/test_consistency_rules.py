@@ -60,9 +60,7 @@ def test_the_tables_of_a_group_share_one_transaction_topic() -> None:
     with pytest.raises(SpecError, match="different transaction topics"):
         consistency_groups([items, users])
     groups = consistency_groups([grouped(SPECS["users"]), items, SPECS["orders"]])
-    assert {g: [s.name for s in m] for g, m in groups.items()} == {
-        "shop": ["order_items", "users"]
-    }
+    assert {g: [s.name for s in m] for g, m in groups.items()} == {"shop": ["order_items", "users"]}
 
 
 def test_transaction_columns_only_in_group_tables() -> None:
