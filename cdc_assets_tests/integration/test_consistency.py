@@ -11,13 +11,17 @@ from __future__ import annotations
 import json
 import random
 import uuid
+from datetime import UTC, datetime
 from typing import Any
 
+import dagster as dg
 import pytest
 from confluent_kafka.admin import NewTopic
 
+from cdc_assets.definitions import build_defs
 from cdc_assets.demo.events import DebeziumEventFactory, KafkaRecord, produce
 from cdc_assets.demo.events.transactions import TransactionLog
+from cdc_assets.jobs.upsert import upsert_assets
 from cdc_assets.pipeline.consistency import (
     ConsistencyError,
     cut_history,
@@ -27,6 +31,8 @@ from cdc_assets.pipeline.consistency import (
 from cdc_assets.pipeline.history import compare_history, update_history
 from cdc_assets.pipeline.tables import ensure_tables
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
+from cdc_assets.sensors.new_offsets import current_hour_key
+from cdc_assets.settings import Settings
 from cdc_assets.spec.models import TableSpec
 from cdc_assets_tests.integration.test_ingest import FOREVER
 from cdc_assets_tests.integration.test_upsert import ingest
@@ -271,3 +277,44 @@ def test_a_transaction_topic_record_it_cannot_read_stops_with_a_clear_error(
     produce([KafkaRecord(b"k", b'{"status": "COMMITTED"}')], txn_topic, kafka.resolved_bootstrap())
     with pytest.raises(ConsistencyError, match="not Debezium BEGIN/END transaction records"):
         update_cut(spark, "lake", iceberg.load_catalog(), kafka, "shop", [orders, lines])
+
+
+def test_the_group_asset_and_its_check_through_the_jobs(
+    it_settings: Settings, spark: Any, kafka: KafkaResource, resources: dict[str, Any]
+) -> None:
+    """Through Dagster: the ingest job, then `upsert_bases` (histories, then the group asset),
+    whose metadata names the cut; the group's check passes and the views are the source."""
+    orders, lines, txn_topic = group_specs(kafka)
+    specs = [orders, lines]
+    for spec in specs:
+        ensure_tables(spark, "lake", spec)
+    records, txn_records, after = generate(random.Random(8), orders, lines, 10)
+    bootstrap = kafka.resolved_bootstrap()
+    produce(records["orders"], orders.source.topic, bootstrap)
+    produce(records["order_lines"], lines.source.topic, bootstrap)
+    produce(txn_records, txn_topic, bootstrap)
+    defs = build_defs(specs=specs, settings=it_settings, resource_overrides=resources)
+    instance = dg.DagsterInstance.ephemeral()
+    ingest_run = defs.resolve_job_def("ingest_ledgers").execute_in_process(
+        instance=instance, partition_key=current_hour_key(datetime.now(UTC))
+    )
+    assert ingest_run.success
+    run = defs.resolve_job_def("upsert_bases").execute_in_process(
+        instance=instance, asset_selection=upsert_assets(specs)
+    )
+    assert run.success
+    (materialization,) = [
+        m
+        for m in run.asset_materializations_for_node("consistent__shop")
+        if m.asset_key == dg.AssetKey(["consistent", "shop"])
+    ]
+    meta = {k: v.value for k, v in materialization.metadata.items()}
+    last = list(after)[-1]
+    assert (meta["cut_txn_id"], meta["pending_transactions"], meta["moved"]) == (last, 0, True)
+    (evaluation,) = [
+        e
+        for e in run.get_asset_check_evaluations()
+        if e.check_name == "cut_moves_forward_within_lag"
+    ]
+    assert evaluation.passed, evaluation.description
+    assert read_views(spark, specs) == after[last]
