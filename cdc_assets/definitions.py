@@ -58,7 +58,13 @@ def build_defs(
         # stay the same in a run worker that builds a few of them.
         loaded = load_specs(settings.specs_dir)
         if only_tables is not None:
-            loaded = [s for s in loaded if s.name in only_tables]
+            # A consistency group's asset reads every table of the group: a run of one of
+            # them builds the others' specs too, or its cut would ignore theirs.
+            wanted = set(only_tables)
+            for members in consistency_groups(loaded).values():
+                if wanted & {m.name for m in members}:
+                    wanted |= {m.name for m in members}
+            loaded = [s for s in loaded if s.name in wanted]
         specs = load_with_stored_versions(loaded, resources["iceberg"].existing_catalog)
     hourly = hourly_partitions(settings.partitions_start or deployment_start(settings.home))
     assets = [

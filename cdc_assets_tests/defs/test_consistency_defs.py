@@ -57,3 +57,19 @@ def test_the_group_asset_follows_the_histories_and_has_its_check(tmp_path: Path)
 def test_tables_of_one_group_on_two_transaction_topics_are_refused(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match="different transaction topics"):
         defs_for(tmp_path, {"users": "a.transaction", "order_items": "b.transaction"})
+
+
+def test_a_run_worker_of_one_table_builds_its_group_mates_too(tmp_path: Path) -> None:
+    """A run worker builds only its run's tables; the group asset in a run of one table must
+    still know every table of the group, or its cut would ignore the others."""
+    topic = "mariadb.transaction"
+    specs = specs_dir(tmp_path, {"users": topic, "order_items": topic})
+    settings = load_settings(
+        {"CDC_ASSETS_HOME": str(tmp_path / "home"), "CDC_ASSETS_SPECS": str(specs)}
+    )
+    graph = build_defs(settings=settings, only_tables={"users"}).resolve_asset_graph()
+    assert graph.get(dg.AssetKey(["consistent", "shop"])).parent_keys == {
+        asset_key("history", "users"),
+        asset_key("history", "order_items"),
+    }
+    assert not graph.has(asset_key("base", "orders"))
