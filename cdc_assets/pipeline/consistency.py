@@ -67,6 +67,7 @@ from cdc_assets.sql.ddl import (
 )
 
 TAG = "consistent"
+TAG_ATTEMPTS = 5
 VIEW_SUFFIX = "_consistent"
 CUT_PROPERTY = "cdc.consistent.cut"
 
@@ -315,6 +316,22 @@ def _views_exist(spark: Any, catalog: str, specs: list[TableSpec]) -> bool:
     )
 
 
+def _tag(iceberg_catalog: Any, spec: TableSpec, snapshot_id: int) -> None:
+    """Point the history's ``consistent`` tag at ``snapshot_id``; retried when a history run
+    commits to the table in between (the tag's commit swaps the table's metadata too)."""
+    from pyiceberg.exceptions import CommitFailedException
+
+    for attempt in range(1, TAG_ATTEMPTS + 1):
+        history_t = load_table(iceberg_catalog, history_layout(spec))
+        try:
+            history_t.manage_snapshots().create_tag(snapshot_id, TAG).commit()
+            return
+        except CommitFailedException:
+            if attempt == TAG_ATTEMPTS:
+                raise
+            time.sleep(0.2 * attempt)
+
+
 def _publish(
     spark: Any,
     catalog: str,
@@ -327,8 +344,7 @@ def _publish(
     every history it reads is tagged at a snapshot that holds it."""
     assert result.cut_offset is not None
     for spec in specs:
-        history_t = load_table(iceberg_catalog, history_layout(spec))
-        history_t.manage_snapshots().create_tag(result.snapshots[spec.name], TAG).commit()
+        _tag(iceberg_catalog, spec, result.snapshots[spec.name])
     transactions = spark_identifier(catalog, transactions_layout(group, group_namespace(specs)))
     for spec in specs:
         history = spark_identifier(catalog, history_layout(spec))

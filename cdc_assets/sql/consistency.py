@@ -80,14 +80,15 @@ def render_applied(collection: str, ledger: str, pending: str) -> str:
 
 
 def render_pending(transactions: str, after: int) -> str:
-    """The transactions whose END record (the first delivery) comes after offset ``after``: per
-    transaction and table, its place in commit order (``ord``), source time and change count."""
+    """The transactions whose END record comes after offset ``after``: per transaction and
+    table, its place in commit order (``ord``: the first such delivery), source time and change
+    count. Only rows after the cut are read (files are pruned by their offset bounds); an END
+    delivered again after the cut is checked again, which changes nothing."""
     return (
-        "SELECT txn_id, data_collection, ord, ts, expected FROM ("
         "SELECT txn_id, data_collection, max(event_count) AS expected, "
         "max(_source_ts) AS ts, min(min(_kafka_offset)) OVER (PARTITION BY txn_id) AS ord "
-        f"FROM {transactions} GROUP BY txn_id, data_collection) "
-        f"WHERE ord > {int(after)}"
+        f"FROM {transactions} WHERE _kafka_offset > {int(after)} "
+        "GROUP BY txn_id, data_collection"
     )
 
 
