@@ -250,7 +250,11 @@ def update_cut(
         views.append(pending)
         applied = []
         for spec in specs:
-            history_t = load_table(iceberg_catalog, history_layout(spec))
+            layout = history_layout(spec)
+            if not iceberg_catalog.table_exists(f"{layout.namespace}.{layout.name}"):
+                result.reason = f"{spec.name} has no history table yet (not onboarded)"
+                break
+            history_t = load_table(iceberg_catalog, layout)
             snapshot = history_t.current_snapshot()
             reflected = history_state(history_t).get(shard_name(spec))
             if snapshot is None or reflected is None:

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import random
+import time
 import uuid
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
@@ -34,10 +36,13 @@ from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.sensors.new_offsets import current_hour_key
 from cdc_assets.settings import Settings
 from cdc_assets.spec.models import TableSpec
+from cdc_assets.spec.versions import write_spec
 from cdc_assets_tests.integration.test_ingest import FOREVER
 from cdc_assets_tests.integration.test_upsert import ingest
+from cdc_assets_tests.support.daemon import dagster_home, running_daemon
 
 State = dict[str, dict[tuple[Any, ...], Any]]
+DAEMON_TIMEOUT_S = 300.0
 
 
 def group_specs(kafka: KafkaResource) -> tuple[TableSpec, TableSpec, str]:
@@ -318,3 +323,67 @@ def test_the_group_asset_and_its_check_through_the_jobs(
     ]
     assert evaluation.passed, evaluation.description
     assert read_views(spark, specs) == after[last]
+
+
+def test_the_daemon_reaches_the_last_transaction_and_never_shows_half_of_one(
+    it_settings: Settings,
+    spark: Any,
+    iceberg: IcebergCatalogResource,
+    kafka: KafkaResource,
+    tmp_path: Path,
+) -> None:
+    """Through a real `dagster-daemon`: the micro-batch sensor starts a run per table whose
+    topic grew, concurrently where it does, each with the group asset. Whenever the views are
+    read meanwhile they equal the source after their cut transaction; at the end, after the
+    last one."""
+    orders, lines, txn_topic = group_specs(kafka)
+    specs = [orders, lines]
+    specs_dir = tmp_path / "specs"
+    specs_dir.mkdir()
+    for spec in specs:
+        write_spec(spec, specs_dir / f"{spec.name}.yaml")
+        ensure_tables(spark, "lake", spec)
+    records, txn_records, after = generate(random.Random(21), orders, lines, 24)
+    bootstrap = kafka.resolved_bootstrap()
+    half = {t: len(r) // 2 for t, r in records.items()}
+    produce(records["orders"][: half["orders"]], orders.source.topic, bootstrap)
+    produce(records["order_lines"], lines.source.topic, bootstrap)
+    produce(txn_records, txn_topic, bootstrap)
+    env = {"CDC_ASSETS_HOME": str(it_settings.home), "CDC_ASSETS_SPECS": str(specs_dir)}
+    home = dagster_home(tmp_path)
+    log = tmp_path / "daemon.log"
+    instance = dg.DagsterInstance.from_config(str(home))
+    last = list(after)[-1]
+    seen: set[str] = set()
+    with running_daemon(home, env, log) as daemon:
+        time.sleep(5)
+        produce(records["orders"][half["orders"] :], orders.source.topic, bootstrap)
+        deadline = time.monotonic() + DAEMON_TIMEOUT_S
+        while True:
+            assert daemon.poll() is None, log.read_text()[-4000:]
+            cut = published(spark, specs)
+            if cut is not None:
+                seen.add(cut)
+                views = read_views(spark, specs)
+                if published(spark, specs) == cut:  # not moved while it was read
+                    assert views == after[cut], f"views at {cut}"
+            runs = list(instance.get_runs())
+            if cut == last and runs and all(r.is_finished for r in runs):
+                break
+            assert time.monotonic() < deadline, (
+                f"cut {cut}, runs {[(r.job_name, r.status.value) for r in runs]}\n"
+                + log.read_text()[-3000:]
+            )
+            time.sleep(2)
+    failed = [r for r in runs if r.status != dg.DagsterRunStatus.SUCCESS]
+    assert not failed, [(r.job_name, r.status.value) for r in failed]
+    assert read_views(spark, specs) == after[last]
+
+
+def published(spark: Any, specs: list[TableSpec]) -> str | None:
+    """The newest published cut's transaction (None before the first)."""
+    try:
+        rows = cut_history(spark, "lake", "shop", specs)
+    except Exception:  # the group's tables are created by its first run
+        return None
+    return str(max(rows, key=lambda r: r["cut_offset"])["txn_id"]) if rows else None
