@@ -169,7 +169,7 @@ def check_cut(spark: Any, specs: list[TableSpec], result: Any, after: dict[str, 
     assert read_views(spark, specs) == after[result.txn_id], f"views at {result.txn_id}"
 
 
-@pytest.mark.parametrize("seed", [7, 1234, random.randrange(10**6)])
+@pytest.mark.parametrize("seed", [7, random.randrange(10**6)])
 def test_views_equal_the_source_after_the_cut_transaction_in_any_order(
     spark: Any, iceberg: IcebergCatalogResource, kafka: KafkaResource, seed: int
 ) -> None:

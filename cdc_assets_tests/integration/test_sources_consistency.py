@@ -33,7 +33,7 @@ from cdc_assets_tests.support import extra_connector
 pytestmark = pytest.mark.integration
 
 MAX_TRANSACTIONS = 2000
-CYCLES = 5  # pipeline cycles while the writer runs
+CYCLES = 4  # pipeline cycles while the writer runs
 TIMEOUT_S = 180.0
 
 
