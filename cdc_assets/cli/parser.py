@@ -19,6 +19,7 @@ from cdc_assets.cli.tables import (
     cmd_backfill,
     cmd_bootstrap,
     cmd_checks,
+    cmd_consistent,
     cmd_evolve,
     cmd_history,
     cmd_redrive,
@@ -312,6 +313,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     history.add_argument("--limit", type=int, default=20, help="rows to print with --as-of")
     history.set_defaults(fn=cmd_history)
+    consistent = sub.add_parser(
+        "consistent",
+        help="move a consistency group's cut to the newest transaction applied in all its tables",
+    )
+    consistent.add_argument("group", help="the group's name (consistency.group in its specs)")
+    consistent.set_defaults(fn=cmd_consistent)
     redrive = sub.add_parser("redrive", help="replay a table's dead letters after a fix")
     redrive.add_argument("table", help="spec name")
     redrive.add_argument("--reason", help="only dead letters whose reason contains this text")

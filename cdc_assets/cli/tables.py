@@ -206,6 +206,41 @@ def cmd_history(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_consistent(settings: Settings, args: argparse.Namespace) -> int:
+    """Move a consistency group's cut as far as its tables allow, and say where it stands."""
+    from cdc_assets.pipeline.consistency import update_cut
+    from cdc_assets.resources import build_resources
+    from cdc_assets.spec import load_specs
+    from cdc_assets.spec.groups import consistency_groups
+
+    groups = consistency_groups(load_specs(settings.specs_dir))
+    if args.group not in groups:
+        known = ", ".join(sorted(groups)) or "none"
+        console.print(
+            f"[red]error:[/red] no consistency group {args.group!r} in {settings.specs_dir} "
+            f"(groups: {known})"
+        )
+        return 2
+    res = build_resources(settings)
+    spark = res["spark"]
+    result = update_cut(
+        spark.get_session(),
+        spark.catalog.name,
+        res["iceberg"].load_catalog(),
+        res["kafka"],
+        args.group,
+        groups[args.group],
+    )
+    at = result.cut_source_ts.isoformat() if result.cut_source_ts else "-"
+    state = "moved" if result.moved else result.reason
+    console.print(
+        f"{args.group}: cut at transaction {result.txn_id or '(none yet)'} (source time {at}; "
+        f"{state}); {result.pending} transactions pending, lag {result.lag_ms / 1000:.1f}s, "
+        f"{result.transactions_read} transaction records read ({result.seconds:.1f}s)"
+    )
+    return 0
+
+
 def cmd_redrive(settings: Settings, args: argparse.Namespace) -> int:
     from cdc_assets.pipeline.redrive import redrive
     from cdc_assets.resources import build_resources

@@ -69,7 +69,8 @@ from cdc_assets.sql.ddl import (
 TAG = "consistent"
 TAG_ATTEMPTS = 5
 VIEW_SUFFIX = "_consistent"
-CUT_PROPERTY = "cdc.consistent.cut"
+# The END offset from which transactions are checked (-1: all); set by the first read.
+FLOOR_PROPERTY = "cdc.consistent.floor"
 
 
 class ConsistencyError(CdcAssetsError):
@@ -116,15 +117,25 @@ def _ensure(spark: Any, catalog: str, layout: TableLayout) -> None:
         spark.sql(render_create_table(catalog, layout))
 
 
-def _changes_without_txn(spark: Any, catalog: str, specs: list[TableSpec]) -> bool:
+def _changes_without_txn(
+    spark: Any, catalog: str, iceberg_catalog: Any, specs: list[TableSpec]
+) -> bool:
     """Whether a group table's ledger already holds changes ingested without a transaction id
     (the table joined the group after it started): old transactions cannot be checked."""
     for spec in specs:
-        ledger = spark_identifier(catalog, ledger_layout(spec))
-        if not spark.catalog.tableExists(ledger.replace("`", "")):
+        layout = ledger_layout(spec)
+        if not iceberg_catalog.table_exists(f"{layout.namespace}.{layout.name}"):
             continue
+        table = load_table(iceberg_catalog, layout)
+        current = table.current_snapshot()
+        summary = current.summary.additional_properties if current and current.summary else {}
+        if current is None or summary.get("total-records") == "0":
+            continue
+        if "_txn_id" not in {f.name for f in table.schema().fields}:
+            return True  # rows, none with transaction ids: written before the group
         if spark.sql(
-            f"SELECT 1 FROM {ledger} WHERE _txn_id IS NULL AND _op IN ('c', 'u', 'd') LIMIT 1"
+            f"SELECT 1 FROM {spark_identifier(catalog, layout)} "
+            "WHERE _txn_id IS NULL AND _op IN ('c', 'u', 'd') LIMIT 1"
         ).collect():
             return True
     return False
@@ -154,9 +165,17 @@ def ingest_transactions(
             f"transaction topic {topic!r} has {len(partitions)} partitions: commit order is only "
             "known within one; recreate it with one partition (Debezium's default)"
         )
-    if not committed and _changes_without_txn(spark, catalog, specs):
-        # Transactions before now have changes without ids: start at the topic's end.
-        committed = {p.partition: p.latest for p in partitions}
+    if FLOOR_PROPERTY not in table.properties:
+        # The first read. Tables that already hold changes without transaction ids (the group
+        # was declared later) cannot tell whether the transactions that ended until now are
+        # complete: those are taken as they are, from the topic's start, and checked from its
+        # present end on.
+        joined_late = _changes_without_txn(spark, catalog, iceberg_catalog, specs)
+        floor = max((p.latest for p in partitions), default=0) if joined_late else -1
+        with table.transaction() as tx:
+            tx.set_properties({FLOOR_PROPERTY: str(floor)})
+        table = iceberg_catalog.load_table(identifier)
+        expected = start_snapshot(table)
     start, end = plan_offsets(partitions, committed, topic)
     if all(start[p] >= end[p] for p in end) and committed:
         return 0
@@ -274,8 +293,10 @@ def update_cut(
         else:
             status = temp_view_name("txn_status", namespace, group)
             collections = [data_collection(s) for s in specs]
+            transactions_t = load_table(iceberg_catalog, transactions_layout(group, namespace))
+            floor = int(transactions_t.properties.get(FLOOR_PROPERTY, "-1"))
             spark.sql(
-                render_status(pending, applied, collections)
+                render_status(pending, applied, collections, floor)
             ).localCheckpoint().createOrReplaceTempView(status)
             views.append(status)
             found = spark.sql(render_cut(status)).collect()

@@ -92,12 +92,19 @@ def render_pending(transactions: str, after: int) -> str:
     )
 
 
-def render_status(pending: str, applied: Sequence[str], collections: Sequence[str]) -> str:
+def render_status(
+    pending: str, applied: Sequence[str], collections: Sequence[str], floor: int = -1
+) -> str:
     """Per pending transaction: its order, source time, and whether a table of the group
-    (``collections``) lacks some of its changes (``incomplete``)."""
+    (``collections``) lacks some of its changes (``incomplete``). Transactions before
+    ``floor`` (an END offset) are not checked: they ended before the group was declared on
+    tables that already held changes, which carry no transaction ids."""
     union = " UNION ALL ".join(f"SELECT * FROM {a}" for a in applied)
     group = ", ".join(literal(c) for c in collections)
-    missing = f"p.data_collection IN ({group}) AND coalesce(a.applied, 0) < p.expected"
+    missing = (
+        f"p.ord >= {int(floor)} AND p.data_collection IN ({group}) "
+        "AND coalesce(a.applied, 0) < p.expected"
+    )
     return (
         f"SELECT p.txn_id, p.ord, max(p.ts) AS ts, "
         f"max(CASE WHEN {missing} THEN 1 ELSE 0 END) = 1 AS incomplete "

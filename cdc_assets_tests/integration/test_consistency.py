@@ -20,6 +20,7 @@ import dagster as dg
 import pytest
 from confluent_kafka.admin import NewTopic
 
+from cdc_assets.cli import console, main
 from cdc_assets.definitions import build_defs
 from cdc_assets.demo.events import DebeziumEventFactory, KafkaRecord, produce
 from cdc_assets.demo.events.transactions import TransactionLog
@@ -34,7 +35,7 @@ from cdc_assets.pipeline.history import compare_history, update_history
 from cdc_assets.pipeline.tables import ensure_tables
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.sensors.new_offsets import current_hour_key
-from cdc_assets.settings import Settings
+from cdc_assets.settings import ENV_HOME, ENV_SPECS, Settings
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.spec.versions import write_spec
 from cdc_assets_tests.integration.test_ingest import FOREVER
@@ -101,14 +102,20 @@ def group_specs(kafka: KafkaResource) -> tuple[TableSpec, TableSpec, str]:
 
 
 def generate(
-    rng: random.Random, orders: TableSpec, lines: TableSpec, count: int
+    rng: random.Random,
+    orders: TableSpec,
+    lines: TableSpec,
+    count: int,
+    factories: tuple[DebeziumEventFactory, DebeziumEventFactory] | None = None,
+    state: State | None = None,
 ) -> tuple[dict[str, list[Any]], list[Any], dict[str, State]]:
     """``count`` transactions over orders and their lines: the data records per table, the
-    transaction topic's records and the source state after each transaction."""
-    f_orders, f_lines = DebeziumEventFactory(orders), DebeziumEventFactory(lines)
+    transaction topic's records and the source state after each transaction (starting from
+    ``state``, with the ``factories`` that made it)."""
+    f_orders, f_lines = factories or (DebeziumEventFactory(orders), DebeziumEventFactory(lines))
     log = TransactionLog([f_orders, f_lines])
     records: dict[str, list[Any]] = {"orders": [], "order_lines": []}
-    state: State = {"orders": {}, "order_lines": {}}
+    state = state or {"orders": {}, "order_lines": {}}
     after: dict[str, State] = {}
     next_id = 1
     for _ in range(count):
@@ -387,3 +394,85 @@ def published(spark: Any, specs: list[TableSpec]) -> str | None:
     except Exception:  # the group's tables are created by its first run
         return None
     return str(max(rows, key=lambda r: r["cut_offset"])["txn_id"]) if rows else None
+
+
+def test_a_group_declared_on_tables_that_already_hold_changes(
+    spark: Any, iceberg: IcebergCatalogResource, kafka: KafkaResource
+) -> None:
+    """Tables that ran without the group first: their ledgers hold changes without transaction
+    ids. The transactions that ended before the group's first run are taken as they are (they
+    cannot be checked), the later ones are checked; rows from before stay visible."""
+    orders, lines, txn_topic = group_specs(kafka)
+    plain = [s.model_copy(update={"consistency": None}) for s in (orders, lines)]
+    for spec in plain:
+        ensure_tables(spark, "lake", spec)
+    f_orders, f_lines = DebeziumEventFactory(plain[0]), DebeziumEventFactory(plain[1])
+    state: State = {"orders": {}, "order_lines": {}}
+    before_orders, before_lines = [], []
+    for oid in (1000, 1001):
+        before_orders.append(f_orders.create({"order_id": oid, "status": "old"}))
+        state["orders"][(oid,)] = "old"
+        before_lines.append(f_lines.create({"order_id": oid, "line_no": 1, "quantity": 5}))
+        state["order_lines"][(oid, 1)] = 5
+    bootstrap = kafka.resolved_bootstrap()
+    produce(before_orders, orders.source.topic, bootstrap)
+    produce(before_lines, lines.source.topic, bootstrap)
+    catalog = iceberg.load_catalog()
+    for spec in plain:
+        ingest(spark, iceberg, kafka, spec)
+    # The group is declared; transactions go on.
+    records, txn_records, after = generate(
+        random.Random(5), orders, lines, 8, (f_orders, f_lines), state
+    )
+    order = list(after)
+    first_half = 2 * 4  # BEGIN and END of the first four transactions
+    produce(records["orders"], orders.source.topic, bootstrap)
+    produce(records["order_lines"], lines.source.topic, bootstrap)
+    produce(txn_records[:first_half], txn_topic, bootstrap)
+    specs = [orders, lines]
+    for spec in specs:
+        ingest(spark, iceberg, kafka, spec)
+        update_history(spark, "lake", catalog, spec)
+    result = update_cut(spark, "lake", catalog, kafka, "shop", specs)
+    assert result.txn_id == order[3]
+    assert read_views(spark, specs) == after[order[3]]
+    produce(txn_records[first_half:], txn_topic, bootstrap)
+    result = update_cut(spark, "lake", catalog, kafka, "shop", specs)
+    assert (result.txn_id, result.pending) == (order[-1], 0)
+    assert read_views(spark, specs) == after[order[-1]]
+
+
+def test_the_cli_moves_the_cut_and_says_where_it_stands(
+    it_settings: Settings,
+    spark: Any,
+    iceberg: IcebergCatalogResource,
+    kafka: KafkaResource,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    orders, lines, txn_topic = group_specs(kafka)
+    specs = [orders, lines]
+    specs_dir = tmp_path / "specs"
+    specs_dir.mkdir()
+    for spec in specs:
+        write_spec(spec, specs_dir / f"{spec.name}.yaml")
+        ensure_tables(spark, "lake", spec)
+    records, txn_records, after = generate(random.Random(4), orders, lines, 3)
+    bootstrap = kafka.resolved_bootstrap()
+    produce(records["orders"], orders.source.topic, bootstrap)
+    produce(records["order_lines"], lines.source.topic, bootstrap)
+    produce(txn_records, txn_topic, bootstrap)
+    catalog = iceberg.load_catalog()
+    for spec in specs:
+        ingest(spark, iceberg, kafka, spec)
+        update_history(spark, "lake", catalog, spec)
+    monkeypatch.setenv(ENV_HOME, str(it_settings.home))
+    monkeypatch.setenv(ENV_SPECS, str(specs_dir))
+    with console.capture() as captured:
+        assert main(["consistent", "shop"]) == 0
+        assert main(["consistent", "nope"]) == 2
+    out = captured.get()
+    assert f"shop: cut at transaction {list(after)[-1]}" in out
+    assert "moved); 0 transactions pending" in out
+    assert "no consistency group 'nope'" in out
+    assert "(groups: shop)" in out

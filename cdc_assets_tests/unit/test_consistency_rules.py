@@ -94,6 +94,7 @@ def test_the_sql_parses() -> None:
         render_pending("lake.shop.shop_transactions", 41),
         render_applied("shop.order_items", "ledger", "pending"),
         render_status("pending", ["a1", "a2"], ["shop.orders", "shop.order_items"]),
+        render_status("pending", ["a1"], ["shop.orders"], floor=12),
         render_cut("status"),
         render_consistent_view(items, "lake.shop.order_items_history", "lake.shop.t", 41),
     ):
@@ -148,3 +149,8 @@ def test_the_generator_numbers_each_tables_changes_and_counts_them_at_the_end() 
         {"data_collection": "shop.order_items", "event_count": 2},
         {"data_collection": "shop.order_notes", "event_count": 1},
     ]
+
+
+def test_transactions_before_the_floor_are_not_checked() -> None:
+    assert "p.ord >= 12 AND" in render_status("p", ["a"], ["shop.orders"], floor=12)
+    assert "p.ord >= -1 AND" in render_status("p", ["a"], ["shop.orders"])
