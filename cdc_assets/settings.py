@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cdc_assets.errors import ConfigError
+from cdc_assets.kafka_security import KafkaSecurity, kafka_security
 
 if TYPE_CHECKING:
     from cdc_assets.spec.models import SourceSpec
@@ -113,6 +114,8 @@ class Settings:
     catalog_properties: dict[str, str] = field(default_factory=dict)
     tables_at_once: int = DEFAULT_TABLES_AT_ONCE  # steps of a run at once (jobs/executor.py)
     metrics_token: str | None = None  # bearer token `fleet --serve` requires (None: none)
+    # How Kafka clients authenticate and encrypt (CDC_ASSETS_KAFKA_SECURITY_PROTOCOL, ...).
+    kafka_security: KafkaSecurity = field(default_factory=KafkaSecurity)
 
     @property
     def views_dir(self) -> Path:
@@ -227,6 +230,7 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         catalog_properties=_catalog_properties(env.get(ENV_CATALOG_PROPERTIES, "")),
         tables_at_once=_tables_at_once(env.get(ENV_TABLES_AT_ONCE, "")),
         metrics_token=env.get(ENV_METRICS_TOKEN) or None,
+        kafka_security=kafka_security(env),
     )
 
 

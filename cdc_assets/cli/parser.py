@@ -11,6 +11,7 @@ from pathlib import Path
 from cdc_assets.cli.common import console
 from cdc_assets.cli.demo import cmd_report, cmd_run
 from cdc_assets.cli.fleet import cmd_fleet
+from cdc_assets.cli.kafka import CLIENTS, cmd_kafka_conf
 from cdc_assets.cli.migrate import cmd_migrate_asset_keys
 from cdc_assets.cli.specs import cmd_specs
 from cdc_assets.cli.stack import cmd_dagster_home, cmd_dev, cmd_jars, cmd_spark_conf, cmd_stack
@@ -53,6 +54,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--show-secrets", action="store_true", help="print passwords, keys and tokens as they are"
     )
     spark_conf.set_defaults(fn=cmd_spark_conf)
+    kafka_conf = sub.add_parser(
+        "kafka-conf",
+        help="print the Kafka client settings the CDC_ASSETS_KAFKA_* security block renders, for "
+        "a client the project does not start (Connect worker, Debezium connector, spark-submit)",
+    )
+    kafka_conf.add_argument("client", choices=CLIENTS)
+    kafka_conf.add_argument(
+        "--show-secrets", action="store_true", help="print passwords and secrets as they are"
+    )
+    kafka_conf.set_defaults(fn=cmd_kafka_conf)
     stack = sub.add_parser("stack", help="local Kafka broker + Iceberg catalog + warehouse")
     stack.add_argument("action", choices=["up", "status", "down"])
     stack.add_argument("--purge", action="store_true", help="with down: delete all stack state")

@@ -114,10 +114,12 @@ def read_kafka(
     end: dict[int, int],
 ) -> Any:
     """Spark's own Kafka batch source over exact offset ranges (end exclusive)."""
+    # The librdkafka check first: a wrong credential or certificate fails naming its setting
+    # instead of the Java client waiting out its timeouts on the executors.
+    kafka.client_conf()
+    reader = spark.read.format("kafka").options(**kafka.reader_options())
     reader = (
-        spark.read.format("kafka")
-        .option("kafka.bootstrap.servers", kafka.resolved_bootstrap())
-        .option("subscribe", topic)
+        reader.option("subscribe", topic)
         .option("startingOffsets", json.dumps({topic: {str(p): o for p, o in start.items()}}))
         .option("endingOffsets", json.dumps({topic: {str(p): o for p, o in end.items()}}))
         .option("failOnDataLoss", "true")
@@ -130,8 +132,6 @@ def read_kafka(
         # way, so bulk reads are unaffected.
         .option("kafka.fetch.max.wait.ms", str(FETCH_MAX_WAIT_MS))
     )
-    for key, value in kafka.client_config.items():
-        reader = reader.option(f"kafka.{key}", value)
     return reader.load()
 
 
@@ -381,6 +381,9 @@ def ingest_incremental(
     Exactly once without a lock (``pipeline.ledger_commit``): the ledger commit is published
     only if nothing reached the ledger since this run read its offsets; otherwise the run starts
     over from the offsets committed then."""
+    # Kafka's credentials and certificates first (resources/preflight): a refused one fails
+    # here naming its setting, before the ledger gets even its empty first snapshot.
+    kafka.client_conf()
     for attempt in range(1, MOVED_RETRIES + 1):
         try:
             return _ingest_once(spark, catalog, iceberg_catalog, kafka, spec)

@@ -10,6 +10,7 @@ from dagster import ConfigurableResource
 from pydantic import Field
 
 from cdc_assets.errors import StackError
+from cdc_assets.kafka_security import KafkaSecurity
 from cdc_assets.resources.schema_registry import TopicSchemas, topic_schemas
 from cdc_assets.settings import load_settings
 
@@ -35,7 +36,13 @@ class KafkaResource(ConfigurableResource):  # type: ignore[type-arg]
     )
     home: str = Field(description="CDC_ASSETS_HOME, where the local stack records its broker")
     client_config: dict[str, str] = Field(
-        default_factory=dict, description="extra librdkafka settings (security, timeouts, ...)"
+        default_factory=dict,
+        description="extra librdkafka settings (timeouts, ...); security comes from the "
+        "CDC_ASSETS_KAFKA_* settings, never from here (resource config shows in the UI)",
+    )
+    spark_options: dict[str, str] = Field(
+        default_factory=dict,
+        description="extra options of Spark's Kafka source (kafka.<Java client setting>, ...)",
     )
     timeout_s: float = 15.0
     schema_registry_url: str | None = Field(
@@ -51,8 +58,41 @@ class KafkaResource(ConfigurableResource):  # type: ignore[type-arg]
 
         return require_bootstrap(replace(load_settings(), home=Path(self.home)))
 
+    secured: bool = Field(
+        default=True,
+        description="apply the CDC_ASSETS_KAFKA_* security settings; False: plaintext (a "
+        "second, unsecured listener of the same cluster)",
+    )
+
+    def security(self) -> KafkaSecurity:
+        """How this process's clients authenticate and encrypt: read from the settings at use,
+        so secrets never sit in the resource's config (which the Dagster UI shows)."""
+        return load_settings().kafka_security if self.secured else KafkaSecurity()
+
     def client_conf(self) -> dict[str, str | int | float | bool]:
-        return {"bootstrap.servers": self.resolved_bootstrap(), **self.client_config}
+        """librdkafka settings: bootstrap, security, extras. With security on, the first use
+        in a process checks the credentials and certificates (resources/preflight), so a wrong
+        one fails here naming its setting, before a run reads or writes anything."""
+        bootstrap = self.resolved_bootstrap()
+        security = self.security()
+        conf: dict[str, str | int | float | bool] = {
+            "bootstrap.servers": bootstrap,
+            **security.librdkafka(),
+            **self.client_config,
+        }
+        if security.enabled:
+            from cdc_assets.resources.preflight import check_kafka
+
+            check_kafka(bootstrap, security, conf, timeout_s=self.timeout_s)
+        return conf
+
+    def reader_options(self) -> dict[str, str]:
+        """Options of Spark's Kafka source: bootstrap, the Java client's security, extras."""
+        return {
+            "kafka.bootstrap.servers": self.resolved_bootstrap(),
+            **self.security().spark_options(),
+            **self.spark_options,
+        }
 
     def resolved_registry(self) -> str | None:
         """The schema registry's URL: the configured one, else the local stack's, else None."""

@@ -1,7 +1,8 @@
 """Checks a run makes of a shared deployment before it writes anything: the catalog answers, the
-warehouse bucket exists and takes the configured credentials, and the cluster gives the run an
-executor. Each failure is a ConfigError that names the setting to fix, instead of an AWS, JDBC
-or Spark error halfway through a job (or a job that waits forever for executors).
+warehouse bucket exists and takes the configured credentials, the cluster gives the run an
+executor, and a secured Kafka takes the configured credentials and certificates. Each failure
+is a ConfigError that names the setting to fix, instead of an AWS, JDBC, Kafka or Spark
+error halfway through a job (or a job that waits forever for executors).
 
 The embedded default (a SQLite catalog file and a warehouse directory made by `stack up`) needs no
 check; a check that passed is not repeated in the same process.
@@ -9,14 +10,33 @@ check; a check that passed is not repeated in the same process.
 
 from __future__ import annotations
 
+import logging
+import re
 import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from cdc_assets.errors import ConfigError
+from cdc_assets.kafka_security import (
+    ENV_CA,
+    ENV_HOSTNAME_CHECK,
+    ENV_KEYSTORE,
+    ENV_KEYSTORE_PASSWORD,
+    ENV_MECHANISM,
+    ENV_OAUTH_CLIENT_ID,
+    ENV_OAUTH_CLIENT_SECRET,
+    ENV_PASSWORD,
+    ENV_PROTOCOL,
+    ENV_USERNAME,
+    KafkaSecurity,
+)
 from cdc_assets.resources.config import CatalogConfig, pyiceberg_catalog_props
 from cdc_assets.settings import (
     ENV_CATALOG_PROPERTIES,
     ENV_CATALOG_URI,
+    ENV_KAFKA_BOOTSTRAP,
     ENV_SPARK_MASTER,
     ENV_SPARK_REMOTE,
     ENV_WAREHOUSE,
@@ -145,3 +165,152 @@ def _cancel(session: Any) -> None:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
     return text.splitlines()[0][:400]
+
+
+# How long the credentials check waits for the broker's verdict. An unreachable broker is not
+# this check's business (the run's own Kafka calls wait and report it as before): only an
+# answer that refuses the credentials or the certificates fails here.
+KAFKA_CHECK_TIMEOUT_S = 10.0
+
+
+def check_kafka(
+    bootstrap: str,
+    security: KafkaSecurity,
+    conf: dict[str, Any],
+    timeout_s: float = KAFKA_CHECK_TIMEOUT_S,
+) -> None:
+    """The security files are usable, then the broker accepts the credentials and the TLS
+    handshake; else ConfigError naming the setting to fix. Passes once per process and setup."""
+    key = ("kafka", bootstrap, repr(security))
+    if key in _PASSED:
+        return
+    check_kafka_files(security)
+    from confluent_kafka.admin import AdminClient
+
+    # librdkafka tells why a connection failed only in its log lines (the exception says
+    # "transport failure"): a logger of the check's own collects them.
+    errors: list[str] = []
+    collector = _Collector(errors)
+    logger = logging.getLogger(f"{__name__}.kafka.{id(collector)}")
+    logger.propagate = False
+    logger.addHandler(collector)
+    client_conf: dict[str, Any] = {**conf, "logger": logger, "error_cb": lambda e: None}
+    admin = AdminClient(client_conf)
+    try:
+        deadline = time.monotonic() + min(timeout_s, KAFKA_CHECK_TIMEOUT_S)
+        while time.monotonic() < deadline:
+            try:
+                admin.list_topics(timeout=1.0)
+                _PASSED.add(key)
+                return
+            except Exception:  # KafkaException: timed out or refused; the log says which
+                admin.poll(0.1)  # serves the log lines collected so far
+            if refused := kafka_refusal(bootstrap, security, errors):
+                raise ConfigError(refused)
+    finally:
+        logger.removeHandler(collector)
+
+
+class _Collector(logging.Handler):
+    def __init__(self, into: list[str]) -> None:
+        super().__init__(logging.WARNING)
+        self.into = into
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.into.append(record.getMessage())
+
+
+def kafka_refusal(bootstrap: str, security: KafkaSecurity, errors: list[str]) -> str | None:
+    """The clear message for librdkafka errors that mean "these credentials or certificates
+    will not work", or None when none of ``errors`` is such a refusal."""
+    text = " | ".join(errors)
+    lowered = text.lower()
+    first = next((e for e in errors if "ssl" in e.lower() or "sasl" in e.lower()), "")
+    # "FAIL [rdkafka#producer-3] [thrd:sasl_ssl://host:port/bootstrap]: sasl_ssl://...: why"
+    first = re.sub(r"^.*?\]: \S+: ", "", first)[:300]
+    if "authentication failed" in lowered or "sasl authentication error" in lowered:
+        names = (
+            f"{ENV_OAUTH_CLIENT_ID} / {ENV_OAUTH_CLIENT_SECRET}"
+            if security.mechanism == "OAUTHBEARER"
+            else f"{ENV_USERNAME} / {ENV_PASSWORD}"
+        )
+        return (
+            f"Kafka at {bootstrap} refused the {security.mechanism} credentials: check {names} "
+            f"and {ENV_MECHANISM} ({first})"
+        )
+    if "certificate verify failed" in lowered:
+        if "hostname mismatch" in lowered or "ip address mismatch" in lowered:
+            return (
+                f"the certificate of Kafka at {bootstrap} does not name that host: connect by a "
+                f"name it holds, or set {ENV_HOSTNAME_CHECK}=none ({first})"
+            )
+        return (
+            f"the certificate of Kafka at {bootstrap} is not signed by a trusted CA: point "
+            f"{ENV_CA} at the CA that signed the brokers' certificates ({first})"
+        )
+    if "ssl handshake failed" in lowered or ("alert" in lowered and "ssl" in lowered):
+        if any(
+            s in lowered
+            for s in ("wrong version number", "packet length too long", "plaintext broker")
+        ):
+            return (
+                f"Kafka at {bootstrap} does not speak TLS on that port: check "
+                f"{ENV_KAFKA_BOOTSTRAP} and {ENV_PROTOCOL} ({first})"
+            )
+        if not security.keystore:
+            return (
+                f"Kafka at {bootstrap} refused the TLS handshake: it may require a client "
+                f"certificate; set {ENV_KEYSTORE} ({first})"
+            )
+        return (
+            f"Kafka at {bootstrap} refused the TLS handshake, usually the client certificate "
+            f"(expired, or not signed by a CA the brokers trust): check {ENV_KEYSTORE} "
+            f"({first})"
+        )
+    return None
+
+
+def check_kafka_files(security: KafkaSecurity) -> None:
+    """The CA file holds PEM certificates, and the key store opens with its password and holds
+    a certificate valid now; else ConfigError naming the setting."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives.serialization import pkcs12
+
+    if security.ca:
+        try:
+            x509.load_pem_x509_certificates(Path(security.ca).expanduser().read_bytes())
+        except OSError as exc:
+            raise ConfigError(f"{ENV_CA}: cannot read {security.ca}: {exc.strerror}") from None
+        except ValueError:
+            raise ConfigError(
+                f"{ENV_CA}: {security.ca} holds no PEM certificate (-----BEGIN CERTIFICATE-----)"
+            ) from None
+    if security.keystore:
+        try:
+            data = Path(security.keystore).expanduser().read_bytes()
+        except OSError as exc:
+            raise ConfigError(
+                f"{ENV_KEYSTORE}: cannot read {security.keystore}: {exc.strerror}"
+            ) from None
+        try:
+            _, cert, _ = pkcs12.load_key_and_certificates(
+                data, (security.keystore_password or "").encode()
+            )
+        except ValueError:
+            raise ConfigError(
+                f"{ENV_KEYSTORE}: {security.keystore} is not a PKCS#12 key store that "
+                f"{ENV_KEYSTORE_PASSWORD} opens"
+            ) from None
+        if cert is None:
+            raise ConfigError(f"{ENV_KEYSTORE}: {security.keystore} holds no certificate")
+        now = datetime.now(UTC)
+        if cert.not_valid_after_utc < now:
+            raise ConfigError(
+                f"{ENV_KEYSTORE}: the client certificate in {security.keystore} expired on "
+                f"{cert.not_valid_after_utc:%Y-%m-%d %H:%M} UTC: renew it"
+            )
+        if cert.not_valid_before_utc > now:
+            raise ConfigError(
+                f"{ENV_KEYSTORE}: the client certificate in {security.keystore} is valid only "
+                f"from {cert.not_valid_before_utc:%Y-%m-%d %H:%M} UTC"
+            )

@@ -6,6 +6,7 @@ Config rendering, storage formatting, start, stop and liveness; local_stack deci
 from __future__ import annotations
 
 import base64
+import os
 import random
 import secrets
 import shutil
@@ -20,6 +21,7 @@ from confluent_kafka.admin import AdminClient
 from cdc_assets.errors import StackError
 from cdc_assets.stack import local_process
 from cdc_assets.stack.jars import require_tool
+from cdc_assets.stack.kafka_tls import TlsMaterial
 from cdc_assets.stack.local_process import log_tail
 
 HOST = "127.0.0.1"
@@ -53,16 +55,35 @@ def new_cluster_id() -> str:
             return cluster_id
 
 
-def render_server_properties(*, port: int, controller_port: int, data_dir: Path) -> str:
-    """server.properties for a single node that is both broker and controller on 127.0.0.1."""
+@dataclass(frozen=True)
+class SecuredListeners:
+    """The broker's two secured listeners besides PLAINTEXT: SASL_SSL (SCRAM-SHA-512 and PLAIN)
+    and SSL with required client certificates (mutual TLS), both with ``material``'s stores."""
+
+    sasl_ssl_port: int
+    ssl_port: int
+    material: TlsMaterial
+
+
+def render_server_properties(
+    *, port: int, controller_port: int, data_dir: Path, secured: SecuredListeners | None = None
+) -> str:
+    """server.properties for a single node that is both broker and controller on 127.0.0.1;
+    with ``secured``, also the SASL_SSL and SSL listeners."""
+    listeners = {"PLAINTEXT": port}
+    if secured is not None:
+        listeners["SASL_SSL"] = secured.sasl_ssl_port
+        listeners["SSL"] = secured.ssl_port
+    advertised = ",".join(f"{name}://{HOST}:{p}" for name, p in listeners.items())
+    protocols = ",".join(f"{name}:{name}" for name in listeners)
     lines = [
         "process.roles=broker,controller",
         "node.id=1",
         f"controller.quorum.voters=1@{HOST}:{controller_port}",
-        f"listeners=PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{controller_port}",
-        f"advertised.listeners=PLAINTEXT://{HOST}:{port}",
+        f"listeners={advertised},CONTROLLER://{HOST}:{controller_port}",
+        f"advertised.listeners={advertised}",
         "controller.listener.names=CONTROLLER",
-        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        f"listener.security.protocol.map={protocols},CONTROLLER:PLAINTEXT",
         "inter.broker.listener.name=PLAINTEXT",
         f"log.dirs={data_dir}",
         "num.partitions=1",
@@ -74,20 +95,47 @@ def render_server_properties(*, port: int, controller_port: int, data_dir: Path)
         # Nobody else will join, so a new consumer group should not wait for more members.
         "group.initial.rebalance.delay.ms=0",
     ]
+    if secured is not None:
+        lines += _secured_lines(secured.material)
     return "\n".join(lines) + "\n"
 
 
-def write_config(files: BrokerFiles, *, port: int, controller_port: int) -> None:
-    """Write server.properties and the log4j2 config, creating their directories."""
+def _secured_lines(material: TlsMaterial) -> list[str]:
+    """The secured listeners' settings: the broker's key store, the stack's CA as trust store
+    (for client certificates), SCRAM users kept in the cluster's metadata (`ensure_scram_user`),
+    one PLAIN user with the same password."""
+    user, password = material.username, material.password
+    return [
+        "sasl.enabled.mechanisms=SCRAM-SHA-512,PLAIN",
+        "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config="
+        "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+        "listener.name.sasl_ssl.plain.sasl.jaas.config="
+        "org.apache.kafka.common.security.plain.PlainLoginModule required "
+        f'user_{user}="{password}";',
+        "listener.name.ssl.ssl.client.auth=required",
+        "ssl.keystore.type=PKCS12",
+        f"ssl.keystore.location={material.broker_store}",
+        f"ssl.keystore.password={material.store_password}",
+        f"ssl.key.password={material.store_password}",
+        "ssl.truststore.type=PEM",
+        f"ssl.truststore.location={material.ca}",
+    ]
+
+
+def write_config(
+    files: BrokerFiles, *, port: int, controller_port: int, secured: SecuredListeners | None = None
+) -> None:
+    """Write server.properties (only its owner may read it: it holds the key store's password)
+    and the log4j2 config, creating their directories."""
     files.server_properties.parent.mkdir(parents=True, exist_ok=True)
     files.data_dir.mkdir(parents=True, exist_ok=True)
     files.log_file.parent.mkdir(parents=True, exist_ok=True)
-    files.server_properties.write_text(
-        render_server_properties(
-            port=port, controller_port=controller_port, data_dir=files.data_dir
-        ),
-        encoding="utf-8",
+    text = render_server_properties(
+        port=port, controller_port=controller_port, data_dir=files.data_dir, secured=secured
     )
+    fd = os.open(files.server_properties, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
     shutil.copyfile(LOG4J_TEMPLATE, files.log4j_config)
 
 
@@ -248,3 +296,22 @@ def wait_until_ready(pid: int, port: int, log_file: Path, *, timeout: float = 90
         f"Kafka broker (pid {pid}) did not answer on {bootstrap} within {timeout:.0f} s "
         f"({last_error}); last 30 lines of {log_file}:\n" + "\n".join(log_tail(log_file, 30))
     )
+
+
+def ensure_scram_user(bootstrap: str, username: str, password: str, timeout: float = 30.0) -> None:
+    """Create or update a SCRAM-SHA-512 user through the PLAINTEXT listener (Kafka's
+    AlterUserScramCredentials; KRaft keeps it in the cluster's metadata)."""
+    # Public names of confluent_kafka.admin that its type stubs do not declare re-exported.
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialUpsertion,
+    )
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    upsert = UserScramCredentialUpsertion(
+        username, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192), password.encode()
+    )
+    futures = admin.alter_user_scram_credentials([upsert], request_timeout=timeout)
+    for future in futures.values():
+        future.result()

@@ -17,6 +17,7 @@ from cdc_assets.settings import ENV_KAFKA_BOOTSTRAP, ENV_KAFKA_PORT, Settings
 from cdc_assets.stack import (
     catalog_server,
     kafka_broker,
+    kafka_tls,
     local_process,
     object_store,
     schema_registry,
@@ -52,6 +53,18 @@ class StackState:
     kafka_port: int
     controller_port: int
     started_at: str
+    # The secured listeners (kafka_broker.SecuredListeners); None for a stack started before
+    # they existed (`stack down` and `stack up` add them).
+    sasl_ssl_port: int | None = None
+    ssl_port: int | None = None
+
+    @property
+    def sasl_ssl_bootstrap(self) -> str | None:
+        return None if self.sasl_ssl_port is None else f"{kafka_broker.HOST}:{self.sasl_ssl_port}"
+
+    @property
+    def ssl_bootstrap(self) -> str | None:
+        return None if self.ssl_port is None else f"{kafka_broker.HOST}:{self.ssl_port}"
 
 
 @dataclass(frozen=True)
@@ -198,10 +211,14 @@ def stack_up(
 
         data = stack_state.read(settings)
         previous_ports = data.get("ports")
-        port, controller_port = _choose_ports(
+        port, controller_port, sasl_ssl_port, ssl_port = _choose_ports(
             settings, previous_ports if isinstance(previous_ports, dict) else {}
         )
-        kafka_broker.write_config(files, port=port, controller_port=controller_port)
+        material = tls_material(settings)
+        secured = kafka_broker.SecuredListeners(sasl_ssl_port, ssl_port, material)
+        kafka_broker.write_config(
+            files, port=port, controller_port=controller_port, secured=secured
+        )
         _rotate_log(files.log_file)
         kafka_broker.format_storage(files, classpath)
         pid = kafka_broker.start_broker(files, classpath)
@@ -210,10 +227,17 @@ def stack_up(
             "bootstrap": f"{kafka_broker.HOST}:{port}",
             "port": port,
             "controller_port": controller_port,
+            "sasl_ssl_port": sasl_ssl_port,
+            "ssl_port": ssl_port,
             "pid": pid,
             "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
         }
-        data["ports"] = {"kafka": port, "controller": controller_port}
+        data["ports"] = {
+            "kafka": port,
+            "controller": controller_port,
+            "sasl_ssl": sasl_ssl_port,
+            "ssl": ssl_port,
+        }
         data["catalog_name"] = settings.catalog_name
         data["catalog_file"] = str(settings.local_catalog_file)
         data["warehouse"] = str(settings.local_warehouse)
@@ -223,6 +247,8 @@ def stack_up(
         )
         try:
             kafka_broker.wait_until_ready(pid, port, files.log_file, timeout=READY_TIMEOUT_S)
+            bootstrap = f"{kafka_broker.HOST}:{port}"
+            kafka_broker.ensure_scram_user(bootstrap, material.username, material.password)
         except BaseException:
             _stop_brokers(settings, files)
             raise
@@ -336,6 +362,8 @@ def read_state(settings: Settings) -> StackState | None:
             kafka_port=int(kafka["port"]),
             controller_port=int(kafka["controller_port"]),
             started_at=str(kafka.get("started_at", "")),
+            sasl_ssl_port=_optional_port(kafka.get("sasl_ssl_port")),
+            ssl_port=_optional_port(kafka.get("ssl_port")),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise StackError(
@@ -400,8 +428,18 @@ def _stop_brokers(settings: Settings, files: kafka_broker.BrokerFiles) -> None:
         stack_state.state_path(settings).unlink(missing_ok=True)
 
 
-def _choose_ports(settings: Settings, previous: dict[str, Any]) -> tuple[int, int]:
-    """Kafka and controller ports: the configured one, else the previous one if free, else any."""
+def _optional_port(value: object) -> int | None:
+    return int(value) if isinstance(value, int) else None
+
+
+def tls_material(settings: Settings) -> kafka_tls.TlsMaterial:
+    """The local broker's certificates and SASL user (made on first use)."""
+    return kafka_tls.ensure_material(settings.stack_dir / "kafka" / "tls")
+
+
+def _choose_ports(settings: Settings, previous: dict[str, Any]) -> tuple[int, int, int, int]:
+    """Kafka, controller, SASL_SSL and SSL ports: the configured Kafka one, else the previous
+    ones if free, else any."""
     if settings.kafka_port:
         port = settings.kafka_port
         if not kafka_broker.port_is_free(port):
@@ -411,10 +449,13 @@ def _choose_ports(settings: Settings, previous: dict[str, Any]) -> tuple[int, in
             )
     else:
         port = _previous_if_free(previous.get("kafka"), set()) or kafka_broker.pick_free_port()
-    controller_port = _previous_if_free(
-        previous.get("controller"), {port}
-    ) or kafka_broker.pick_free_port({port})
-    return port, controller_port
+    taken = {port}
+    others = []
+    for name in ("controller", "sasl_ssl", "ssl"):
+        chosen = _previous_if_free(previous.get(name), taken) or kafka_broker.pick_free_port(taken)
+        taken.add(chosen)
+        others.append(chosen)
+    return port, others[0], others[1], others[2]
 
 
 def _previous_if_free(candidate: object, avoid: set[int]) -> int | None:
