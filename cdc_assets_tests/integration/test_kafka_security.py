@@ -144,6 +144,14 @@ def test_sensor_run_and_checks_through_sasl_ssl(
     assert results
     assert not failed, failed
 
+    # The password never reaches the event log: messages, metadata, resource config.
+    logged = [
+        repr(entry) for record in instance.get_runs() for entry in instance.all_logs(record.run_id)
+    ]
+    logged += [repr(record.run_config) for record in instance.get_runs()]
+    assert len(logged) > 100
+    assert not [line for line in logged if material.password in line]
+
 
 @pytest.mark.parametrize("how", ["plain", "mtls"])
 def test_plain_and_client_certificates(
