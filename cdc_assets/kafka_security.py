@@ -1,4 +1,5 @@
-"""Kafka client security from one block of settings, rendered for each client that needs it.
+"""Kafka client security from one block of settings, rendered for each client that needs it;
+and the schema registry client's credentials.
 
 The project talks to Kafka through three clients whose settings differ: librdkafka (sensors, the
 CLI, offsets, schema-change topics), the Java client inside Spark's Kafka source (the ingest, on
@@ -274,3 +275,43 @@ def _validate(s: KafkaSecurity) -> None:
         raise ConfigError(
             f"{ENV_KEYSTORE} needs {ENV_KEYSTORE_PASSWORD} (a PKCS#12 key store has one)"
         )
+
+
+ENV_REGISTRY_USERNAME = "CDC_ASSETS_SCHEMA_REGISTRY_USERNAME"
+ENV_REGISTRY_PASSWORD = "CDC_ASSETS_SCHEMA_REGISTRY_PASSWORD"
+ENV_REGISTRY_CA = "CDC_ASSETS_SCHEMA_REGISTRY_CA_LOCATION"
+
+
+@dataclass(frozen=True)
+class RegistryAuth:
+    """How the schema registry client authenticates (HTTP basic auth) and which CA it trusts
+    for an ``https`` registry (unset: the system's trust store)."""
+
+    username: str | None = None
+    password: str | None = None
+    ca: str | None = None
+
+    def secrets(self) -> list[str]:
+        return [self.password] if self.password else []
+
+    def client_conf(self) -> dict[str, str]:
+        """Settings of confluent-kafka's SchemaRegistryClient, besides its ``url``."""
+        out = {}
+        if self.username:
+            out["basic.auth.user.info"] = f"{self.username}:{self.password or ''}"
+        if self.ca:
+            out["ssl.ca.location"] = self.ca
+        return out
+
+
+def registry_auth(env: Mapping[str, str]) -> RegistryAuth:
+    """Read the ``CDC_ASSETS_SCHEMA_REGISTRY_*`` credentials; a username needs a password."""
+    username = env.get(ENV_REGISTRY_USERNAME, "").strip() or None
+    password = env.get(ENV_REGISTRY_PASSWORD) or None
+    if bool(username) != bool(password):
+        raise ConfigError(
+            f"set both {ENV_REGISTRY_USERNAME} and {ENV_REGISTRY_PASSWORD}, or neither"
+        )
+    if username and ":" in username:
+        raise ConfigError(f"{ENV_REGISTRY_USERNAME} cannot hold ':' (HTTP basic auth splits on it)")
+    return RegistryAuth(username, password, env.get(ENV_REGISTRY_CA, "").strip() or None)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cdc_assets.errors import ConfigError
-from cdc_assets.kafka_security import KafkaSecurity, kafka_security
+from cdc_assets.kafka_security import KafkaSecurity, RegistryAuth, kafka_security, registry_auth
 
 if TYPE_CHECKING:
     from cdc_assets.spec.models import SourceSpec
@@ -116,6 +116,8 @@ class Settings:
     metrics_token: str | None = None  # bearer token `fleet --serve` requires (None: none)
     # How Kafka clients authenticate and encrypt (CDC_ASSETS_KAFKA_SECURITY_PROTOCOL, ...).
     kafka_security: KafkaSecurity = field(default_factory=KafkaSecurity)
+    # The schema registry's basic auth and CA (CDC_ASSETS_SCHEMA_REGISTRY_USERNAME, ...).
+    registry_auth: RegistryAuth = field(default_factory=RegistryAuth)
 
     @property
     def views_dir(self) -> Path:
@@ -231,6 +233,7 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         tables_at_once=_tables_at_once(env.get(ENV_TABLES_AT_ONCE, "")),
         metrics_token=env.get(ENV_METRICS_TOKEN) or None,
         kafka_security=kafka_security(env),
+        registry_auth=registry_auth(env),
     )
 
 

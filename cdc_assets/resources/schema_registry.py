@@ -47,12 +47,41 @@ def value_subject(topic: str) -> str:
 
 
 def _client(url: str) -> Any:
+    """One client per registry and credentials (the settings' CDC_ASSETS_SCHEMA_REGISTRY_*)."""
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
+    from cdc_assets.settings import load_settings
+
+    auth = load_settings().registry_auth
+    key = f"{url} {auth!r}"
     with _LOCK:
-        if url not in _CLIENTS:
-            _CLIENTS[url] = SchemaRegistryClient({"url": url})
-        return _CLIENTS[url]
+        if key not in _CLIENTS:
+            _CLIENTS[key] = SchemaRegistryClient({"url": url, **auth.client_conf()})
+        return _CLIENTS[key]
+
+
+def _refusal(url: str, err: Exception) -> str:
+    """What a failed registry call means, naming the setting when the registry refused the
+    credentials or its certificate is not trusted."""
+    from cdc_assets.kafka_security import (
+        ENV_REGISTRY_CA,
+        ENV_REGISTRY_PASSWORD,
+        ENV_REGISTRY_USERNAME,
+    )
+
+    status = getattr(err, "http_status_code", None)
+    if status in (401, 403):
+        return (
+            f"schema registry at {url} refused the credentials (HTTP {status}): check "
+            f"{ENV_REGISTRY_USERNAME} / {ENV_REGISTRY_PASSWORD}"
+        )
+    text = str(err)
+    if "CERTIFICATE_VERIFY_FAILED" in text or "certificate verify failed" in text:
+        return (
+            f"the certificate of the schema registry at {url} is not signed by a trusted CA: "
+            f"point {ENV_REGISTRY_CA} at the CA that signed it"
+        )
+    return ""
 
 
 def topic_schemas(url: str | None, topic: str) -> TopicSchemas:
@@ -68,9 +97,11 @@ def topic_schemas(url: str | None, topic: str) -> TopicSchemas:
     except ClientError as err:
         if err.error_code == SUBJECT_NOT_FOUND:
             return TopicSchemas(url, subject)
-        raise SchemaRegistryError(f"schema registry at {url}: {err}") from err
+        raise SchemaRegistryError(_refusal(url, err) or f"schema registry at {url}: {err}") from err
     except Exception as err:  # connection refused, timeouts: the run fails and is retried
-        raise SchemaRegistryError(f"schema registry at {url} cannot be reached: {err}") from err
+        raise SchemaRegistryError(
+            _refusal(url, err) or f"schema registry at {url} cannot be reached: {err}"
+        ) from err
     schemas = {}
     for version in versions:
         key = (url, subject, int(version))

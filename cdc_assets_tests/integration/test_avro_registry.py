@@ -24,6 +24,7 @@ import pytest
 from cdc_assets.definitions import build_defs
 from cdc_assets.demo.events import DebeziumEventFactory, KafkaRecord, produce, workload
 from cdc_assets.demo.events.avro import RegistryFraming
+from cdc_assets.kafka_security import ENV_REGISTRY_CA, ENV_REGISTRY_PASSWORD, ENV_REGISTRY_USERNAME
 from cdc_assets.pipeline.evolve import read_history
 from cdc_assets.pipeline.ingest import ingest_incremental
 from cdc_assets.pipeline.offsets import committed_offsets
@@ -40,13 +41,14 @@ from cdc_assets.spec.models import ColumnSpec, TableSpec
 from cdc_assets.spec.versions import write_spec
 from cdc_assets.stack import schema_registry
 from cdc_assets.stack.kafka_broker import pick_free_port
-from cdc_assets.stack.local_stack import StackState
+from cdc_assets.stack.local_stack import StackState, tls_material
 from cdc_assets_tests.integration.test_ingest import (
     assert_ledger_matches,
     consume_all,
     isolated,
     read_table,
 )
+from cdc_assets_tests.support.auth_gateway import auth_gateway, pem_pair
 from cdc_assets_tests.support.bad_records import base_row, users_spec
 from cdc_assets_tests.support.oracle import Outcome, expected_outcome
 
@@ -279,3 +281,56 @@ def test_registry_versions_evolve_the_spec_one_at_a_time_in_order(
         assert entry.iceberg_schema_ids  # the Iceberg schema each version produced
     defs = build_defs(specs=[evolved], settings=settings, resource_overrides=resources)
     assert not _tick(defs, "schema_changes", instance, resources).run_requests
+
+
+def test_registry_behind_basic_auth_and_tls(
+    it_settings: Settings,
+    stack: StackState,
+    spark: Any,
+    iceberg: IcebergCatalogResource,
+    kafka: KafkaResource,
+    registry: schema_registry.Registry,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """The registry client sends the credentials of the settings over TLS and checks the
+    registry's certificate against the configured CA: a wrong password and an untrusted
+    certificate each fail naming the setting and commit nothing; right ones ingest every record
+    (the registry behind an HTTPS gateway with basic auth: support/auth_gateway.py)."""
+    material = tls_material(it_settings)
+    spec = isolated(users_spec(), kafka=kafka)
+    ensure_tables(spark, "lake", spec)
+    factory = DebeziumEventFactory(spec, embed_schema=True)
+    framing = RegistryFraming(registry.url, spec.source.topic)
+    framed = [framing.frame(factory.create(base_row(id=i))) for i in range(1, 6)]
+    produce(framed, spec.source.topic, kafka.resolved_bootstrap())
+    cert, key = pem_pair(material.broker_store, material.store_password, tmp_path / "gateway")
+    upstream = f"http://127.0.0.1:{registry.port}"
+    ledger = ledger_layout(spec)
+    table = f"{ledger.namespace}.{ledger.name}"
+
+    def ingest_as(password: str, ca: Path | None, url: str) -> Any:
+        secret = tmp_path / "registry-password"
+        secret.write_text(password, encoding="utf-8")
+        monkeypatch.setenv(ENV_REGISTRY_USERNAME, "cdc")
+        monkeypatch.setenv(f"{ENV_REGISTRY_PASSWORD}_FILE", str(secret))
+        if ca is None:
+            monkeypatch.delenv(ENV_REGISTRY_CA, raising=False)
+        else:
+            monkeypatch.setenv(ENV_REGISTRY_CA, str(ca))
+        through = kafka.model_copy(update={"schema_registry_url": url})
+        return ingest_incremental(spark, "lake", iceberg.load_catalog(), through, spec)
+
+    with auth_gateway(upstream, "cdc", "right-password", cert, key) as gateway:
+        url = gateway + schema_registry.CCOMPAT_PATH
+        before = committed_offsets(iceberg.load_catalog().load_table(table))
+        with pytest.raises(SchemaRegistryError, match=ENV_REGISTRY_PASSWORD) as refused:
+            ingest_as("wrong-password", material.ca, url)
+        assert "wrong-password" not in str(refused.value)
+        with pytest.raises(SchemaRegistryError, match=ENV_REGISTRY_CA):
+            ingest_as("right-password", None, url)
+        assert committed_offsets(iceberg.load_catalog().load_table(table)) == before
+        done = ingest_as("right-password", material.ca, url)
+    assert (done.read, done.ledger, done.dead) == (5, 5, 0)
+    rows = read_table(iceberg, ledger.namespace, ledger.name)
+    assert sorted(r["id"] for r in rows) == [1, 2, 3, 4, 5]

@@ -185,3 +185,22 @@ def test_refusals_name_the_setting(security: ks.KafkaSecurity, line: str, named:
 def test_an_unreachable_broker_is_not_a_refusal() -> None:
     line = LOG + "Connect to ipv4#127.0.0.1:9094 failed: Connection refused"
     assert kafka_refusal("127.0.0.1:9094", SCRAM_SECURITY, [line]) is None
+
+
+def test_registry_credentials() -> None:
+    auth = ks.registry_auth(
+        {
+            ks.ENV_REGISTRY_USERNAME: "cdc",
+            ks.ENV_REGISTRY_PASSWORD: "pw:with:colons",
+            ks.ENV_REGISTRY_CA: "/ca.pem",
+        }
+    )
+    assert auth.client_conf() == {
+        "basic.auth.user.info": "cdc:pw:with:colons",
+        "ssl.ca.location": "/ca.pem",
+    }
+    assert ks.registry_auth({}).client_conf() == {}
+    with pytest.raises(ConfigError, match=ks.ENV_REGISTRY_PASSWORD):
+        ks.registry_auth({ks.ENV_REGISTRY_USERNAME: "cdc"})
+    with pytest.raises(ConfigError, match="cannot hold ':'"):
+        ks.registry_auth({ks.ENV_REGISTRY_USERNAME: "a:b", ks.ENV_REGISTRY_PASSWORD: "x"})
