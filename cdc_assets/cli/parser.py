@@ -84,6 +84,12 @@ def build_parser() -> argparse.ArgumentParser:
         "Connect server as their driver (or CDC_ASSETS_CLUSTER=1)",
     )
     stack.add_argument(
+        "--rest-catalog",
+        action="store_true",
+        help="with up: also an Iceberg REST catalog server over the stack's catalog; runs then "
+        "go through it (both engines' REST clients)",
+    )
+    stack.add_argument(
         "--registry",
         action="store_true",
         help="with up: also a schema registry (Apicurio, Confluent-compatible API) for Avro "

@@ -56,6 +56,7 @@ def cmd_stack(settings: Settings, args: argparse.Namespace) -> int:
             cluster=args.cluster,
             registry=args.registry,
             avro=tuple(s.strip() for s in args.avro.split(",") if s.strip()),
+            rest=args.rest_catalog,
         )
         console.print(f"stack up: kafka {state.bootstrap_servers} (pid {state.kafka_pid})")
         if args.registry or args.avro:

@@ -45,10 +45,20 @@ def _configured_catalog(settings: Settings) -> IcebergCatalogResource | None:
 
 
 def _local_catalog(settings: Settings) -> IcebergCatalogResource:
-    """The local stack's catalog: with the cluster profile's catalog server and object store
-    recorded in its state, those; else the embedded SQLite file and warehouse directory."""
-    from cdc_assets.stack import catalog_server, object_store
+    """The local stack's catalog: its REST catalog server while one runs (`stack up
+    --rest-catalog`); with the cluster profile's catalog server and object store recorded in its
+    state, those; else the embedded SQLite file and warehouse directory."""
+    from cdc_assets.stack import catalog_server, object_store, rest_catalog
 
+    rest = rest_catalog.running(settings)
+    if rest is not None:
+        return IcebergCatalogResource(
+            name=settings.catalog_name,
+            type="rest",
+            uri=rest.url,
+            warehouse=settings.warehouse or settings.local_warehouse.as_uri(),
+            properties=settings.catalog_properties,
+        )
     server = catalog_server.recorded(settings)
     store = object_store.recorded(settings)
     if server is not None and store is not None:

@@ -19,7 +19,7 @@ from cdc_assets.errors import JarSetupError, ToolMissingError
 from cdc_assets.settings import Settings
 
 JVM_DIR = Path(__file__).parent.parent / "jvm"
-KINDS = ("spark", "kafka", "connect")
+KINDS = ("spark", "kafka", "connect", "rest-catalog")
 STAMP_NAME = ".stamp"
 _OUTPUT_TAIL_LINES = 40
 

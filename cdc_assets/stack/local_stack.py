@@ -20,6 +20,7 @@ from cdc_assets.stack import (
     kafka_tls,
     local_process,
     object_store,
+    rest_catalog,
     schema_registry,
     source_stack,
     spark_cluster,
@@ -172,6 +173,7 @@ def stack_up(
     cluster: bool = False,
     registry: bool = False,
     avro: tuple[str, ...] = (),
+    rest: bool = False,
 ) -> StackState:
     """Start the local stack, or return the running one; a dead broker is cleaned and restarted.
 
@@ -183,8 +185,15 @@ def stack_up(
     workers and makes the Connect server their driver (spark_cluster).
     ``registry`` also starts the schema registry (schema_registry), for Avro records; the
     connectors of the servers named in ``avro`` (``mariadb``, ``postgres``) then write Avro
-    through it (the registry is started for them)."""
+    through it (the registry is started for them).
+    ``rest`` also starts an Iceberg REST catalog server over the stack's catalog, which runs
+    then use (rest_catalog; not with the cluster profile yet)."""
     cluster = cluster or settings.cluster
+    if rest and cluster:
+        raise StackError(
+            "the REST catalog runs over the embedded catalog only; the cluster profile keeps its "
+            "JDBC catalog on PostgreSQL (a REST server over it needs S3 on the server's side)"
+        )
     settings.stack_dir.mkdir(parents=True, exist_ok=True)
     with _locked(settings):
         classpath = kafka_classpath(settings)
@@ -206,6 +215,8 @@ def stack_up(
                 source_stack.up(settings, existing.bootstrap_servers, avro=converters)
             if spark_connect or cluster:
                 _start_spark_connect(settings, cluster=cluster)
+            if rest:
+                rest_catalog.start(settings, embedded_catalog_properties(settings))
             return existing
         _stop_brokers(settings, files)
 
@@ -260,7 +271,23 @@ def stack_up(
             source_stack.up(settings, state.bootstrap_servers, avro=converters)
         if spark_connect or cluster:
             _start_spark_connect(settings, cluster=cluster)
+        if rest:
+            rest_catalog.start(settings, embedded_catalog_properties(settings))
         return state
+
+
+def embedded_catalog_properties(settings: Settings) -> dict[str, str]:
+    """The embedded catalog (SQLite file, warehouse directory) as Iceberg catalog properties,
+    for a REST server over it; the busy timeout and WAL journal as the engines open it."""
+    from cdc_assets.resources.config import SQLITE_BUSY_TIMEOUT_S
+
+    return {
+        "catalog-name": settings.catalog_name,  # the JDBC catalog's tables are kept per name
+        "uri": f"jdbc:sqlite:{settings.local_catalog_file}",
+        "warehouse": settings.local_warehouse.as_uri(),
+        "jdbc.busy_timeout": str(SQLITE_BUSY_TIMEOUT_S * 1000),
+        "jdbc.journal_mode": "WAL",
+    }
 
 
 def _avro_connectors(settings: Settings, registry: bool, avro: tuple[str, ...]) -> dict[str, str]:
@@ -299,6 +326,7 @@ def stack_down(settings: Settings, *, purge: bool = False) -> None:
         return
     with _locked(settings):
         spark_connect.stop_server(settings)
+        rest_catalog.stop(settings)
         spark_cluster.stop_cluster(settings)
         object_store.stop(settings)
         schema_registry.stop(settings)

@@ -5,7 +5,9 @@ jars Maven fetches:
   against the jars of the installed pyspark, so it needs no download and always matches the Spark
   it runs in;
 - ``connect-ext``: the Debezium connectors whose offsets cover whole source events (`jvm/connect`),
-  compiled against the Connect and Debezium jars of the ``connect`` pom.
+  compiled against the Connect and Debezium jars of the ``connect`` pom;
+- ``rest``: the local stack's Iceberg REST catalog server (`jvm/rest`), compiled against the
+  ``rest-catalog`` pom's jars.
 
 A stamp holding the digest of the sources and of what they are compiled against makes a repeated
 call a no-op that runs no process.
@@ -14,6 +16,7 @@ call a no-op that runs no process.
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import tempfile
 import zipfile
@@ -85,6 +88,21 @@ CONNECT_EXT = OwnJar(
 )
 
 
+def _rest_catalog_jars(settings: Settings) -> tuple[str, str]:
+    jars = ensure_jars("rest-catalog", settings, quiet=True)
+    pom = hashlib.sha256((JVM_DIR / "rest-catalog" / "pom.xml").read_bytes()).hexdigest()
+    return f"{jars[0].parent / '*'}{os.pathsep}{_pyspark_jars(settings)[0]}", f"rest pom {pom}"
+
+
+REST = OwnJar(
+    "rest",
+    JVM_DIR / "rest" / "src",
+    "cdc-assets-rest.jar",
+    "REST catalog server",
+    _rest_catalog_jars,
+)
+
+
 def digest(jar: OwnJar, sources: list[Path], against: str) -> str:
     h = hashlib.sha256(f"{against} java {JAVA_RELEASE}\n".encode())
     for path in sources:
@@ -141,6 +159,10 @@ def ensure_udf_jar(settings: Settings, *, quiet: bool = False) -> Path:
 
 def ensure_connect_jar(settings: Settings, *, quiet: bool = False) -> Path:
     return ensure_jar(CONNECT_EXT, settings, quiet=quiet)
+
+
+def ensure_rest_jar(settings: Settings, *, quiet: bool = False) -> Path:
+    return ensure_jar(REST, settings, quiet=quiet)
 
 
 def _compile(javac: str, jar: OwnJar, sources: list[Path], classpath: str, classes: Path) -> None:

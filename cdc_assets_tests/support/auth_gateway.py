@@ -45,11 +45,21 @@ def pem_pair(store: Path, password: str, into: Path) -> tuple[Path, Path]:
 
 @contextmanager
 def auth_gateway(
-    upstream: str, username: str, password: str, cert: Path, key: Path
+    upstream: str,
+    username: str,
+    password: str,
+    cert: Path | None,
+    key: Path | None,
+    *,
+    bearer: str | None = None,
 ) -> Iterator[str]:
-    """Serve ``https://127.0.0.1:<port>`` forwarding to ``upstream`` (``http://host:port``) the
-    requests that carry the credentials; 401 for the others. Yields the gateway's base URL."""
-    expected = "Basic " + base64.b64encode(f"{username}:{password}".encode()).decode()
+    """Serve ``https://127.0.0.1:<port>`` (``http://`` without ``cert``) forwarding to
+    ``upstream`` (``http://host:port``) the requests that carry the credentials: basic auth, or
+    ``Authorization: Bearer <bearer>``; 401 for the others. Yields the gateway's base URL."""
+    if bearer is not None:
+        expected = f"Bearer {bearer}"
+    else:
+        expected = "Basic " + base64.b64encode(f"{username}:{password}".encode()).decode()
     requests: list[str] = []
 
     class Handler(BaseHTTPRequestHandler):
@@ -90,13 +100,16 @@ def auth_gateway(
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(cert, key)
-    server.socket = context.wrap_socket(server.socket, server_side=True)
+    scheme = "http"
+    if cert is not None and key is not None:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(cert, key)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+        scheme = "https"
     thread = threading.Thread(target=server.serve_forever, name="auth-gateway", daemon=True)
     thread.start()
     try:
-        yield f"https://127.0.0.1:{server.server_address[1]}"
+        yield f"{scheme}://127.0.0.1:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()

@@ -1,0 +1,136 @@
+"""An Iceberg REST catalog server on loopback: Iceberg's reference REST implementation over a
+JDBC catalog (`jvm/rest`, jars from the ``rest-catalog`` pom), what every managed lakehouse
+catalog speaks (Polaris, Unity, Glue, S3 Tables, Lakekeeper, Nessie).
+
+Why this server: it installs from Maven Central like the other jars (the alternatives named in
+the issue, SeaweedFS and Nessie's server, are not served by the registries this project uses),
+it is the code Iceberg's own REST fixture image runs, and it adds one small JVM process. Its
+backend is the catalog a properties file describes (the stack's SQLite file or PostgreSQL
+catalog). It has no authentication of its own: clients may send a token, which it ignores.
+
+The state file's ``rest_catalog`` section records its pid and port.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from cdc_assets.errors import StackError
+from cdc_assets.settings import Settings
+from cdc_assets.stack import local_process
+from cdc_assets.stack import state as stack_state
+from cdc_assets.stack.jars import ensure_jars, require_tool
+from cdc_assets.stack.kafka_broker import HOST, pick_free_port, port_is_free
+
+SECTION = "rest_catalog"
+MAIN_CLASS = "io.cdcassets.rest.LoopbackRestCatalog"
+HEAP = "-Xmx256m"
+READY_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class RestCatalog:
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+
+def _directory(settings: Settings) -> Path:
+    return settings.stack_dir / "rest-catalog"
+
+
+def classpath(settings: Settings) -> str:
+    """The server's jars, the project's main class, and the installed pyspark's shaded Hadoop
+    client (HadoopFileIO for a ``file:`` warehouse)."""
+    import pyspark
+
+    from cdc_assets.stack.own_jars import ensure_rest_jar
+
+    jars = ensure_jars("rest-catalog", settings)
+    hadoop = sorted((Path(pyspark.__file__).parent / "jars").glob("hadoop-client-*.jar"))
+    if not hadoop:
+        raise StackError("the installed pyspark has no hadoop-client jars for the REST catalog")
+    entries = [str(jars[0].parent / "*"), str(ensure_rest_jar(settings)), *map(str, hadoop)]
+    return os.pathsep.join(entries)
+
+
+def running(settings: Settings) -> RestCatalog | None:
+    """The REST catalog while its process runs, else None."""
+    entry = stack_state.section(settings, SECTION)
+    try:
+        pid, port = int(entry["pid"]), int(entry["port"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return RestCatalog(port) if local_process.runs(pid, MAIN_CLASS) else None
+
+
+def start(settings: Settings, backend: dict[str, str]) -> RestCatalog:
+    """Start (or keep) the server over the catalog ``backend`` describes (``catalog-name``,
+    ``uri``, ``warehouse``, ``jdbc.user``, ...) on its previous port when that is free; wait
+    until it answers."""
+    found = running(settings)
+    if found is not None:
+        return found
+    stop(settings)
+    directory = _directory(settings)
+    directory.mkdir(parents=True, exist_ok=True)
+    properties = directory / "catalog.properties"
+    # Only the owner may read it: it holds the backend's credentials.
+    fd = os.open(properties, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        for key, value in sorted(backend.items()):
+            handle.write(f"{_escape(key)}={_escape(value)}\n")
+    previous = int(stack_state.section(settings, SECTION).get("port") or 0)
+    port = previous if previous and port_is_free(previous) else pick_free_port()
+    log = settings.stack_dir / "logs" / "rest-catalog.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    command = [
+        require_tool("java"),
+        HEAP,
+        # Warnings and errors only: a line per request would fill the log.
+        "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+        "-cp",
+        classpath(settings),
+        MAIN_CLASS,
+        HOST,
+        str(port),
+        str(properties),
+    ]
+    pid = local_process.start_detached(command, log, cwd=directory)
+    stack_state.put(settings, **{SECTION: {"pid": pid, "port": port}})
+    server = RestCatalog(port)
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if not local_process.pid_alive(pid):
+            tail = "\n".join(local_process.log_tail(log, 30))
+            raise StackError(f"the REST catalog exited during startup; the end of {log}:\n{tail}")
+        try:
+            with urllib.request.urlopen(f"{server.url}/v1/config", timeout=2):
+                return server
+        except (urllib.error.URLError, OSError):
+            time.sleep(0.3)
+    stop(settings)
+    raise StackError(f"the REST catalog did not answer on {server.url} within {READY_TIMEOUT_S} s")
+
+
+def stop(settings: Settings) -> None:
+    """Stop the server if it runs; its port stays recorded for the next start."""
+    entry = stack_state.section(settings, SECTION)
+    pid = entry.get("pid")
+    if isinstance(pid, int) and local_process.runs(pid, MAIN_CLASS):
+        local_process.stop(pid, "REST catalog")
+    if entry:
+        stack_state.put(settings, **{SECTION: {"port": entry.get("port")}})
+
+
+def _escape(text: str) -> str:
+    """A value for a Java properties file (backslashes, line breaks, and ``=``/``:`` in keys)."""
+    out = text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+    return out.replace("=", "\\=").replace(":", "\\:")
