@@ -1,11 +1,11 @@
 """A secured Kafka: the local broker's SASL_SSL listener (SCRAM-SHA-512 and PLAIN) and its SSL
 listener that requires client certificates, made by `stack up` (stack/kafka_tls.py).
 
-The secured resource is given only the secured listener's address, so every Kafka call of the
-sensor, the run and the checks (librdkafka) and of Spark's Kafka source (Java client) must pass
-its authentication and TLS to work at all. Records are produced through the plaintext listener
-and the oracle reads them there. A wrong password, an unknown CA and an expired certificate each
-fail with the setting's name before anything is written.
+The daemon and the secured resource are given only a secured listener's address, so every Kafka
+call of the sensor, the run and the checks (librdkafka) and of Spark's Kafka source (Java client)
+must pass its authentication and TLS to work at all. Records are produced through the plaintext
+listener and the oracle reads them there. A wrong password, an unknown CA and an expired
+certificate each fail with the setting's name before anything is written.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from cdc_assets.pipeline.tables import ensure_tables
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource, preflight
 from cdc_assets.schema.layers import ledger_layout
 from cdc_assets.settings import Settings
+from cdc_assets.spec.versions import write_spec
 from cdc_assets.stack import kafka_tls
 from cdc_assets.stack.local_stack import StackState, tls_material
 from cdc_assets_tests.integration.test_ingest import (
@@ -42,6 +43,7 @@ from cdc_assets_tests.integration.test_upsert import (
     example_spec,
     expected_base,
 )
+from cdc_assets_tests.support.daemon import dagster_home, running_daemon, wait_until
 from cdc_assets_tests.support.oracle import expected_outcome
 
 pytestmark = pytest.mark.integration
@@ -69,7 +71,8 @@ def secure(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, variables: dict[str,
         monkeypatch.delenv(name, raising=False)
     for name, value in variables.items():
         if name in (ks.ENV_PASSWORD, ks.ENV_KEYSTORE_PASSWORD):
-            secret = tmp_path / f"{name.lower()}.txt"
+            (tmp_path / "secrets").mkdir(exist_ok=True)
+            secret = tmp_path / "secrets" / f"{name.lower()}.txt"
             secret.write_text(value + "\n", encoding="utf-8")
             monkeypatch.setenv(f"{name}_FILE", str(secret))
         else:
@@ -91,7 +94,7 @@ def secured_kafka(bootstrap: str, settings: Settings) -> KafkaResource:
     return KafkaResource(bootstrap_servers=bootstrap, home=str(settings.home), timeout_s=10.0)
 
 
-def test_sensor_run_and_checks_through_sasl_ssl(
+def test_daemon_runs_and_checks_through_sasl_ssl(
     it_settings: Settings,
     stack: StackState,
     material: kafka_tls.TlsMaterial,
@@ -102,53 +105,68 @@ def test_sensor_run_and_checks_through_sasl_ssl(
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
 ) -> None:
-    """The new-offsets sensor sees the topic grow, its run ingests and upserts, and the checks
-    pass, all through SCRAM-SHA-512 over TLS; ledger and base match the oracle row for row."""
+    """A real `dagster-daemon` whose settings name only the SASL_SSL listener: its new-offsets
+    sensor sees the topic grow and its run worker ingests and upserts, through SCRAM-SHA-512
+    over TLS; ledger and base equal the oracle's, and the table's checks pass. The password,
+    given in a file, is in none of the files the daemon, its runs and Dagster wrote, nor in the
+    event log."""
     spec = isolated(example_spec(it_settings, "users"), kafka=plain)
+    specs_dir = tmp_path / "specs"
+    specs_dir.mkdir()
+    write_spec(spec, specs_dir / f"{spec.name}.yaml")
+    ensure_tables(spark, "lake", spec)
     records = workload(spec, random.Random(56), keys=25, events=120)
     produce(records, spec.source.topic, stack.bootstrap_servers)
-    secure(monkeypatch, tmp_path, scram(material))
     assert stack.sasl_ssl_bootstrap is not None
-    secured = secured_kafka(stack.sasl_ssl_bootstrap, it_settings)
-    overrides = {**resources, "kafka": secured}
-    defs = build_defs(specs=[spec], settings=it_settings, resource_overrides=overrides)
-    instance = dg.DagsterInstance.ephemeral()
-
-    sensor = defs.get_sensor_def("new_kafka_offsets")
-    context = dg.build_sensor_context(
-        instance=instance, resources={"kafka": secured}, repository_def=defs.get_repository_def()
-    )
-    tick = sensor.evaluate_tick(context)
-    assert tick.run_requests, tick.skip_message
-    request = tick.run_requests[0]
-    run = defs.resolve_job_def(sensor.job_name).execute_in_process(
-        instance=instance,
-        asset_selection=request.asset_selection,
-        tags=request.tags,
-        partition_key=request.partition_key,
-    )
-    assert run.success
-
+    (tmp_path / "secrets").mkdir()
+    password_file = tmp_path / "secrets" / "kafka-password"
+    password_file.write_text(material.password + "\n", encoding="utf-8")
+    env = {
+        "CDC_ASSETS_HOME": str(it_settings.home),
+        "CDC_ASSETS_SPECS": str(specs_dir),
+        "CDC_ASSETS_KAFKA_BOOTSTRAP": stack.sasl_ssl_bootstrap,
+        **{k: v for k, v in scram(material).items() if k != ks.ENV_PASSWORD},
+        f"{ks.ENV_PASSWORD}_FILE": str(password_file),
+    }
+    home = dagster_home(tmp_path)
+    log = tmp_path / "daemon.log"
+    instance = dg.DagsterInstance.from_config(str(home))
+    layout = ledger_layout(spec)
     outcomes = {
         (p, o): expected_outcome(spec, p, o, ts, k, v)
         for p, o, ts, k, v in consume_all(plain, spec.source.topic)
     }
-    layout = ledger_layout(spec)
+    wanted = sum(1 for o in outcomes.values() if o.status == "ledger")
+
+    def caught_up(runs: list[Any]) -> bool:
+        if not runs or not all(r.is_finished for r in runs):
+            return False
+        return len(read_table(iceberg, layout.namespace, layout.name)) >= wanted
+
+    with running_daemon(home, env, log) as daemon:
+        runs = wait_until(instance, daemon, log, caught_up, "the secured ingest", timeout=300)
+    failed = [(r.job_name, r.status.value) for r in runs if r.status != dg.DagsterRunStatus.SUCCESS]
+    assert not failed, failed
     assert_ledger_matches(spec, outcomes, read_table(iceberg, layout.namespace, layout.name))
     assert_base_matches(spec, iceberg, expected_base(spec, plain))
 
+    secure(monkeypatch, tmp_path, scram(material))
+    secured = secured_kafka(stack.sasl_ssl_bootstrap, it_settings)
+    overrides = {**resources, "kafka": secured}
+    defs = build_defs(specs=[spec], settings=it_settings, resource_overrides=overrides)
     checked = defs.resolve_job_def(CHECK_JOB).execute_in_process(instance=instance)
     assert checked.success
     results, _ = run_checks(defs, instance)
-    failed = [(r.check, r.description) for r in results if not r.passed]
+    failed_checks = [(r.check, r.description) for r in results if not r.passed]
     assert results
-    assert not failed, failed
+    assert not failed_checks, failed_checks
 
-    # The password never reaches the event log: messages, metadata, resource config.
-    logged = [
-        repr(entry) for record in instance.get_runs() for entry in instance.all_logs(record.run_id)
-    ]
-    logged += [repr(record.run_config) for record in instance.get_runs()]
+    secret = material.password.encode()
+    written = [p for p in tmp_path.rglob("*") if p.is_file() and p.parent.name != "secrets"]
+    assert len(written) > 5
+    assert not [p for p in written if secret in p.read_bytes()]
+    logged = [repr(e) for r in instance.get_runs() for e in instance.all_logs(r.run_id)]
+    logged += [repr(r.run_config) for r in instance.get_runs()]
     assert len(logged) > 100
     assert not [line for line in logged if material.password in line]
 
