@@ -6,6 +6,7 @@ from typing import Any
 
 from cdc_assets.resources.iceberg import IcebergCatalogResource
 from cdc_assets.resources.kafka import KafkaResource
+from cdc_assets.resources.secret_refs import hide_secrets
 from cdc_assets.resources.spark import SparkResource
 from cdc_assets.settings import Settings
 
@@ -13,8 +14,11 @@ __all__ = ["IcebergCatalogResource", "KafkaResource", "SparkResource", "build_re
 
 
 def build_resources(settings: Settings) -> dict[str, Any]:
-    """The resources every job uses, configured from settings; unset values mean local stack."""
+    """The resources every job uses, configured from settings; unset values mean local stack.
+    Secret catalog properties appear in their config as references (secret_refs), since the
+    Dagster UI shows resource config."""
     catalog = _configured_catalog(settings) or _local_catalog(settings)
+    catalog = catalog.model_copy(update={"properties": hide_secrets(catalog.properties)})
     return {
         "iceberg": catalog,
         "spark": SparkResource(

@@ -177,6 +177,11 @@ def spark_conf(
 _SECRET_KEYS = re.compile(r"(?i)(password|secret|token|credential|session-token|private-key)")
 
 
+def is_secret_key(key: str) -> bool:
+    """True for a property whose value is a secret (see ``_SECRET_KEYS``)."""
+    return _SECRET_KEYS.search(key) is not None
+
+
 def redacted_conf(conf: dict[str, str]) -> tuple[dict[str, str], int]:
     """``conf`` fit to print: secret values (``*.password``, ``*.secret-access-key``, a
     REST catalog's ``token`` or ``credential``) as ``***``, and passwords inside JDBC URLs

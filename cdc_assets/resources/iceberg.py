@@ -27,7 +27,12 @@ class IcebergCatalogResource(ConfigurableResource):  # type: ignore[type-arg]
     )
 
     def config(self) -> CatalogConfig:
-        return CatalogConfig(self.name, self.type, self.uri, self.warehouse, dict(self.properties))
+        """The catalog for the engines, with the secrets the config refers to (secret_refs)."""
+        from cdc_assets.resources.secret_refs import reveal_secrets
+
+        return CatalogConfig(
+            self.name, self.type, self.uri, self.warehouse, reveal_secrets(self.properties)
+        )
 
     def setup_for_execution(self, context: Any) -> None:
         # Before a run or sensor uses the catalog: a shared catalog or object store that cannot
