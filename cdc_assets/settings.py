@@ -56,6 +56,10 @@ ENV_WEBSERVER = "CDC_ASSETS_WEBSERVER"
 # 1: `stack up` (and so `cdc-assets run`) also starts the local Spark standalone cluster, whose
 # driver is the stack's Spark Connect server (stack/spark_cluster.py).
 ENV_CLUSTER = "CDC_ASSETS_CLUSTER"
+# The cluster profile's catalog: `rest` (default: Iceberg's REST server over the JDBC catalog on
+# the stack's PostgreSQL) or `jdbc` (that JDBC catalog, opened by the engines directly).
+ENV_CLUSTER_CATALOG = "CDC_ASSETS_CLUSTER_CATALOG"
+CLUSTER_CATALOGS = ("rest", "jdbc")
 # How many steps (tables) of a run execute at once in its process, each on a Spark session of
 # its own (jobs/executor.py); a run's config may set it too (execution.config.tables_at_once).
 ENV_TABLES_AT_ONCE = "CDC_ASSETS_TABLES_AT_ONCE"
@@ -111,6 +115,7 @@ class Settings:
     webserver: str | None = None
     views: Path | None = None  # None: the spec directory's views/
     cluster: bool = False  # the local stack's cluster profile
+    cluster_catalog: str = "rest"  # its catalog: "rest" or "jdbc" (ENV_CLUSTER_CATALOG)
     catalog_properties: dict[str, str] = field(default_factory=dict)
     tables_at_once: int = DEFAULT_TABLES_AT_ONCE  # steps of a run at once (jobs/executor.py)
     metrics_token: str | None = None  # bearer token `fleet --serve` requires (None: none)
@@ -229,6 +234,7 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         webserver=env.get(ENV_WEBSERVER) or None,
         views=Path(env[ENV_VIEWS]).expanduser().resolve() if env.get(ENV_VIEWS) else None,
         cluster=env.get(ENV_CLUSTER, "").strip().lower() in ("1", "true", "yes"),
+        cluster_catalog=_cluster_catalog(env.get(ENV_CLUSTER_CATALOG, "")),
         catalog_properties=_catalog_properties(env.get(ENV_CATALOG_PROPERTIES, "")),
         tables_at_once=_tables_at_once(env.get(ENV_TABLES_AT_ONCE, "")),
         metrics_token=env.get(ENV_METRICS_TOKEN) or None,
@@ -245,6 +251,16 @@ def _tables_at_once(raw: str) -> int:
         value = 0
     if value < 1:
         raise ConfigError(f"{ENV_TABLES_AT_ONCE} must be a whole number of 1 or more, not {raw!r}")
+    return value
+
+
+def _cluster_catalog(raw: str) -> str:
+    """``CDC_ASSETS_CLUSTER_CATALOG``: one of CLUSTER_CATALOGS (empty: ``rest``)."""
+    value = raw.strip().lower() or CLUSTER_CATALOGS[0]
+    if value not in CLUSTER_CATALOGS:
+        raise ConfigError(
+            f"{ENV_CLUSTER_CATALOG} must be one of {', '.join(CLUSTER_CATALOGS)}, not {raw!r}"
+        )
     return value
 
 

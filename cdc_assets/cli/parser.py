@@ -87,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--rest-catalog",
         action="store_true",
         help="with up: also an Iceberg REST catalog server over the stack's catalog; runs then "
-        "go through it (both engines' REST clients)",
+        "go through it (both engines' REST clients; the cluster profile runs one by default)",
     )
     stack.add_argument(
         "--registry",

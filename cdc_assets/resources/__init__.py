@@ -49,22 +49,38 @@ def _configured_catalog(settings: Settings) -> IcebergCatalogResource | None:
 
 
 def _local_catalog(settings: Settings) -> IcebergCatalogResource:
-    """The local stack's catalog: its REST catalog server while one runs (`stack up
-    --rest-catalog`); with the cluster profile's catalog server and object store recorded in its
-    state, those; else the embedded SQLite file and warehouse directory."""
+    """The local stack's catalog: its REST catalog server while one is recorded (`stack up
+    --rest-catalog`, the cluster profile's default), over the cluster profile's object store
+    when one is recorded; else the cluster profile's JDBC catalog and object store when those
+    are recorded (``CDC_ASSETS_CLUSTER_CATALOG=jdbc``); else the embedded SQLite file and
+    warehouse directory."""
     from cdc_assets.stack import catalog_server, object_store, rest_catalog
 
-    rest = rest_catalog.running(settings)
+    rest = rest_catalog.recorded(settings)
+    server = catalog_server.recorded(settings)
+    store = object_store.recorded(settings)
+    if rest is not None and server is not None and store is not None:
+        # The cluster profile on REST: the server holds the catalog's database credentials; the
+        # engines write data files themselves, so they keep the object store's properties.
+        return IcebergCatalogResource(
+            name=settings.catalog_name,
+            type="rest",
+            uri=rest.url,
+            warehouse=settings.warehouse or store.warehouse,
+            properties={
+                **object_store.catalog_properties(store),
+                **rest.client_properties(),
+                **settings.catalog_properties,
+            },
+        )
     if rest is not None:
         return IcebergCatalogResource(
             name=settings.catalog_name,
             type="rest",
             uri=rest.url,
             warehouse=settings.warehouse or settings.local_warehouse.as_uri(),
-            properties=settings.catalog_properties,
+            properties={**rest.client_properties(), **settings.catalog_properties},
         )
-    server = catalog_server.recorded(settings)
-    store = object_store.recorded(settings)
     if server is not None and store is not None:
         return IcebergCatalogResource(
             name=settings.catalog_name,

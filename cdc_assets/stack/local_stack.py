@@ -13,7 +13,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from cdc_assets.errors import StackError
-from cdc_assets.settings import ENV_KAFKA_BOOTSTRAP, ENV_KAFKA_PORT, Settings
+from cdc_assets.settings import (
+    ENV_CLUSTER_CATALOG,
+    ENV_KAFKA_BOOTSTRAP,
+    ENV_KAFKA_PORT,
+    Settings,
+)
 from cdc_assets.stack import (
     catalog_server,
     kafka_broker,
@@ -110,6 +115,8 @@ class StackStatus:
     spark_cluster: tuple[str, int] | None = None
     catalog_server: str | None = None
     object_store: str | None = None
+    # Only when started with `stack up --rest-catalog` or the cluster profile on REST: its URL.
+    rest_catalog: str | None = None
 
     @property
     def healthy(self) -> bool:
@@ -158,8 +165,11 @@ class StackStatus:
             lines.append(
                 f"  cluster:   Spark master {master}, {workers} workers (Connect drives them)"
             )
+        if self.rest_catalog is not None:
+            lines.append(f"  catalog:   Iceberg REST catalog at {self.rest_catalog} (runs use it)")
         if self.catalog_server is not None:
-            lines.append(f"  catalog:   shared JDBC catalog {self.catalog_server} (runs use it)")
+            use = "the REST catalog's backend" if self.rest_catalog else "runs use it"
+            lines.append(f"  catalog:   shared JDBC catalog {self.catalog_server} ({use})")
         if self.object_store is not None:
             lines.append(f"  objects:   S3 object store at {self.object_store} (the warehouse)")
         return "\n".join(lines)
@@ -187,12 +197,13 @@ def stack_up(
     connectors of the servers named in ``avro`` (``mariadb``, ``postgres``) then write Avro
     through it (the registry is started for them).
     ``rest`` also starts an Iceberg REST catalog server over the stack's catalog, which runs
-    then use (rest_catalog; not with the cluster profile yet)."""
+    then use (rest_catalog). The cluster profile runs one over its PostgreSQL catalog and object
+    store unless ``CDC_ASSETS_CLUSTER_CATALOG=jdbc``."""
     cluster = cluster or settings.cluster
-    if rest and cluster:
+    if rest and cluster and settings.cluster_catalog == "jdbc":
         raise StackError(
-            "the REST catalog runs over the embedded catalog only; the cluster profile keeps its "
-            "JDBC catalog on PostgreSQL (a REST server over it needs S3 on the server's side)"
+            f"--rest-catalog with the cluster profile, but {ENV_CLUSTER_CATALOG}=jdbc asks for "
+            "its JDBC catalog: unset it (the profile's default is its REST catalog)"
         )
     settings.stack_dir.mkdir(parents=True, exist_ok=True)
     with _locked(settings):
@@ -215,7 +226,7 @@ def stack_up(
                 source_stack.up(settings, existing.bootstrap_servers, avro=converters)
             if spark_connect or cluster:
                 _start_spark_connect(settings, cluster=cluster)
-            if rest:
+            if rest and not cluster:
                 rest_catalog.start(settings, embedded_catalog_properties(settings))
             return existing
         _stop_brokers(settings, files)
@@ -271,7 +282,7 @@ def stack_up(
             source_stack.up(settings, state.bootstrap_servers, avro=converters)
         if spark_connect or cluster:
             _start_spark_connect(settings, cluster=cluster)
-        if rest:
+        if rest and not cluster:
             rest_catalog.start(settings, embedded_catalog_properties(settings))
         return state
 
@@ -287,6 +298,22 @@ def embedded_catalog_properties(settings: Settings) -> dict[str, str]:
         "warehouse": settings.local_warehouse.as_uri(),
         "jdbc.busy_timeout": str(SQLITE_BUSY_TIMEOUT_S * 1000),
         "jdbc.journal_mode": "WAL",
+    }
+
+
+def cluster_catalog_properties(
+    settings: Settings, server: catalog_server.CatalogServer, store: object_store.ObjectStore
+) -> dict[str, str]:
+    """The cluster profile's JDBC catalog on PostgreSQL with its warehouse in the object store,
+    as Iceberg catalog properties for the REST server over it (S3FileIO on the server's side).
+    The engines' catalog name: with ``CDC_ASSETS_CLUSTER_CATALOG=jdbc`` they see the same
+    tables directly."""
+    return {
+        "catalog-name": settings.catalog_name,
+        "uri": server.jdbc_url,
+        "warehouse": store.warehouse,
+        **server.properties(),
+        **object_store.catalog_properties(store),
     }
 
 
@@ -309,8 +336,12 @@ def _start_spark_connect(settings: Settings, *, cluster: bool = False) -> int:
     spark_jars(settings)
     if cluster:
         # Before the driver's configuration is rendered: it names this catalog and warehouse.
-        catalog_server.start(settings)
-        object_store.start(settings)
+        server = catalog_server.start(settings)
+        store = object_store.start(settings)
+        if settings.cluster_catalog == "rest":
+            rest_catalog.start(settings, cluster_catalog_properties(settings, server, store))
+        else:
+            rest_catalog.stop(settings)  # runs open the JDBC catalog directly
     conf = build_resources(settings)["spark"].conf()
     if cluster:
         running = spark_cluster.start_cluster(settings)
@@ -371,6 +402,7 @@ def stack_status(settings: Settings) -> StackStatus:
             if (store := object_store.running(settings)) is not None
             else None
         ),
+        rest_catalog=(rest.url if (rest := rest_catalog.running(settings)) is not None else None),
     )
 
 

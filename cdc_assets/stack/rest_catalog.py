@@ -6,14 +6,17 @@ Why this server: it installs from Maven Central like the other jars (the alterna
 the issue, SeaweedFS and Nessie's server, are not served by the registries this project uses),
 it is the code Iceberg's own REST fixture image runs, and it adds one small JVM process. Its
 backend is the catalog a properties file describes (the stack's SQLite file or PostgreSQL
-catalog). It has no authentication of its own: clients may send a token, which it ignores.
+catalog, or for the cluster profile the JDBC catalog on the stack's PostgreSQL with the warehouse
+in its object store, written through Iceberg's S3FileIO). It requires a bearer token that the
+stack makes up at the first start (clients pass it as the catalog property ``token``).
 
-The state file's ``rest_catalog`` section records its pid and port.
+The state file's ``rest_catalog`` section records its pid, port and token.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import time
 import urllib.error
 import urllib.request
@@ -33,13 +36,21 @@ HEAP = "-Xmx256m"
 READY_TIMEOUT_S = 60.0
 
 
+TOKEN_PROPERTY = "rest.auth.token"  # the server's property (jvm/rest), not a client's
+
+
 @dataclass(frozen=True)
 class RestCatalog:
     port: int
+    token: str | None = None
 
     @property
     def url(self) -> str:
         return f"http://{HOST}:{self.port}"
+
+    def client_properties(self) -> dict[str, str]:
+        """What a client (Spark's RESTCatalog, pyiceberg's) needs beyond the URI: the token."""
+        return {"token": self.token} if self.token else {}
 
 
 def _directory(settings: Settings) -> Path:
@@ -61,31 +72,43 @@ def classpath(settings: Settings) -> str:
     return os.pathsep.join(entries)
 
 
-def running(settings: Settings) -> RestCatalog | None:
-    """The REST catalog while its process runs, else None."""
+def recorded(settings: Settings) -> RestCatalog | None:
+    """The REST catalog the stack started and has not stopped, running or not: runs keep using
+    it while it is down (a failed request, named by the client), never another catalog."""
     entry = stack_state.section(settings, SECTION)
     try:
-        pid, port = int(entry["pid"]), int(entry["port"])
+        int(entry["pid"])
+        return RestCatalog(int(entry["port"]), entry.get("token") or None)
     except (KeyError, TypeError, ValueError):
         return None
-    return RestCatalog(port) if local_process.runs(pid, MAIN_CLASS) else None
+
+
+def running(settings: Settings) -> RestCatalog | None:
+    """The REST catalog while its process runs, else None."""
+    found = recorded(settings)
+    if found is None:
+        return None
+    pid = int(stack_state.section(settings, SECTION)["pid"])
+    return found if local_process.runs(pid, MAIN_CLASS) else None
 
 
 def start(settings: Settings, backend: dict[str, str]) -> RestCatalog:
     """Start (or keep) the server over the catalog ``backend`` describes (``catalog-name``,
-    ``uri``, ``warehouse``, ``jdbc.user``, ...) on its previous port when that is free; wait
-    until it answers."""
+    ``uri``, ``warehouse``, ``jdbc.user``, ``io-impl``, ``s3.*``, ...) on its previous port when
+    that is free, with the token it had (or a new one); wait until it answers."""
     found = running(settings)
     if found is not None:
         return found
+    previous_token = stack_state.section(settings, SECTION).get("token")
     stop(settings)
+    token = str(previous_token or secrets.token_urlsafe(24))
     directory = _directory(settings)
     directory.mkdir(parents=True, exist_ok=True)
     properties = directory / "catalog.properties"
     # Only the owner may read it: it holds the backend's credentials.
     fd = os.open(properties, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        for key, value in sorted(backend.items()):
+        for key, value in sorted({**backend, TOKEN_PROPERTY: token}.items()):
             handle.write(f"{_escape(key)}={_escape(value)}\n")
     previous = int(stack_state.section(settings, SECTION).get("port") or 0)
     port = previous if previous and port_is_free(previous) else pick_free_port()
@@ -104,15 +127,18 @@ def start(settings: Settings, backend: dict[str, str]) -> RestCatalog:
         str(properties),
     ]
     pid = local_process.start_detached(command, log, cwd=directory)
-    stack_state.put(settings, **{SECTION: {"pid": pid, "port": port}})
-    server = RestCatalog(port)
+    stack_state.put(settings, **{SECTION: {"pid": pid, "port": port, "token": token}})
+    server = RestCatalog(port, token)
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
         if not local_process.pid_alive(pid):
             tail = "\n".join(local_process.log_tail(log, 30))
             raise StackError(f"the REST catalog exited during startup; the end of {log}:\n{tail}")
+        request = urllib.request.Request(
+            f"{server.url}/v1/config", headers={"Authorization": f"Bearer {token}"}
+        )
         try:
-            with urllib.request.urlopen(f"{server.url}/v1/config", timeout=2):
+            with urllib.request.urlopen(request, timeout=2):
                 return server
         except (urllib.error.URLError, OSError):
             time.sleep(0.3)
@@ -120,14 +146,16 @@ def start(settings: Settings, backend: dict[str, str]) -> RestCatalog:
     raise StackError(f"the REST catalog did not answer on {server.url} within {READY_TIMEOUT_S} s")
 
 
-def stop(settings: Settings) -> None:
-    """Stop the server if it runs; its port stays recorded for the next start."""
+def stop(settings: Settings, *, outage: bool = False) -> None:
+    """Stop the server if it runs; its port and token stay recorded for the next start.
+    ``outage`` (tests) keeps it recorded as the stack's catalog, as a crash would."""
     entry = stack_state.section(settings, SECTION)
     pid = entry.get("pid")
     if isinstance(pid, int) and local_process.runs(pid, MAIN_CLASS):
         local_process.stop(pid, "REST catalog")
-    if entry:
-        stack_state.put(settings, **{SECTION: {"port": entry.get("port")}})
+    if entry and not outage:
+        kept = {k: entry[k] for k in ("port", "token") if k in entry}
+        stack_state.put(settings, **{SECTION: kept})
 
 
 def _escape(text: str) -> str:

@@ -4,8 +4,8 @@ RESTCatalog and pyiceberg's, registered in the session's Spark as a second catal
 
 Ledger and base equal the oracle's; a server stopped in the middle of an ingest (after the data
 files are written, before the commit) fails that ingest, and after a restart the next one
-converges with every record once; a token the catalog refuses (behind a gateway that requires
-one: the reference server checks none) fails the preflight naming the setting.
+converges with every record once; a token the server refuses (a wrong one, or none) fails the
+preflight naming the setting.
 """
 
 from __future__ import annotations
@@ -42,7 +42,6 @@ from cdc_assets_tests.integration.test_upsert import (
     example_spec,
     expected_base,
 )
-from cdc_assets_tests.support.auth_gateway import auth_gateway
 from cdc_assets_tests.support.oracle import expected_outcome
 
 pytestmark = pytest.mark.integration
@@ -71,7 +70,11 @@ def rest_iceberg(rest_settings: Any, spark: Any) -> IcebergCatalogResource:
     server = rest_catalog.running(settings)
     assert server is not None
     resource = IcebergCatalogResource(
-        name=CATALOG, type="rest", uri=server.url, warehouse=backend["warehouse"]
+        name=CATALOG,
+        type="rest",
+        uri=server.url,
+        warehouse=backend["warehouse"],
+        properties=server.client_properties(),
     )
     for key, value in spark_catalog_conf(resource.config()).items():
         spark.conf.set(key, value)
@@ -167,20 +170,19 @@ def test_server_stopped_mid_ingest_then_restarted_converges(
 def test_a_refused_token_fails_the_preflight_naming_the_setting(
     rest_settings: Any, rest_iceberg: IcebergCatalogResource
 ) -> None:
+    """The server requires the token the stack made up: a wrong one, or none, is refused before
+    anything is written, with an error naming the setting and not echoing the token."""
     settings, _ = rest_settings
     server = rest_catalog.running(settings)
     assert server is not None
-    with auth_gateway(server.url, "", "", None, None, bearer="right-token") as gateway:
-        right = rest_iceberg.model_copy(
-            update={"uri": gateway, "properties": {"token": "right-token"}}
-        )
-        check_catalog(right.config())  # the gateway passes what carries the token
-        wrong = rest_iceberg.model_copy(
-            update={"uri": gateway, "properties": {"token": "wrong-token"}}
-        )
+    assert server.token
+    check_catalog(rest_iceberg.config())  # the right token passes
+    for properties in ({"token": "wrong-token"}, {}):
+        wrong = rest_iceberg.model_copy(update={"properties": properties})
         with pytest.raises(ConfigError, match=ENV_CATALOG_PROPERTIES) as refused:
             check_catalog(wrong.config())
         assert "wrong-token" not in str(refused.value)
+        assert server.token not in str(refused.value)
 
 
 def test_stack_up_with_the_rest_catalog_points_the_resources_at_it(

@@ -1,9 +1,10 @@
-"""The cluster profile of the local stack (issue 21): a Spark standalone master and two workers
-from the installed pyspark, the stack's Spark Connect server as their driver, Iceberg's JDBC
-catalog on the stack's PostgreSQL and the warehouse in an S3 object store. Dagster's jobs run in a
-process of their own, as the daemon would start them; base is compared with the plain-Python
-replay after every fault: a worker killed mid-ingest and mid-MERGE, the object store and the
-catalog server stopped mid-run, the Connect server restarted between runs.
+"""The cluster profile of the local stack (issues 21, 56): a Spark standalone master and two
+workers from the installed pyspark, the stack's Spark Connect server as their driver, an Iceberg
+REST catalog server over Iceberg's JDBC catalog on the stack's PostgreSQL, and the warehouse in an
+S3 object store. Dagster's jobs run in a process of their own, as the daemon would start them;
+base is compared with the plain-Python replay after every fault: a worker killed mid-ingest and
+mid-MERGE, the object store, the REST server and its PostgreSQL stopped mid-run, wrong
+credentials (object store, REST token), the Connect server restarted between runs.
 
 One cluster for the module, on a home of its own (its own broker, PostgreSQL and object store),
 torn down afterwards; the session's stack keeps its embedded catalog.
@@ -34,9 +35,21 @@ from cdc_assets.schema.layers import base_layout, ledger_layout
 from cdc_assets.settings import ENV_HOME, Settings
 from cdc_assets.spec import load_specs
 from cdc_assets.spec.models import TableSpec
-from cdc_assets.stack import catalog_server, object_store, sources, spark_cluster, spark_connect
+from cdc_assets.stack import (
+    catalog_server,
+    object_store,
+    rest_catalog,
+    sources,
+    spark_cluster,
+    spark_connect,
+)
 from cdc_assets.stack import state as stack_state
-from cdc_assets.stack.local_stack import stack_down, stack_status, stack_up
+from cdc_assets.stack.local_stack import (
+    cluster_catalog_properties,
+    stack_down,
+    stack_status,
+    stack_up,
+)
 from cdc_assets_tests.conftest import PROJECT_ROOT
 from cdc_assets_tests.integration.conftest import make_home
 from cdc_assets_tests.integration.test_ingest import consume_all, isolated, read_table
@@ -223,7 +236,7 @@ def _produce(spec: TableSpec, kafka: KafkaResource, seed: int, keys: int, events
     )
 
 
-def test_the_profile_runs_a_cluster_a_catalog_server_and_an_object_store(
+def test_the_profile_runs_a_cluster_a_rest_catalog_and_an_object_store(
     cluster_home: Settings,
     cluster: spark_cluster.Cluster,
     lake: tuple[KafkaResource, IcebergCatalogResource],
@@ -240,14 +253,21 @@ def test_the_profile_runs_a_cluster_a_catalog_server_and_an_object_store(
     _, iceberg = lake
     server = catalog_server.running(cluster_home)
     store = object_store.running(cluster_home)
+    rest = rest_catalog.running(cluster_home)
     assert server is not None
     assert store is not None
-    assert iceberg.uri == server.jdbc_url
-    assert iceberg.uri.startswith("jdbc:postgresql://127.0.0.1:")
+    assert rest is not None
+    assert rest.token
+    assert (iceberg.type, iceberg.uri) == ("rest", rest.url)
     assert iceberg.warehouse == "s3://warehouse/"
+    # the database credentials stay with the server; the engines hold the token
+    properties = iceberg.config().properties
+    assert "jdbc.password" not in properties
+    assert properties["token"] == rest.token
     rendered = stack_status(cluster_home).render()
     assert f"Spark master {cluster.master_url}, 2 workers" in rendered
-    assert f"shared JDBC catalog {server.jdbc_url}" in rendered
+    assert f"Iceberg REST catalog at {rest.url} (runs use it)" in rendered
+    assert f"shared JDBC catalog {server.jdbc_url} (the REST catalog's backend)" in rendered
     assert f"S3 object store at {store.endpoint}, bucket warehouse" in rendered
     # `stack up` again keeps what runs
     stack_up(cluster_home, cluster=True)
@@ -270,23 +290,36 @@ def test_servers_stopped_mid_run_leave_nothing_half_committed(
     tmp_path: Path,
 ) -> None:
     """The object store stops for 10 s within a run's ingest, then (more changes produced) the
-    catalog's PostgreSQL within the next run. A run may fail or ride an outage out on retries;
-    either way nothing is half committed, and the next run converges: base equals the replay
-    and the ledger holds each record once."""
+    REST catalog server within the next run, then the PostgreSQL behind it. A run may fail or
+    ride an outage out on retries; either way nothing is half committed, and the next run
+    converges: base equals the replay and the ledger holds each record once."""
     kafka, iceberg = lake
     spec = _fresh(cluster_home, kafka)
+
+    def start_rest() -> Any:
+        server = catalog_server.recorded(cluster_home)
+        store = object_store.recorded(cluster_home)
+        assert server is not None
+        assert store is not None
+        backend = cluster_catalog_properties(cluster_home, server, store)
+        return rest_catalog.start(cluster_home, backend)
+
     outages = {
         "object store": (
             lambda: object_store.stop(cluster_home),
             lambda: object_store.start(cluster_home),
         ),
-        "catalog server": (
+        "REST catalog": (
+            lambda: rest_catalog.stop(cluster_home, outage=True),
+            start_rest,
+        ),
+        "catalog database": (
             lambda: sources.stop_postgres(cluster_home),
             lambda: sources.start_postgres(cluster_home),
         ),
     }
     phases = "onboard,ingest,upsert"
-    for seed, (server, (stop, start)) in zip((31, 32), outages.items(), strict=True):
+    for seed, (server, (stop, start)) in zip((31, 32, 33), outages.items(), strict=True):
         # New changes for each run: it has an ingest (and a first job after the probe) to hit.
         _produce(spec, kafka, seed, keys=400, events=3000)
         outcome = during_run(cluster_home, spec, phases, tmp_path, _outage(stop, start, 10))
@@ -371,11 +404,19 @@ def test_bad_object_store_and_catalog_settings_are_named_before_a_write(
         check_catalog(_config(iceberg, properties=wrong_secret))
     with pytest.raises(ConfigError, match=r"bucket 'no-such-bucket' does not exist.*WAREHOUSE"):
         check_catalog(_config(iceberg, warehouse="s3://no-such-bucket/lake"))
-    wrong_password = {**good.properties, "jdbc.password": "wrong"}
-    with pytest.raises(ConfigError, match=r"answered with an error.*CDC_ASSETS_CATALOG_URI"):
-        check_catalog(_config(iceberg, properties=wrong_password))
+    wrong_token = {**good.properties, "token": "not-the-token"}
+    with pytest.raises(ConfigError, match=r"answered with an error.*CDC_ASSETS_CATALOG_PROPERTIES"):
+        check_catalog(_config(iceberg, properties=wrong_token))
     store = object_store.running(cluster_home)
+    server = catalog_server.running(cluster_home)
     assert store is not None
+    assert server is not None
+    # CDC_ASSETS_CLUSTER_CATALOG=jdbc: the engines open the JDBC catalog behind the server
+    jdbc = {**server.properties(), **object_store.catalog_properties(store)}
+    check_catalog(_config(iceberg, type="jdbc", uri=server.jdbc_url, properties=jdbc))
+    wrong_password = {**jdbc, "jdbc.password": "wrong"}
+    with pytest.raises(ConfigError, match=r"answered with an error.*CDC_ASSETS_CATALOG_URI"):
+        check_catalog(_config(iceberg, type="jdbc", uri=server.jdbc_url, properties=wrong_password))
     # a URI that answers, but not as a catalog: the object store's S3 API
     with pytest.raises(ConfigError, match="answered with an error"):
         check_catalog(_config(iceberg, type="rest", uri=store.endpoint))
@@ -396,23 +437,29 @@ def test_a_run_with_wrong_credentials_fails_before_it_writes(
     _produce(spec, kafka, 41, keys=30, events=200)
     spec_file = tmp_path / "spec.json"
     spec_file.write_text(spec.model_dump_json(by_alias=True), encoding="utf-8")
-    env = {
-        **os.environ,
-        ENV_HOME: str(cluster_home.home),
-        "CDC_ASSETS_CATALOG_PROPERTIES": json.dumps({"s3.secret-access-key": "wrong"}),
+    wrong = {
+        "s3.secret-access-key": "refused the credentials",  # the object store's
+        "token": "answered with an error",  # the REST catalog's
     }
-    proc = subprocess.run(
-        [sys.executable, "-c", RUN, str(spec_file), "ingest"],
-        cwd=PROJECT_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert out["ingest"] is False
-    assert "refused the credentials" in out["error"]
+    for key, expected in wrong.items():
+        env = {
+            **os.environ,
+            ENV_HOME: str(cluster_home.home),
+            "CDC_ASSETS_CATALOG_PROPERTIES": json.dumps({key: "wrong-credential"}),
+        }
+        proc = subprocess.run(
+            [sys.executable, "-c", RUN, str(spec_file), "ingest"],
+            cwd=PROJECT_ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+        out = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert out["ingest"] is False, (key, out)
+        assert expected in out["error"], (key, out)
+        assert "wrong-credential" not in proc.stdout + proc.stderr
     layout = ledger_layout(spec)
     assert read_table(iceberg, layout.namespace, layout.name) == []
     assert run_phases(cluster_home, spec, "ingest,upsert", tmp_path)["upsert"] is True
@@ -522,7 +569,9 @@ def test_the_demo_every_check_maintenance_and_redrive_run_unchanged(
     assert len(checks) >= 20
     assert not [c for c in checks if not c["passed"] and c["severity"] == "ERROR"]
     # the demo ran on the profile's catalog and warehouse (step 2 prints them)
-    assert "jdbc:postgresql://127.0.0.1:" in done.stdout
+    rest = rest_catalog.running(cluster_home)
+    assert rest is not None
+    assert f"catalog {rest.url}" in done.stdout
     assert "s3://warehouse/" in done.stdout
 
     # Its Spark work ran on the workers' executors, none in the driver (the Connect server).
@@ -533,7 +582,7 @@ def test_the_demo_every_check_maintenance_and_redrive_run_unchanged(
     driver = next(e for e in executors if e["id"] == "driver")
     assert driver["totalTasks"] == 0
 
-    # The tables are rows of the catalog server and their files objects of the store.
+    # The tables are rows of the REST server's JDBC catalog and their files objects of the store.
     users = next(spec for spec in load_specs(specs) if spec.name == "users")
     layout = base_layout(users)
     iceberg = build_resources(cluster_home)["iceberg"]

@@ -167,6 +167,16 @@ def test_a_setting_may_come_from_a_secret_file(tmp_path: Path) -> None:
     assert "s3cret" not in str(err.value)
 
 
+def test_the_cluster_profiles_catalog_is_rest_unless_asked_for_jdbc() -> None:
+    from cdc_assets.errors import ConfigError
+    from cdc_assets.settings import load_settings
+
+    assert load_settings({}).cluster_catalog == "rest"
+    assert load_settings({"CDC_ASSETS_CLUSTER_CATALOG": " JDBC "}).cluster_catalog == "jdbc"
+    with pytest.raises(ConfigError, match="CDC_ASSETS_CLUSTER_CATALOG must be one of rest, jdbc"):
+        load_settings({"CDC_ASSETS_CLUSTER_CATALOG": "glue"})
+
+
 def test_printed_spark_conf_hides_secrets() -> None:
     from cdc_assets.resources.config import redacted_conf
 

@@ -1,7 +1,19 @@
 package io.cdcassets.rest;
 
+import jakarta.servlet.DispatcherType;
+import jakarta.servlet.Filter;
+import jakarta.servlet.FilterChain;
+import jakarta.servlet.ServletException;
+import jakarta.servlet.ServletRequest;
+import jakarta.servlet.ServletResponse;
+import jakarta.servlet.http.HttpServletRequest;
+import jakarta.servlet.http.HttpServletResponse;
 import java.io.FileInputStream;
+import java.io.IOException;
 import java.io.InputStream;
+import java.nio.charset.StandardCharsets;
+import java.security.MessageDigest;
+import java.util.EnumSet;
 import java.util.HashMap;
 import java.util.Map;
 import java.util.Properties;
@@ -11,6 +23,7 @@ import org.apache.iceberg.rest.RESTCatalogAdapter;
 import org.apache.iceberg.rest.RESTCatalogServlet;
 import org.eclipse.jetty.server.Server;
 import org.eclipse.jetty.server.ServerConnector;
+import org.eclipse.jetty.servlet.FilterHolder;
 import org.eclipse.jetty.servlet.ServletContextHandler;
 import org.eclipse.jetty.servlet.ServletHolder;
 
@@ -22,7 +35,9 @@ import org.eclipse.jetty.servlet.ServletHolder;
  * carries the properties, so that credentials do not show in the process list; they are not
  * logged either. Its {@code catalog-name} is the backend catalog's name: a JDBC catalog keeps
  * the tables of each name apart, so a server over a catalog that engines also open directly must
- * use their name.
+ * use their name. With {@code rest.auth.token} set, every request must carry it as a bearer token
+ * ({@code Authorization: Bearer ...}, what Spark's and pyiceberg's REST clients send for their
+ * {@code token} property); others get 401 in the REST protocol's error format.
  */
 public final class LoopbackRestCatalog {
   private LoopbackRestCatalog() {}
@@ -41,6 +56,7 @@ public final class LoopbackRestCatalog {
     }
     String name = properties.getOrDefault("catalog-name", "rest_backend");
     properties.remove("catalog-name");
+    String token = properties.remove("rest.auth.token");
     properties.putIfAbsent("catalog-impl", "org.apache.iceberg.jdbc.JdbcCatalog");
     properties.putIfAbsent("jdbc.schema-version", "V1");
     Catalog catalog =
@@ -50,6 +66,10 @@ public final class LoopbackRestCatalog {
     ServletContextHandler context = new ServletContextHandler(ServletContextHandler.NO_SESSIONS);
     RESTCatalogServlet servlet = new RESTCatalogServlet(new RESTCatalogAdapter(catalog));
     context.addServlet(new ServletHolder(servlet), "/*");
+    if (token != null && !token.isEmpty()) {
+      context.addFilter(
+          new FilterHolder(new BearerToken(token)), "/*", EnumSet.of(DispatcherType.REQUEST));
+    }
 
     Server server = new Server();
     ServerConnector connector = new ServerConnector(server);
@@ -60,5 +80,32 @@ public final class LoopbackRestCatalog {
     server.start();
     System.out.println("REST catalog serving on http://" + args[0] + ":" + args[1]);
     server.join();
+  }
+
+  /** Lets a request through only with the expected bearer token (compared in constant time). */
+  private static final class BearerToken implements Filter {
+    private final byte[] expected;
+
+    BearerToken(String token) {
+      this.expected = ("Bearer " + token).getBytes(StandardCharsets.UTF_8);
+    }
+
+    @Override
+    public void doFilter(ServletRequest request, ServletResponse response, FilterChain chain)
+        throws IOException, ServletException {
+      String header = ((HttpServletRequest) request).getHeader("Authorization");
+      byte[] given = header == null ? new byte[0] : header.getBytes(StandardCharsets.UTF_8);
+      if (MessageDigest.isEqual(expected, given)) {
+        chain.doFilter(request, response);
+        return;
+      }
+      HttpServletResponse http = (HttpServletResponse) response;
+      http.setStatus(401);
+      http.setContentType("application/json");
+      http.getWriter()
+          .write(
+              "{\"error\":{\"message\":\"Not authorized: a valid bearer token is required\","
+                  + "\"type\":\"NotAuthorizedException\",\"code\":401}}");
+    }
   }
 }
