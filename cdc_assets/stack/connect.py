@@ -5,6 +5,13 @@ cache as the "connect" kind) whose REST API listens on 127.0.0.1 on a free port;
 topics have one replica. The connectors are registered from the JSON files in
 ``cdc_assets/sources/connectors/``, whose ``{{placeholders}}`` (host, ports, user, password,
 bootstrap) are filled at registration; then each connector's task must be RUNNING.
+
+The worker reaches the stack's broker as a company's worker reaches a secured Kafka: through the
+SASL_SSL listener as the stack's SCRAM user, with the properties `kafka_security` renders for a
+worker (and for Debezium's schema history clients, which do not inherit them). Secrets (the SASL
+login, the source database password) are not in the worker's or the connectors' configs: those
+name them through Kafka's FileConfigProvider (``${file:<path>:<key>}``), and the file is the
+owner's only.
 """
 
 from __future__ import annotations
@@ -17,13 +24,16 @@ import signal
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from cdc_assets.errors import StackError
+from cdc_assets.kafka_security import KafkaSecurity
 from cdc_assets.settings import Settings
-from cdc_assets.stack import local_process, sources
+from cdc_assets.stack import kafka_tls, local_process, sources
+from cdc_assets.stack import state as stack_state
 from cdc_assets.stack.jars import ensure_jars, require_tool
 from cdc_assets.stack.kafka_broker import HOST
 from cdc_assets.stack.local_process import log_tail
@@ -38,6 +48,10 @@ READY_TIMEOUT_S = 120.0
 RUNNING_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 30.0
 _PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
+SECRETS_NAME = "secrets.properties"
+FILE_PROVIDER = "org.apache.kafka.common.config.provider.FileConfigProvider"
+JAAS_KEY = "sasl.jaas.config"
+DATABASE_PASSWORD_KEY = "database.password"
 
 
 @dataclass(frozen=True)
@@ -68,9 +82,76 @@ def connect_classpath(settings: Settings) -> str:
     return os.pathsep.join([str(settings.jars_dir / "connect" / "*"), str(extensions)])
 
 
-def render_worker_properties(*, bootstrap: str, port: int) -> str:
-    """A distributed worker alone in its group, JSON with schemas for keys and values."""
+@dataclass(frozen=True)
+class WorkerKafka:
+    """How the worker and its connectors reach a broker."""
+
+    bootstrap: str
+    security: KafkaSecurity
+
+
+def worker_kafka(settings: Settings, bootstrap: str) -> WorkerKafka:
+    """The stack's own broker (``bootstrap``, its plaintext address) through its SASL_SSL
+    listener as the stack's SCRAM user; another broker as given."""
+    kafka = stack_state.read(settings).get("kafka")
+    if (
+        isinstance(kafka, dict)
+        and kafka.get("bootstrap") == bootstrap
+        and isinstance(kafka.get("sasl_ssl_port"), int)
+    ):
+        material = kafka_tls.ensure_material(kafka_tls.stack_directory(settings.stack_dir))
+        security = KafkaSecurity(
+            protocol="SASL_SSL",
+            mechanism="SCRAM-SHA-512",
+            username=material.username,
+            password=material.password,
+            ca=str(material.ca),
+        )
+        return WorkerKafka(f"{HOST}:{kafka['sasl_ssl_port']}", security)
+    return WorkerKafka(bootstrap, KafkaSecurity())
+
+
+def write_secrets(settings: Settings, kafka: WorkerKafka) -> Path:
+    """The file the worker's FileConfigProvider reads the secrets from (owner-only)."""
+    path = connect_files(settings).base / SECRETS_NAME
+    path.parent.mkdir(parents=True, exist_ok=True)
+    values = {DATABASE_PASSWORD_KEY: sources.cdc_password(settings)}
+    if JAAS_KEY in (java := kafka.security.java()):
+        values[JAAS_KEY] = java[JAAS_KEY]
+    text = "".join(f"{k}={_properties_value(v)}\n" for k, v in sorted(values.items()))
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    return path
+
+
+def secret_reference(secrets: Path, key: str) -> str:
+    """A FileConfigProvider reference to ``key`` of the secrets file."""
+    return "${file:" + str(secrets) + ":" + key + "}"
+
+
+def _client_properties(properties: Mapping[str, str], secrets: Path) -> dict[str, str]:
+    """Client properties with the SASL login replaced by its reference in the secrets file."""
+    return {
+        k: secret_reference(secrets, JAAS_KEY) if k.endswith(JAAS_KEY) else v
+        for k, v in properties.items()
+    }
+
+
+def _properties_value(value: str) -> str:
+    """A value for a Java properties file (backslashes and line breaks escaped)."""
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+
+
+def render_worker_properties(
+    *, bootstrap: str, port: int, client: Mapping[str, str] | None = None
+) -> str:
+    """A distributed worker alone in its group, JSON with schemas for keys and values;
+    ``client``: the security properties of its clients (`KafkaSecurity.connect_worker`, secrets
+    as FileConfigProvider references)."""
     lines = [
+        "config.providers=file",
+        f"config.providers.file.class={FILE_PROVIDER}",
         f"bootstrap.servers={bootstrap}",
         f"group.id={GROUP_ID}",
         "key.converter=org.apache.kafka.connect.json.JsonConverter",
@@ -97,6 +178,7 @@ def render_worker_properties(*, bootstrap: str, port: int) -> str:
         "scheduled.rebalance.max.delay.ms=0",
         "task.shutdown.graceful.timeout.ms=5000",
     ]
+    lines += [f"{k}={_properties_value(v)}" for k, v in sorted((client or {}).items())]
     return "\n".join(lines) + "\n"
 
 
@@ -120,7 +202,12 @@ def start_worker(settings: Settings, bootstrap: str) -> int:
     entry = sources.load_state(settings).get("connect")
     marker = str(files.worker_properties)
     classpath = connect_classpath(settings)
-    if isinstance(entry, dict) and entry.get("bootstrap") == bootstrap:
+    kafka = worker_kafka(settings, bootstrap)
+    if (
+        isinstance(entry, dict)
+        and entry.get("bootstrap") == bootstrap
+        and entry.get("client") == kafka.bootstrap
+    ):
         pid, port = entry.get("pid"), entry.get("port")
         # A worker started before an upgrade lacks the connector classes the configs now name.
         current = (
@@ -133,8 +220,14 @@ def start_worker(settings: Settings, bootstrap: str) -> int:
     stop_worker(settings)
     files.base.mkdir(parents=True, exist_ok=True)
     port = sources.choose_port(settings, "connect")
+    secrets = write_secrets(settings, kafka)
     files.worker_properties.write_text(
-        render_worker_properties(bootstrap=bootstrap, port=port), encoding="utf-8"
+        render_worker_properties(
+            bootstrap=kafka.bootstrap,
+            port=port,
+            client=_client_properties(kafka.security.connect_worker(), secrets),
+        ),
+        encoding="utf-8",
     )
     shutil.copyfile(LOG4J_TEMPLATE, files.log4j_config)
     if files.log_file.exists():  # keep the previous run's log, as the broker does
@@ -143,7 +236,10 @@ def start_worker(settings: Settings, bootstrap: str) -> int:
         worker_command(classpath, files), files.log_file, cwd=files.base
     )
     sources.remember_port(settings, "connect", port)
-    sources.update_state(settings, connect={"pid": pid, "port": port, "bootstrap": bootstrap})
+    sources.update_state(
+        settings,
+        connect={"pid": pid, "port": port, "bootstrap": bootstrap, "client": kafka.bootstrap},
+    )
     try:
         _wait_healthy(pid, port, files.log_file)
     except BaseException:
@@ -244,13 +340,17 @@ def logical_names() -> dict[sources.ServerName, str]:
 
 
 def placeholder_values(settings: Settings, bootstrap: str) -> dict[str, str]:
+    """The connector files' placeholders: the password as a reference into the secrets file,
+    the broker as the worker reaches it."""
     data = sources.load_state(settings)
     ports = data.get("ports", {})
+    kafka = worker_kafka(settings, bootstrap)
+    secrets = write_secrets(settings, kafka)
     return {
         "host": HOST,
         "user": sources.CDC_USER,
-        "password": sources.cdc_password(settings),
-        "bootstrap": bootstrap,
+        "password": secret_reference(secrets, DATABASE_PASSWORD_KEY),
+        "bootstrap": kafka.bootstrap,
         "mariadb_port": str(ports.get("mariadb", "")),
         "postgres_port": str(ports.get("postgres", "")),
     }
@@ -265,6 +365,7 @@ def register_connectors(
     definitions = connector_configs(placeholder_values(settings, bootstrap))
     for definition in definitions:
         config = definition["config"]
+        config.update(history_security(settings, bootstrap, config))
         kind = "postgres" if "postgres" in config["connector.class"].lower() else "mariadb"
         if avro and kind in avro:
             config.update(avro_converters(avro[kind]))
@@ -329,8 +430,21 @@ def capture_config(
                 f"a PostgreSQL connector of its own needs a replication slot ({prefix})"
             )
         config["slot.name"] = slot
+    config.update(history_security(settings, bootstrap, config))
     config.update(overrides or {})
     return config
+
+
+def history_security(
+    settings: Settings, bootstrap: str, config: Mapping[str, str]
+) -> dict[str, str]:
+    """The security properties of a MariaDB connector's schema history clients (none for a
+    connector without a schema history, or a plaintext broker)."""
+    if "schema.history.internal.kafka.bootstrap.servers" not in config:
+        return {}
+    kafka = worker_kafka(settings, bootstrap)
+    secrets = connect_files(settings).base / SECRETS_NAME
+    return _client_properties(kafka.security.debezium_history(), secrets)
 
 
 def register_capture(settings: Settings, bootstrap: str, name: str, config: dict[str, str]) -> None:

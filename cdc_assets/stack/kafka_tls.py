@@ -58,6 +58,11 @@ class TlsMaterial:
         return self.directory / CLIENT_STORE
 
 
+def stack_directory(stack_dir: Path) -> Path:
+    """Where the local stack keeps its broker's TLS material and SASL user."""
+    return stack_dir / "kafka" / "tls"
+
+
 def ensure_material(directory: Path) -> TlsMaterial:
     """The stack's TLS material in ``directory``, made on first use."""
     secrets_file = directory / SECRETS_FILE

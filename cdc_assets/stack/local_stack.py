@@ -494,7 +494,7 @@ def _optional_port(value: object) -> int | None:
 
 def tls_material(settings: Settings) -> kafka_tls.TlsMaterial:
     """The local broker's certificates and SASL user (made on first use)."""
-    return kafka_tls.ensure_material(settings.stack_dir / "kafka" / "tls")
+    return kafka_tls.ensure_material(kafka_tls.stack_directory(settings.stack_dir))
 
 
 def _choose_ports(settings: Settings, previous: dict[str, Any]) -> tuple[int, int, int, int]:

@@ -28,7 +28,7 @@ from cdc_assets.spec import load_specs
 from cdc_assets.spec.ddl_import import plan_from_ddl
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.spec.schema_change import parse_schema_change
-from cdc_assets.stack import sources
+from cdc_assets.stack import local_process, sources
 from cdc_assets.stack.local_stack import StackState, stack_status, stack_up
 from cdc_assets_tests.conftest import PROJECT_ROOT
 from cdc_assets_tests.support.oracle import Outcome, expected_outcome
@@ -164,6 +164,48 @@ def test_stack_up_sources_runs_everything(home: Settings, sources_stack: StackSt
     pids = {s.name: s.pid for s in status.sources.servers}
     stack_up(home, sources=True)
     assert {s.name: s.pid for s in stack_status(home).sources.servers} == pids
+
+
+def test_the_worker_reaches_kafka_through_sasl_ssl_with_its_secrets_in_a_file(
+    home: Settings, sources_stack: StackState
+) -> None:
+    """Kafka Connect as on a company's secured Kafka: the worker, its connectors' clients and
+    Debezium's schema history clients use the SASL_SSL listener as the SCRAM user (the events
+    the other tests read got through it). No password is in the worker's properties, in a
+    connector's config (what the REST API and the config topic hold) or in the process list:
+    each names it in the owner-only secrets file through Kafka's FileConfigProvider."""
+    from cdc_assets.stack import connect
+    from cdc_assets.stack.local_stack import tls_material
+
+    assert sources_stack.sasl_ssl_bootstrap is not None
+    material = tls_material(home)
+    files = connect.connect_files(home)
+    worker = files.worker_properties.read_text(encoding="utf-8")
+    assert f"bootstrap.servers={sources_stack.sasl_ssl_bootstrap}" in worker
+    for prefix in ("", "producer.", "consumer.", "admin."):
+        assert f"{prefix}security.protocol=SASL_SSL" in worker
+        assert f"{prefix}sasl.mechanism=SCRAM-SHA-512" in worker
+    secrets_file = files.base / connect.SECRETS_NAME
+    assert secrets_file.stat().st_mode & 0o077 == 0
+    port = connect.running_worker(home)[1]
+    configs = {}
+    for name in ("cdc-mariadb", "cdc-postgres"):
+        status, body = connect.rest(port, "GET", f"/connectors/{name}/config")
+        assert status == 200, body
+        configs[name] = body
+    maria = configs["cdc-mariadb"]
+    assert maria["schema.history.internal.kafka.bootstrap.servers"] == (
+        sources_stack.sasl_ssl_bootstrap
+    )
+    for clients in ("producer", "consumer"):
+        prefix = f"schema.history.internal.{clients}."
+        assert maria[prefix + "security.protocol"] == "SASL_SSL"
+        assert maria[prefix + "sasl.jaas.config"].startswith("${file:")
+    secrets = (material.password, sources.cdc_password(home))
+    pid = connect.running_worker(home)[0]
+    cmdline = " ".join(local_process.cmdline(pid))
+    for text in (worker, json.dumps(configs), cmdline):
+        assert not [s for s in secrets if s in text]
 
 
 def test_example_tables_exist_as_the_specs_say(
