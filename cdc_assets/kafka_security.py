@@ -58,6 +58,10 @@ _LOGIN_MODULES = {
 OAUTH_CALLBACK_HANDLER = (
     "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler"
 )
+# Kafka 4's Java client calls only the OAuth token endpoints this JVM-wide system property
+# allows (empty by default): every JVM that runs one (Spark's driver and executors, a Connect
+# worker) needs it on its command line; librdkafka has no such list.
+ALLOWED_URLS_PROPERTY = "org.apache.kafka.sasl.oauthbearer.allowed.urls"
 # The prefixes under which a Connect worker passes client settings to its producers, consumers
 # and admin clients, and under which Debezium's MySQL/MariaDB connectors pass them to the
 # clients of their schema history topic.
@@ -167,6 +171,13 @@ class KafkaSecurity:
                 out.update(_present({"ssl.keystore.password": self.keystore_password}))
             out["ssl.endpoint.identification.algorithm"] = "https" if self.hostname_check else ""
         return out
+
+    def jvm_options(self) -> list[str]:
+        """JVM options the Java client needs besides its properties: the OAUTHBEARER token
+        endpoint allowed (ALLOWED_URLS_PROPERTY)."""
+        if self.uses_sasl and self.mechanism == "OAUTHBEARER" and self.oauth_token_url:
+            return [f"-D{ALLOWED_URLS_PROPERTY}={self.oauth_token_url}"]
+        return []
 
     def spark_options(self) -> dict[str, str]:
         """Options of Spark's Kafka source (``kafka.`` + the Java client's settings)."""

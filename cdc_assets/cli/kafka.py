@@ -21,6 +21,9 @@ def render_kafka_conf(settings: Settings, client: str, *, show_secrets: bool) ->
         "debezium": security.debezium_history,
     }[client]()
     lines = [f"{key}={value}" for key, value in sorted(conf.items())]
+    if client != "librdkafka" and (options := security.jvm_options()):
+        # Not a client property: the JVM's command line (KAFKA_OPTS, extraJavaOptions).
+        lines.append(f"# and on the JVM's command line: {' '.join(options)}")
     if show_secrets:
         return lines
     hidden = 0

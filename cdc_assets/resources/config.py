@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -128,8 +129,11 @@ def spark_conf(
     driver_memory: str,
     ui_enabled: bool,
     extra: dict[str, str],
+    java_options: Sequence[str] = (),
 ) -> dict[str, str]:
-    """The full Spark configuration of a session; ``extra`` wins over everything."""
+    """The full Spark configuration of a session; ``extra`` wins over everything.
+    ``java_options``: more JVM options for the driver and the executors (the Kafka client's
+    system properties, `KafkaSecurity.jvm_options`)."""
     conf = {
         "spark.master": master,
         "spark.app.name": app_name,
@@ -163,6 +167,9 @@ def spark_conf(
             # class path, since spark-submit opens files before it loads spark.jars.
             conf[CLASS_PATH] = own[0]
             conf["spark.hadoop.fs.file.impl"] = LOCAL_FILES_CLASS
+    if java_options:
+        for key in (DRIVER_JAVA_OPTIONS, "spark.executor.extraJavaOptions"):
+            conf[key] = " ".join([conf[key], *java_options])
     if jars:
         conf["spark.jars"] = ",".join(jars)
     ours = conf.get(CLASS_PATH)

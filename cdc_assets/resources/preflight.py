@@ -27,6 +27,8 @@ from cdc_assets.kafka_security import (
     ENV_MECHANISM,
     ENV_OAUTH_CLIENT_ID,
     ENV_OAUTH_CLIENT_SECRET,
+    ENV_OAUTH_SCOPE,
+    ENV_OAUTH_TOKEN_URL,
     ENV_PASSWORD,
     ENV_PROTOCOL,
     ENV_USERNAME,
@@ -228,6 +230,15 @@ def kafka_refusal(bootstrap: str, security: KafkaSecurity, errors: list[str]) ->
     first = next((e for e in errors if "ssl" in e.lower() or "sasl" in e.lower()), "")
     # "FAIL [rdkafka#producer-3] [thrd:sasl_ssl://host:port/bootstrap]: sasl_ssl://...: why"
     first = re.sub(r"^.*?\]: \S+: ", "", first)[:300]
+    oidc = next((e for e in errors if "failed to retrieve oidc token" in e.lower()), None)
+    if oidc is not None:
+        # "OIDC [rdkafka#...] [thrd:background]: Failed to retrieve OIDC token from "url": why"
+        why = re.sub(r"^.*?Failed to retrieve OIDC token from \S+: ", "", oidc)[:300]
+        return (
+            f"the OAuth token endpoint {security.oauth_token_url} ({ENV_OAUTH_TOKEN_URL}) gave "
+            f"no token for Kafka at {bootstrap}: check {ENV_OAUTH_TOKEN_URL}, "
+            f"{ENV_OAUTH_CLIENT_ID} / {ENV_OAUTH_CLIENT_SECRET} and {ENV_OAUTH_SCOPE} ({why})"
+        )
     if "authentication failed" in lowered or "sasl authentication error" in lowered:
         names = (
             f"{ENV_OAUTH_CLIENT_ID} / {ENV_OAUTH_CLIENT_SECRET}"

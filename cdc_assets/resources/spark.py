@@ -114,7 +114,8 @@ class SparkResource(ConfigurableResource):  # type: ignore[type-arg]
     def conf(self) -> dict[str, str]:
         from cdc_assets.stack.jars import cached_spark_jars
 
-        jars = [str(p) for p in cached_spark_jars(self.settings())]
+        settings = self.settings()
+        jars = [str(p) for p in cached_spark_jars(settings)]
         return spark_conf(
             master=self.master,
             app_name=self.app_name,
@@ -124,6 +125,7 @@ class SparkResource(ConfigurableResource):  # type: ignore[type-arg]
             driver_memory=self.driver_memory,
             ui_enabled=self.ui_enabled,
             extra=dict(self.extra_conf),
+            java_options=settings.kafka_security.jvm_options(),
         )
 
     def teardown_after_execution(self, context: Any) -> None:

@@ -13,6 +13,7 @@ import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -174,11 +175,13 @@ def format_storage(files: BrokerFiles, classpath: str) -> bool:
     return True
 
 
-def start_broker(files: BrokerFiles, classpath: str) -> int:
-    """Start the broker detached in its own session, output appended to the log; return its pid."""
+def start_broker(files: BrokerFiles, classpath: str, jvm_options: Sequence[str] = ()) -> int:
+    """Start the broker detached in its own session, output appended to the log; return its pid.
+    ``jvm_options``: more options for its JVM (system properties)."""
     command = [
         require_tool("java"),
         BROKER_HEAP,
+        *jvm_options,
         "-cp",
         classpath,
         f"-Dlog4j2.configurationFile={files.log4j_config}",

@@ -182,6 +182,58 @@ def test_refusals_name_the_setting(security: ks.KafkaSecurity, line: str, named:
     assert "rdkafka#" not in message  # the log line's prefix is dropped
 
 
+def test_a_token_endpoint_that_refuses_names_the_oauth_settings() -> None:
+    oauth = ks.kafka_security(
+        {
+            ks.ENV_PROTOCOL: "SASL_SSL",
+            ks.ENV_MECHANISM: "OAUTHBEARER",
+            ks.ENV_OAUTH_TOKEN_URL: "https://idp.example/token",
+            ks.ENV_OAUTH_CLIENT_ID: "ingest",
+            ks.ENV_OAUTH_CLIENT_SECRET: "s3cret",
+        }
+    )
+    line = (
+        "OIDC [rdkafka#producer-1] [thrd:background]: Failed to retrieve OIDC token from "
+        '"https://idp.example/token": {"error": "invalid_client"} (401)'
+    )
+    message = kafka_refusal("127.0.0.1:9094", oauth, [line])
+    assert message is not None
+    assert ks.ENV_OAUTH_CLIENT_SECRET in message
+    assert ks.ENV_OAUTH_TOKEN_URL in message
+    assert message.endswith('({"error": "invalid_client"} (401))')
+    assert "s3cret" not in message
+
+
+def test_the_java_client_is_allowed_the_token_endpoint() -> None:
+    oauth = ks.kafka_security(
+        {
+            ks.ENV_PROTOCOL: "SASL_SSL",
+            ks.ENV_MECHANISM: "OAUTHBEARER",
+            ks.ENV_OAUTH_TOKEN_URL: "https://idp.example/token",
+            ks.ENV_OAUTH_CLIENT_ID: "ingest",
+            ks.ENV_OAUTH_CLIENT_SECRET: "s3cret",
+        }
+    )
+    allowed = f"-D{ks.ALLOWED_URLS_PROPERTY}=https://idp.example/token"
+    assert oauth.jvm_options() == [allowed]
+    assert SCRAM_SECURITY.jvm_options() == []
+    from cdc_assets.resources.config import CatalogConfig, spark_conf
+
+    conf = spark_conf(
+        master="local[1]",
+        app_name="t",
+        catalog=CatalogConfig(name="lake", type="jdbc", uri="jdbc:sqlite:/x.db", warehouse="/w"),
+        jars=[],
+        shuffle_partitions=1,
+        driver_memory="1g",
+        ui_enabled=False,
+        extra={},
+        java_options=oauth.jvm_options(),
+    )
+    assert conf["spark.driver.extraJavaOptions"].endswith(allowed)
+    assert conf["spark.executor.extraJavaOptions"].endswith(allowed)
+
+
 def test_an_unreachable_broker_is_not_a_refusal() -> None:
     line = LOG + "Connect to ipv4#127.0.0.1:9094 failed: Connection refused"
     assert kafka_refusal("127.0.0.1:9094", SCRAM_SECURITY, [line]) is None
