@@ -9,6 +9,7 @@ It is started with pyspark's own ``spark-submit`` and the Connect server jar pys
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import time
@@ -48,19 +49,40 @@ def spark_submit() -> str:
     return str(path) if path.exists() else require_tool("spark-submit")
 
 
-def server_command(conf: dict[str, str], *, port: int, marker: str) -> list[str]:
-    """spark-submit running the Connect server with ``conf``, listening on loopback ``port``."""
-    args = [spark_submit(), "--class", SERVER_CLASS, "--name", "cdc-assets Spark Connect"]
+def server_command(
+    conf: dict[str, str], *, port: int, marker: str, properties_file: Path
+) -> list[str]:
+    """spark-submit running the Connect server with ``conf``, listening on loopback ``port``.
+    The configuration goes into ``properties_file`` (owner-only), not onto the command line,
+    which every user of the machine can read: it holds the catalog's and the object store's
+    credentials. Only the marker that identifies the stack's process stays there."""
     full = {
         **conf,
         "spark.connect.grpc.binding.address": HOST,
         "spark.connect.grpc.binding.port": str(port),
-        MARKER_CONF: marker,
     }
-    for key, value in sorted(full.items()):
-        args += ["--conf", f"{key}={value}"]
-    # no application jar: the server class is on Spark's own classpath
-    return [*args, "spark-internal"]
+    fd = os.open(properties_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        for key, value in sorted(full.items()):
+            handle.write(f"{key}={_properties_value(value)}\n")
+    return [
+        spark_submit(),
+        "--class",
+        SERVER_CLASS,
+        "--name",
+        "cdc-assets Spark Connect",
+        "--properties-file",
+        str(properties_file),
+        "--conf",
+        f"{MARKER_CONF}={marker}",
+        # no application jar: the server class is on Spark's own classpath
+        "spark-internal",
+    ]
+
+
+def _properties_value(value: str) -> str:
+    """A value for a Java properties file (backslashes and line breaks escaped)."""
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
 
 
 def remote_url(port: int) -> str:
@@ -90,7 +112,12 @@ def start_server(settings: Settings, conf: dict[str, str]) -> int:
     port = pick_free_port()
     if files.log_file.exists():  # keep the previous run's log, as the broker does
         files.log_file.replace(files.log_file.with_name(files.log_file.name + ".1"))
-    command = server_command(conf, port=port, marker=str(settings.stack_dir))
+    command = server_command(
+        conf,
+        port=port,
+        marker=str(settings.stack_dir),
+        properties_file=files.base / "spark-connect.properties",
+    )
     pid = local_process.start_detached(command, files.log_file, cwd=files.base)
     entry: dict[str, object] = {"pid": pid, "port": port, "master": conf.get("spark.master")}
     if conf.get("spark.ui.enabled") == "true" and conf.get("spark.ui.port"):

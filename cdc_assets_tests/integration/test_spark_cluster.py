@@ -37,6 +37,7 @@ from cdc_assets.spec import load_specs
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.stack import (
     catalog_server,
+    local_process,
     object_store,
     rest_catalog,
     sources,
@@ -264,6 +265,16 @@ def test_the_profile_runs_a_cluster_a_rest_catalog_and_an_object_store(
     properties = iceberg.config().properties
     assert "jdbc.password" not in properties
     assert properties["token"] == rest.token
+    # No credential on a command line any user of the machine can read: the Connect driver's
+    # configuration (catalog token, object store secret) is in an owner-only properties file.
+    driver = local_process.cmdline(int(entry["pid"]))
+    assert "--properties-file" in driver
+    for secret in (rest.token, store.secret_key):
+        assert not [arg for arg in driver if secret in arg]
+    server_cmdline = " ".join(
+        local_process.cmdline(int(stack_state.section(cluster_home, "rest_catalog")["pid"]))
+    )
+    assert server.password not in server_cmdline
     rendered = stack_status(cluster_home).render()
     assert f"Spark master {cluster.master_url}, 2 workers" in rendered
     assert f"Iceberg REST catalog at {rest.url} (runs use it)" in rendered
