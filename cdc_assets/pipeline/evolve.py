@@ -34,6 +34,7 @@ from cdc_assets.pipeline.watermark import (
     commit_properties_only,
     current_properties,
     is_commit_conflict,
+    readable_snapshot,
     shard_of,
     snapshot_properties,
     state_key,
@@ -347,22 +348,6 @@ def _snapshot_id(table: Any) -> int | None:
     return None if current is None else int(current.snapshot_id)
 
 
-def _readable_snapshot(table: Any) -> int | None:
-    """The ledger snapshot to read, with the table's current schema.
-
-    Spark reads a pinned snapshot (VERSION AS OF) with the schema it was written with; right
-    after phase 1 that schema lacks the new columns. An empty commit gives the current schema a
-    snapshot (it carries no offsets, so the ingest's resume point does not move).
-    """
-    current = table.current_snapshot()
-    if current is None:
-        return None
-    if current.schema_id != table.schema().schema_id:
-        commit_properties_only(table, {})
-        current = table.refresh().current_snapshot()
-    return int(current.snapshot_id)
-
-
 def _backfill_ledger(
     spark: Any,
     catalog: str,
@@ -378,7 +363,7 @@ def _backfill_ledger(
 
     def attempt() -> None:
         ledger = load_table(iceberg_catalog, ledger_l)
-        snapshot = _readable_snapshot(ledger)
+        snapshot = readable_snapshot(ledger)
         if snapshot is None:
             return
         read = ledger.snapshot_by_id(snapshot)
@@ -430,7 +415,7 @@ def _backfill_by_position(
     target = spark_identifier(catalog, layout)
 
     def attempt() -> int:
-        snapshot = _readable_snapshot(load_table(iceberg_catalog, ledger_l))
+        snapshot = readable_snapshot(load_table(iceberg_catalog, ledger_l))
         if snapshot is None:
             return 0
         count = render_position_count(

@@ -16,7 +16,7 @@ from cdc_assets.pipeline.offsets import (
     decode_offsets,
 )
 from cdc_assets.pipeline.topic import observe_topic
-from cdc_assets.pipeline.watermark import base_state, shard_of
+from cdc_assets.pipeline.watermark import base_state, readable_snapshot, shard_of
 from cdc_assets.quality.rules import (
     DuplicateKeys,
     ImageMismatches,
@@ -146,7 +146,6 @@ def image_mismatches(
     them under ``spec``), and base with the ledger changes it holds, over the ledger partitions
     of the upsert's lookback before now; with ``last_upsert_only``, over the ledger rows base's
     newest upsert applied (the check right after an upsert: its cost follows the change set)."""
-    from cdc_assets.pipeline.evolve import _readable_snapshot
     from cdc_assets.schema.recover import value_columns
     from cdc_assets.sql.backfill import (
         backfill_min_dt,
@@ -160,7 +159,7 @@ def image_mismatches(
 
     columns = value_columns(spec)
     ledger_l = ledger_layout(spec)
-    snapshot = _readable_snapshot(_load(iceberg_catalog, ledger_l))
+    snapshot = readable_snapshot(_load(iceberg_catalog, ledger_l))
     since = backfill_min_dt(datetime.now(UTC), spec.base.lookback_hours)
     if snapshot is None or not columns:
         return ImageMismatches(0, {}, since=since)

@@ -216,3 +216,19 @@ def is_commit_conflict(exc: BaseException) -> bool:
     """Whether an error (as py4j/pyspark wrap it) is a lost Iceberg commit race."""
     text = f"{type(exc).__name__}: {exc}"
     return any(marker in text for marker in CONFLICT_MARKERS)
+
+
+def readable_snapshot(table: Any) -> int | None:
+    """The ledger snapshot to read, with the table's current schema.
+
+    Spark reads a pinned snapshot (VERSION AS OF) with the schema it was written with; right
+    after phase 1 that schema lacks the new columns. An empty commit gives the current schema a
+    snapshot (it carries no offsets, so the ingest's resume point does not move).
+    """
+    current = table.current_snapshot()
+    if current is None:
+        return None
+    if current.schema_id != table.schema().schema_id:
+        commit_properties_only(table, {})
+        current = table.refresh().current_snapshot()
+    return int(current.snapshot_id)

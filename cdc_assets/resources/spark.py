@@ -189,7 +189,7 @@ class SparkResource(ConfigurableResource):  # type: ignore[type-arg]
         if self._session is None:
             from dagster_pyspark.resources import spark_session_from_config
 
-            from cdc_assets.stack.jars import spark_jars
+            from cdc_assets.stack.own_jars import spark_jars
 
             spark_jars(self.settings())
             if self.master.startswith("local"):

@@ -79,14 +79,6 @@ def ensure_jars(kind: str, settings: Settings, *, quiet: bool = False) -> list[P
     return _jar_files(target)
 
 
-def spark_jars(settings: Settings) -> list[Path]:
-    """Jars to put on Spark's classpath next to the pyspark wheel's own: the Maven-fetched ones and
-    the project's own functions, fetched or compiled first when missing."""
-    from cdc_assets.stack.own_jars import ensure_udf_jar
-
-    return [*ensure_jars("spark", settings), ensure_udf_jar(settings)]
-
-
 def cached_spark_jars(settings: Settings) -> list[Path]:
     """The jars of `spark_jars` that the cache holds now, without fetching anything."""
     return sorted(p for kind in ("spark", "udf") for p in (settings.jars_dir / kind).glob("*.jar"))

@@ -331,7 +331,7 @@ def _avro_connectors(settings: Settings, registry: bool, avro: tuple[str, ...]) 
 
 def _start_spark_connect(settings: Settings, *, cluster: bool = False) -> int:
     from cdc_assets.resources import build_resources
-    from cdc_assets.stack.jars import spark_jars
+    from cdc_assets.stack.own_jars import spark_jars
 
     spark_jars(settings)
     if cluster:

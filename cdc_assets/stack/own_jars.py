@@ -192,3 +192,9 @@ def _package(classes: Path, services: Mapping[str, tuple[str, ...]], jar: Path) 
             out.write(path, path.relative_to(classes).as_posix())
         for interface, implementations in sorted(services.items()):
             out.writestr(f"META-INF/services/{interface}", "\n".join(implementations) + "\n")
+
+
+def spark_jars(settings: Settings) -> list[Path]:
+    """Jars to put on Spark's classpath next to the pyspark wheel's own: the Maven-fetched ones and
+    the project's own functions, fetched or compiled first when missing."""
+    return [*ensure_jars("spark", settings), ensure_udf_jar(settings)]

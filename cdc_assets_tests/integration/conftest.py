@@ -30,8 +30,9 @@ from cdc_assets.resources import (
 )
 from cdc_assets.settings import ENV_HOME, ENV_SPECS, Settings, load_settings
 from cdc_assets.stack import spark_connect
-from cdc_assets.stack.jars import ensure_jars, spark_jars
+from cdc_assets.stack.jars import ensure_jars
 from cdc_assets.stack.local_stack import StackState, stack_down, stack_up
+from cdc_assets.stack.own_jars import spark_jars
 from cdc_assets_tests.conftest import PROJECT_ROOT
 
 
