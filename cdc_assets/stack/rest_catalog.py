@@ -8,9 +8,11 @@ it is the code Iceberg's own REST fixture image runs, and it adds one small JVM 
 backend is the catalog a properties file describes (the stack's SQLite file or PostgreSQL
 catalog, or for the cluster profile the JDBC catalog on the stack's PostgreSQL with the warehouse
 in its object store, written through Iceberg's S3FileIO). It requires a bearer token that the
-stack makes up at the first start (clients pass it as the catalog property ``token``).
+stack makes up at the first start (clients pass it as the catalog property ``token``), and hands
+it out at the protocol's OAuth2 token endpoint to the client whose id and secret the stack made
+up with it (the client credentials flow: the catalog property ``credential``, ``id:secret``).
 
-The state file's ``rest_catalog`` section records its pid, port and token.
+The state file's ``rest_catalog`` section records its pid, port, token and client credentials.
 """
 
 from __future__ import annotations
@@ -36,13 +38,17 @@ HEAP = "-Xmx256m"
 READY_TIMEOUT_S = 60.0
 
 
-TOKEN_PROPERTY = "rest.auth.token"  # the server's property (jvm/rest), not a client's
+TOKEN_PROPERTY = "rest.auth.token"  # the server's properties (jvm/rest), not a client's
+CLIENT_ID_PROPERTY = "rest.auth.client-id"
+CLIENT_SECRET_PROPERTY = "rest.auth.client-secret"
+CLIENT_ID = "cdc-assets"
 
 
 @dataclass(frozen=True)
 class RestCatalog:
     port: int
     token: str | None = None
+    client_secret: str | None = None  # of CLIENT_ID, for the client credentials flow
 
     @property
     def url(self) -> str:
@@ -51,6 +57,10 @@ class RestCatalog:
     def client_properties(self) -> dict[str, str]:
         """What a client (Spark's RESTCatalog, pyiceberg's) needs beyond the URI: the token."""
         return {"token": self.token} if self.token else {}
+
+    def credential(self) -> str | None:
+        """The catalog property ``credential`` of the client credentials flow (``id:secret``)."""
+        return f"{CLIENT_ID}:{self.client_secret}" if self.client_secret else None
 
 
 def _directory(settings: Settings) -> Path:
@@ -78,7 +88,9 @@ def recorded(settings: Settings) -> RestCatalog | None:
     entry = stack_state.section(settings, SECTION)
     try:
         int(entry["pid"])
-        return RestCatalog(int(entry["port"]), entry.get("token") or None)
+        return RestCatalog(
+            int(entry["port"]), entry.get("token") or None, entry.get("client_secret") or None
+        )
     except (KeyError, TypeError, ValueError):
         return None
 
@@ -99,16 +111,22 @@ def start(settings: Settings, backend: dict[str, str]) -> RestCatalog:
     found = running(settings)
     if found is not None:
         return found
-    previous_token = stack_state.section(settings, SECTION).get("token")
+    kept = stack_state.section(settings, SECTION)
     stop(settings)
-    token = str(previous_token or secrets.token_urlsafe(24))
+    token = str(kept.get("token") or secrets.token_urlsafe(24))
+    client_secret = str(kept.get("client_secret") or secrets.token_urlsafe(24))
     directory = _directory(settings)
     directory.mkdir(parents=True, exist_ok=True)
     properties = directory / "catalog.properties"
     # Only the owner may read it: it holds the backend's credentials.
     fd = os.open(properties, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        for key, value in sorted({**backend, TOKEN_PROPERTY: token}.items()):
+        auth = {
+            TOKEN_PROPERTY: token,
+            CLIENT_ID_PROPERTY: CLIENT_ID,
+            CLIENT_SECRET_PROPERTY: client_secret,
+        }
+        for key, value in sorted({**backend, **auth}.items()):
             handle.write(f"{_escape(key)}={_escape(value)}\n")
     previous = int(stack_state.section(settings, SECTION).get("port") or 0)
     port = previous if previous and port_is_free(previous) else pick_free_port()
@@ -127,8 +145,9 @@ def start(settings: Settings, backend: dict[str, str]) -> RestCatalog:
         str(properties),
     ]
     pid = local_process.start_detached(command, log, cwd=directory)
-    stack_state.put(settings, **{SECTION: {"pid": pid, "port": port, "token": token}})
-    server = RestCatalog(port, token)
+    entry = {"pid": pid, "port": port, "token": token, "client_secret": client_secret}
+    stack_state.put(settings, **{SECTION: entry})
+    server = RestCatalog(port, token, client_secret)
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
         if not local_process.pid_alive(pid):
@@ -154,7 +173,7 @@ def stop(settings: Settings, *, outage: bool = False) -> None:
     if isinstance(pid, int) and local_process.runs(pid, MAIN_CLASS):
         local_process.stop(pid, "REST catalog")
     if entry and not outage:
-        kept = {k: entry[k] for k in ("port", "token") if k in entry}
+        kept = {k: entry[k] for k in ("port", "token", "client_secret") if k in entry}
         stack_state.put(settings, **{SECTION: kept})
 
 

@@ -185,6 +185,41 @@ def test_a_refused_token_fails_the_preflight_naming_the_setting(
         assert server.token not in str(refused.value)
 
 
+def test_the_client_credentials_flow(
+    rest_settings: Any, rest_iceberg: IcebergCatalogResource, spark: Any
+) -> None:
+    """A client given ``credential`` (id:secret) instead of a token gets one at the protocol's
+    OAuth2 token endpoint: pyiceberg, and Spark's RESTCatalog registered as a catalog of its
+    own; a wrong secret is refused there, before anything is written, naming the setting."""
+    settings, backend = rest_settings
+    server = rest_catalog.running(settings)
+    assert server is not None
+    credential = server.credential()
+    assert credential is not None
+    namespace = f"cred_{random.randrange(10**9)}"
+    with_credential = rest_iceberg.model_copy(update={"properties": {"credential": credential}})
+    check_catalog(with_credential.config())
+    with_credential.load_catalog().create_namespace(namespace)
+    other = IcebergCatalogResource(
+        name="rest_credential",
+        type="rest",
+        uri=server.url,
+        warehouse=backend["warehouse"],
+        properties={"credential": credential},
+    )
+    for key, value in spark_catalog_conf(other.config()).items():
+        spark.conf.set(key, value)
+    names = [r[0] for r in spark.sql("SHOW NAMESPACES IN rest_credential").collect()]
+    assert namespace in names
+    wrong = f"{credential.split(':')[0]}:not-the-secret"
+    refused = rest_iceberg.model_copy(update={"properties": {"credential": wrong}})
+    with pytest.raises(ConfigError, match=ENV_CATALOG_PROPERTIES) as error:
+        check_catalog(refused.config())
+    assert "not-the-secret" not in str(error.value)
+    assert server.client_secret is not None
+    assert server.client_secret not in str(error.value)
+
+
 def test_stack_up_with_the_rest_catalog_points_the_resources_at_it(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:

@@ -37,7 +37,10 @@ import org.eclipse.jetty.servlet.ServletHolder;
  * the tables of each name apart, so a server over a catalog that engines also open directly must
  * use their name. With {@code rest.auth.token} set, every request must carry it as a bearer token
  * ({@code Authorization: Bearer ...}, what Spark's and pyiceberg's REST clients send for their
- * {@code token} property); others get 401 in the REST protocol's error format.
+ * {@code token} property); others get 401 in the REST protocol's error format. With {@code
+ * rest.auth.client-id} and {@code rest.auth.client-secret} too, the protocol's OAuth2 token
+ * endpoint ({@code POST /v1/oauth/tokens}, client credentials grant, what the clients do for their
+ * {@code credential} property) hands that token to a client that presents them.
  */
 public final class LoopbackRestCatalog {
   private LoopbackRestCatalog() {}
@@ -57,6 +60,8 @@ public final class LoopbackRestCatalog {
     String name = properties.getOrDefault("catalog-name", "rest_backend");
     properties.remove("catalog-name");
     String token = properties.remove("rest.auth.token");
+    String clientId = properties.remove("rest.auth.client-id");
+    String clientSecret = properties.remove("rest.auth.client-secret");
     properties.putIfAbsent("catalog-impl", "org.apache.iceberg.jdbc.JdbcCatalog");
     properties.putIfAbsent("jdbc.schema-version", "V1");
     Catalog catalog =
@@ -68,7 +73,9 @@ public final class LoopbackRestCatalog {
     context.addServlet(new ServletHolder(servlet), "/*");
     if (token != null && !token.isEmpty()) {
       context.addFilter(
-          new FilterHolder(new BearerToken(token)), "/*", EnumSet.of(DispatcherType.REQUEST));
+          new FilterHolder(new BearerToken(token, clientId, clientSecret)),
+          "/*",
+          EnumSet.of(DispatcherType.REQUEST));
     }
 
     Server server = new Server();
@@ -82,30 +89,79 @@ public final class LoopbackRestCatalog {
     server.join();
   }
 
-  /** Lets a request through only with the expected bearer token (compared in constant time). */
+  /**
+   * Lets a request through only with the expected bearer token (compared in constant time), and
+   * answers the token endpoint for the configured client.
+   */
   private static final class BearerToken implements Filter {
+    private final String token;
     private final byte[] expected;
+    private final String clientId;
+    private final String clientSecret;
 
-    BearerToken(String token) {
+    BearerToken(String token, String clientId, String clientSecret) {
+      this.token = token;
       this.expected = ("Bearer " + token).getBytes(StandardCharsets.UTF_8);
+      this.clientId = clientId;
+      this.clientSecret = clientSecret;
     }
 
     @Override
     public void doFilter(ServletRequest request, ServletResponse response, FilterChain chain)
         throws IOException, ServletException {
-      String header = ((HttpServletRequest) request).getHeader("Authorization");
+      HttpServletRequest http = (HttpServletRequest) request;
+      HttpServletResponse out = (HttpServletResponse) response;
+      if ("POST".equals(http.getMethod()) && http.getRequestURI().endsWith("/v1/oauth/tokens")) {
+        tokenEndpoint(http, out);
+        return;
+      }
+      String header = http.getHeader("Authorization");
       byte[] given = header == null ? new byte[0] : header.getBytes(StandardCharsets.UTF_8);
       if (MessageDigest.isEqual(expected, given)) {
         chain.doFilter(request, response);
         return;
       }
-      HttpServletResponse http = (HttpServletResponse) response;
-      http.setStatus(401);
-      http.setContentType("application/json");
-      http.getWriter()
+      out.setStatus(401);
+      out.setContentType("application/json");
+      out.getWriter()
           .write(
               "{\"error\":{\"message\":\"Not authorized: a valid bearer token is required\","
                   + "\"type\":\"NotAuthorizedException\",\"code\":401}}");
+    }
+
+    /** The client credentials grant: the token for the configured client, else 401. */
+    private void tokenEndpoint(HttpServletRequest http, HttpServletResponse out)
+        throws IOException {
+      String id = http.getParameter("client_id");
+      String secret = http.getParameter("client_secret");
+      boolean known =
+          clientId != null
+              && clientSecret != null
+              && "client_credentials".equals(http.getParameter("grant_type"))
+              && id != null
+              && secret != null
+              && MessageDigest.isEqual(
+                  clientId.getBytes(StandardCharsets.UTF_8), id.getBytes(StandardCharsets.UTF_8))
+              && MessageDigest.isEqual(
+                  clientSecret.getBytes(StandardCharsets.UTF_8),
+                  secret.getBytes(StandardCharsets.UTF_8));
+      out.setContentType("application/json");
+      if (!known) {
+        out.setStatus(401);
+        out.getWriter()
+            .write(
+                "{\"error\":\"invalid_client\","
+                    + "\"error_description\":\"unknown client or wrong secret\"}");
+        return;
+      }
+      out.setStatus(200);
+      out.getWriter()
+          .write(
+              "{\"access_token\":\""
+                  + token
+                  + "\",\"token_type\":\"bearer\","
+                  + "\"issued_token_type\":\"urn:ietf:params:oauth:token-type:access_token\","
+                  + "\"expires_in\":3600}");
     }
   }
 }
