@@ -2,8 +2,9 @@
 script.
 
 One stack of its own with the cluster profile (`stack up --cluster`: a Spark standalone master and
-two one-core workers driven by the Spark Connect server, the JDBC catalog on PostgreSQL, the
-warehouse in the S3 object store). Both profiles read the same topic into their own catalogs:
+two one-core workers driven by the Spark Connect server, the REST catalog over the JDBC catalog
+on PostgreSQL (``CDC_ASSETS_CLUSTER_CATALOG=jdbc``: that catalog directly), the warehouse in the
+S3 object store). Both profiles read the same topic into their own catalogs:
 
 - ``local[2]``: a driver of its own in the run's process, the embedded SQLite catalog and a
   warehouse directory (the defaults, as `make run` uses them);
