@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from cdc_assets.pipeline.iceberg_types import iceberg_type
+from cdc_assets.pipeline.watermark import is_commit_conflict
 from cdc_assets.schema.layers import TXN_COLUMNS, TableLayout, all_layouts
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.sql.ddl import (
@@ -14,6 +16,12 @@ from cdc_assets.sql.ddl import (
     render_identifier_fields,
     render_write_order,
 )
+
+# Attempts of an idempotent table property change that lost a commit race (another run that
+# creates or evolves the same new table committed first: seen through the daemon, seed 20 of
+# test_daemon_scenarios), and the pause between them.
+PROPERTY_ATTEMPTS = 5
+PROPERTY_RETRY_PAUSE_S = 0.2
 
 
 @dataclass(frozen=True)
@@ -44,9 +52,22 @@ def ensure_tables(
                 render_write_order(catalog, layout),
             ):
                 if sql:
-                    spark.sql(sql)
+                    _idempotent(spark, sql)
         outcomes.append(TableOutcome(layer, identifier, created=not exists))
     return outcomes
+
+
+def _idempotent(spark: Any, sql: str) -> None:
+    """Run an idempotent ALTER (identifier fields, write order), again when its commit lost a
+    race: it states what the table must have, so applying it on the newer metadata is right."""
+    for attempt in range(1, PROPERTY_ATTEMPTS + 1):
+        try:
+            spark.sql(sql)
+            return
+        except Exception as exc:
+            if attempt == PROPERTY_ATTEMPTS or not is_commit_conflict(exc):
+                raise
+            time.sleep(PROPERTY_RETRY_PAUSE_S * attempt)
 
 
 def missing_tables(iceberg_catalog: Any, spec: TableSpec) -> list[str]:
