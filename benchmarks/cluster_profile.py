@@ -216,7 +216,7 @@ def main() -> None:
         admin.create_topics([NewTopic(topic, num_partitions=4, replication_factor=1)])[
             topic
         ].result(30)
-        spec = spec.model_copy(update={"source": spec.source.model_copy(update={"topic": topic})})
+        spec = spec.model_copy(update={"source": spec.source.model_copy(update={"topic_": topic})})
         spec_file = base / "spec.json"
         spec_file.write_text(spec.model_dump_json(by_alias=True), encoding="utf-8")
         rng = random.Random(21)

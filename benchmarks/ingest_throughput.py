@@ -11,7 +11,9 @@ both before anything is timed; measured repeats alternate between the cases):
 - spark_parse_image_parquet: the same plus the row image kept as JSON text (to_json of the parsed
   image, the cheapest of the ways tried): the design notes' "parse + keep the row image + write
   Parquet", which a ledger that can backfill from its own row images must do at least;
-- cdc_ingest: our ingest_incremental into an empty users ledger (+ dead letters).
+- cdc_ingest: our ingest_incremental into an empty users ledger (+ dead letters);
+- cdc_ingest_sql_reader: the same with the envelope read by Spark's from_json instead of the
+  project's JVM function (spark.cdcassets.envelopeReader=sql): what the function buys.
 
 It also measures the produce-to-visible latency of a 1,000-event batch, samples the peak RSS of
 the driver JVM and of this Python process, checks every count, prints a table and writes JSON and
@@ -61,7 +63,11 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 
 BASELINE, BASELINE_IMAGE, OURS = "spark_parse_parquet", "spark_parse_image_parquet", "cdc_ingest"
-CASES = (BASELINE, BASELINE_IMAGE, OURS)
+# The same ingest with Spark's own functions reading the envelope instead of the project's
+# function (what a session without cdc-assets-udf.jar runs).
+OURS_SQL = "cdc_ingest_sql_reader"
+CASES = (BASELINE, BASELINE_IMAGE, OURS, OURS_SQL)
+READERS = {OURS: "jvm", OURS_SQL: "sql"}
 BASELINES = (BASELINE, BASELINE_IMAGE)
 # An id no random value of the users row contains: every template is cut at it and the real id
 # is spliced in, so a few thousand encoded envelopes serve a million events.
@@ -428,7 +434,7 @@ def payload_schema(spec: Any) -> str:
 def isolated(spec: Any, topic: str, namespace: str) -> Any:
     return spec.model_copy(
         update={
-            "source": spec.source.model_copy(update={"topic": topic}),
+            "source": spec.source.model_copy(update={"topic_": topic}),
             "sink": spec.sink.model_copy(update={"namespace": namespace}),
         }
     )
@@ -606,17 +612,20 @@ class Bench:
         snapshot = self.iceberg.load_table(f"{layout.namespace}.{layout.name}").current_snapshot()
         return int(snapshot.summary[key]) if snapshot else 0
 
-    def cdc_ingest(self, topic: str, label: str) -> Measurement:
+    def cdc_ingest(self, topic: str, label: str, case: str = OURS) -> Measurement:
+        from cdc_assets.pipeline.batch_cache import session_conf
+        from cdc_assets.pipeline.envelope_reader import READER_CONF
         from cdc_assets.pipeline.ingest import ingest_incremental
 
         if self.dead is not None:
-            return Measurement(OURS, error=f"skipped: {self.dead}")
+            return Measurement(case, error=f"skipped: {self.dead}")
         spec = self.prepare_ledger(topic)
 
         def action(m: Measurement) -> None:
-            result = ingest_incremental(
-                self.spark, self.catalog_name, self.iceberg, self.kafka, spec
-            )
+            with session_conf(self.spark, {READER_CONF: READERS[case]}):
+                result = ingest_incremental(
+                    self.spark, self.catalog_name, self.iceberg, self.kafka, spec
+                )
             m.counts = {
                 "read": result.read,
                 "ledger": result.ledger,
@@ -627,7 +636,7 @@ class Bench:
                 "ingest_result_seconds": result.seconds,
             }
 
-        m = self.timed(OURS, label, action)
+        m = self.timed(case, label, action)
         if m.error is None:
             m.rows_written = self.table_summary(spec, "cdc", "total-records")
             m.counts["dead_letter_rows"] = self.table_summary(spec, "dead_letter", "total-records")
@@ -1026,7 +1035,7 @@ def write_plot(
     fig, ax = plt.subplots(figsize=(9, 4.5))
     labels = [r["case"] for r in rows]
     values = [r["events_per_s"] or 0 for r in rows]
-    colors = {BASELINE: "#888888", BASELINE_IMAGE: "#bbbbbb", OURS: "#1f77b4"}
+    colors = {BASELINE: "#888888", BASELINE_IMAGE: "#bbbbbb", OURS: "#1f77b4", OURS_SQL: "#9ecae1"}
     bars = ax.bar(labels, values, color=[colors[r["case"]] for r in rows])
     top = max([*values, 1])
     for bar, r in zip(bars, rows, strict=True):
@@ -1142,6 +1151,7 @@ def main() -> None:
             bench.baseline(warm_topic, "warmup baseline"),
             bench.baseline(warm_topic, "warmup baseline with image", BASELINE_IMAGE),
             bench.cdc_ingest(warm_topic, "warmup cdc_ingest"),
+            bench.cdc_ingest(warm_topic, "warmup cdc_ingest_sql_reader", OURS_SQL),
         )
         for warm in warmups:
             if warm.error is not None:
@@ -1160,8 +1170,8 @@ def main() -> None:
         for i in range(args.repeats):
             for case in args.cases:
                 label = f"{case} {i + 1}"
-                if case == OURS:
-                    m = bench.cdc_ingest(topic, label)
+                if case in READERS:
+                    m = bench.cdc_ingest(topic, label, case)
                 else:
                     m = bench.baseline(topic, label, case)
                 measured[case].append(m)
@@ -1194,6 +1204,11 @@ def main() -> None:
             key = "" if name == BASELINE else f"{name}_"
             ratios[f"{key}time_ratio"] = ours["seconds"] / base["seconds"]
             ratios[f"{key}throughput_ratio"] = ours["events_per_s"] / base["events_per_s"]
+    spark_only = by_case.get(OURS_SQL, {})
+    if spark_only.get("own_cpu_s") and ours.get("own_cpu_s"):
+        # What the project's envelope function buys over Spark's own functions (< 1: faster).
+        ratios["jvm_reader_vs_sql_reader_cpu_ratio"] = ours["own_cpu_s"] / spark_only["own_cpu_s"]
+        ratios["jvm_reader_vs_sql_reader_time_ratio"] = ours["seconds"] / spark_only["seconds"]
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / "ingest_throughput.json"
     document = {

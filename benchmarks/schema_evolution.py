@@ -84,7 +84,7 @@ def main() -> None:
         iceberg = res["iceberg"]
         users = next(s for s in load_specs(ROOT / "table_specs") if s.name == "users")
         source = users.source.model_copy(
-            update={"topic": "bench.app.users", "schema_change_topic": "bench.schema"}
+            update={"topic_": "bench.app.users", "schema_change_topic": "bench.schema"}
         )
         spec = users.model_copy(update={"source": source})
         specs_dir = tmp / "specs"

@@ -182,7 +182,7 @@ def run_format(
     spec = users.model_copy(
         update={
             "name": f"users_v{fmt}",  # spec names are unique in a deployment
-            "source": users.source.model_copy(update={"topic": topic}),
+            "source": users.source.model_copy(update={"topic_": topic}),
             "sink": users.sink.model_copy(update={"namespace": f"read_v{fmt}"}),
             "base": users.base.model_copy(
                 update={"properties": {**users.base.properties, "format-version": str(fmt)}}

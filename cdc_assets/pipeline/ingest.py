@@ -19,6 +19,7 @@ from typing import Any
 
 from cdc_assets.errors import CdcAssetsError, SchemaChangeStopError
 from cdc_assets.pipeline.batch_cache import cached_batch, session_conf
+from cdc_assets.pipeline.envelope_reader import envelope_reader
 from cdc_assets.pipeline.failpoint import armed, fail_once, failpoint, hold
 from cdc_assets.pipeline.gtid_floor import fill_gtid_floor
 from cdc_assets.pipeline.ledger_commit import (
@@ -50,8 +51,6 @@ from cdc_assets.sql.batch_decode import render_classified
 from cdc_assets.sql.ddl import literal, quote, temp_view_name
 from cdc_assets.sql.decode import (
     DEAD,
-    ENVELOPE_EXTENSIONS,
-    ENVELOPE_FUNCTION,
     LEDGER,
     SKIP,
     json_has_field,
@@ -135,39 +134,6 @@ def read_kafka(
     return reader.load()
 
 
-class EnvelopeFunctionMissingError(CdcAssetsError):
-    """The session cannot call the project's envelope reader (its jar or extension is missing)."""
-
-
-def register_envelope_function(spark: Any) -> None:
-    """Make sure the project's envelope reader (compiled into the jar cache, on ``spark.jars``)
-    is callable from SQL in this session.
-
-    Sessions configured by `SparkResource` (and the Connect server it starts) have it from the
-    ``spark.sql.extensions`` entry; a session started otherwise, with the jar on its classpath,
-    gets it registered here.
-    """
-    if spark.catalog.functionExists(ENVELOPE_FUNCTION):
-        return
-    from cdc_assets.pipeline.session_kind import is_connect
-
-    if not is_connect(spark):
-        try:
-            spark._jvm.io.cdcassets.spark.CdcExtensions.register(spark._jsparkSession)
-            return
-        except Exception as exc:  # py4j: the class is not on the driver's classpath
-            raise EnvelopeFunctionMissingError(_missing_function(str(exc))) from exc
-    raise EnvelopeFunctionMissingError(_missing_function("a Connect server without it"))
-
-
-def _missing_function(detail: str) -> str:
-    return (
-        f"Spark SQL function {ENVELOPE_FUNCTION} is not available ({detail.splitlines()[0]}): put "
-        "the project's cdc-assets-udf.jar (`cdc-assets jars`) on spark.jars and add "
-        f"{ENVELOPE_EXTENSIONS} to spark.sql.extensions"
-    )
-
-
 def classify_records(records: Any, spec: TableSpec, schemas: TopicSchemas | None = None) -> Any:
     """Every Kafka record with ``_status``/``_stage``/``_reason`` and its decoded ledger columns.
 
@@ -183,7 +149,7 @@ def classify_records(records: Any, spec: TableSpec, schemas: TopicSchemas | None
     because a Connect client's DataFrame resolves it only when it runs.
     """
     spark = records.sparkSession
-    register_envelope_function(spark)
+    reader = envelope_reader(spark)
     schemas = schemas or TopicSchemas(None, value_subject(spec.source.topic))
     view = temp_view_name("records", spec.sink.namespace, spec.name)
     records.createOrReplaceTempView(view)
@@ -195,6 +161,7 @@ def classify_records(records: Any, spec: TableSpec, schemas: TopicSchemas | None
         schemas.url,
         schemas.subject,
         headers="headers" in records.columns,
+        reader=reader,
     )
     return spark.sql(query)
 

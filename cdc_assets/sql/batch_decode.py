@@ -22,12 +22,17 @@ from cdc_assets.sql.decode import (
     decode_stages,
     envelope_call,
     envelope_values,
+    map_lookup,
+    sql_envelope_stages,
+    sql_header,
 )
 from cdc_assets.sql.registry_wire import decoded_json, framing_error, value_text
 
 # The Kafka header Debezium puts on the create of a primary-key change: the row's previous key
 # as JSON, e.g. {"order_id":42}.
 OLD_KEY_HEADER = "__debezium.oldkey"
+# How the record value is read: the project's one-pass JVM function, or Spark's own functions.
+JVM_READER, SQL_READER = "jvm", "sql"
 
 
 def _stage(columns: Sequence[tuple[str, str]], below: str, depth: int, keep: bool = True) -> str:
@@ -46,18 +51,30 @@ def render_classified(
     subject: str,
     *,
     headers: bool,
+    reader: str = JVM_READER,
 ) -> str:
     """Every record of ``source`` (a table or view with Kafka's columns: key, value, partition,
     offset, timestamp, and headers when ``headers``) with its envelope, decoded fields and
     ``_status``/``_stage``/``_reason``. ``schemas`` are the registry writer schemas (id -> Avro
     text) a framed value may name; ``registry`` and ``subject`` word the reason when one is
-    missing."""
+    missing. ``reader`` is `JVM_READER` or `SQL_READER`: the same columns either way."""
+    if reader not in (JVM_READER, SQL_READER):
+        raise ValueError(f"unknown envelope reader {reader!r}")
     # Redriven dead letters keep no headers, so no old key either.
-    old_key = (
-        f"{HEADER_FUNCTION}(headers, {literal(OLD_KEY_HEADER)})"
-        if headers
-        else "CAST(NULL AS STRING)"
-    )
+    old_key = "CAST(NULL AS STRING)"
+    if headers and reader == JVM_READER:
+        old_key = f"{HEADER_FUNCTION}(headers, {literal(OLD_KEY_HEADER)})"
+    elif headers:
+        old_key = sql_header("headers", OLD_KEY_HEADER)
+    if reader == JVM_READER:
+        envelope = [
+            [("_envelope", envelope_call("value_json", plans))],
+            [(name, f"_envelope.{quote(name)}") for name, _ in ENVELOPE_FIELDS],
+        ]
+        values = decode_stages(plans, envelope_values(plans))
+    else:
+        envelope = sql_envelope_stages("value_json", plans)
+        values = decode_stages(plans, map_lookup)
     query = _stage(
         [
             ("key_bin", quote("key")),
@@ -80,10 +97,9 @@ def render_classified(
             ),
             ("value_json", value_text("value_bin", "_avro_json")),
         ],
-        [("_envelope", envelope_call("value_json", plans))],
-        [(name, f"_envelope.{quote(name)}") for name, _ in ENVELOPE_FIELDS],
+        *envelope,
         [("image", "CASE WHEN op = 'd' THEN before ELSE after END")],
-        *decode_stages(plans, envelope_values(plans)),
+        *values,
         [("_outcome", classify(spec, plans)), ("_unknown", "unknown")],
         [(f"_{part}", f"_outcome.{part}") for part in ("status", "stage", "reason")],
     ]

@@ -102,6 +102,86 @@ def envelope_call(value: str, plans: list[FieldPlan]) -> str:
     return f"{ENVELOPE_FUNCTION}({value}, array({names}))"
 
 
+# The pure-Spark reader: the same envelope columns from Spark's own functions, for a session
+# without the project's function (its jar absent, or built for another Spark version). It
+# parses the value, then the applied image, with from_json: two parses instead of one pass,
+# and each image value is Spark's text of it (a number may be spelled differently), so
+# `map_lookup` reads the columns from ``img``.
+_ENVELOPE_JSON = (
+    f"before:string,after:string,op:string,ts_ms:bigint,source:{SOURCE_STRUCT},"
+    "ddl:string,tableChanges:string,status:string,id:string,databaseName:string,"
+    "transaction:struct<id:string,data_collection_order:bigint>"
+)
+_CORRUPT = "_corrupt"
+# Top level of a record value: the envelope itself (no embedded schema) or under "payload". The
+# embedded "schema" object is not listed, so Spark skips it instead of materializing it.
+VALUE_SCHEMA = f"struct<payload:struct<{_ENVELOPE_JSON}>,{_ENVELOPE_JSON},{_CORRUPT}:string>"
+_PICKED = {
+    "op": "op",
+    "ts_ms": "ts_ms",
+    "source": "source",
+    "ddl": "ddl",
+    "tableChanges": "tableChanges",
+    "status": "status",
+    "id": "id",
+    "databaseName": "databaseName",
+    "before": "before",
+    "after": "after",
+    "txn_id": "transaction.id",
+    "txn_order": "transaction.data_collection_order",
+}
+
+
+def sql_envelope_stages(value: str, plans: list[FieldPlan]) -> list[list[tuple[str, str]]]:
+    """Projections giving the columns of `ENVELOPE_FIELDS` (but ``vals``) and the applied image
+    as ``img`` (`IMAGE_SCHEMA`) from ``value`` (binary) with Spark's own functions; what
+    `envelope_call` gives in one pass."""
+    doc = "_value_doc"
+    options = f"map('mode', 'PERMISSIVE', 'columnNameOfCorruptRecord', {literal(_CORRUPT)})"
+    parsed = f"from_json(CAST({value} AS STRING), {literal(VALUE_SCHEMA)}, {options})"
+
+    def picked(path: str) -> str:
+        return (
+            f"CASE WHEN NOT json_ok THEN NULL WHEN {doc}.payload IS NOT NULL "
+            f"THEN {doc}.payload.{path} ELSE {doc}.{path} END"
+        )
+
+    names = ", ".join(literal(n) for n in envelope_names(plans))
+    applied = "CASE WHEN op = 'd' THEN before ELSE after END"
+    return [
+        [
+            ("value_utf8_ok", f"is_valid_utf8({value})"),
+            # Only valid UTF-8 is cast: CAST would replace bad bytes and parse the rest.
+            (doc, f"CASE WHEN is_valid_utf8({value}) THEN {parsed} END"),
+        ],
+        [("json_ok", f"value_utf8_ok AND {doc} IS NOT NULL AND {doc}.{_CORRUPT} IS NULL")],
+        [(name, picked(path)) for name, path in _PICKED.items()],
+        [("_img_all", f"from_json({applied}, {literal(IMAGE_SCHEMA)})")],
+        [("img", _last_wins("_img_all"))],
+        [("unknown", f"array_except(map_keys(img), array({names}))")],
+    ]
+
+
+def _last_wins(image: str) -> str:
+    """The map ``image`` with a field sent twice holding its last value, as the function (and
+    from_json of a struct) reads it: from_json keeps both entries of a map and a lookup finds
+    the first. Rebuilt only for the rare image that has a duplicate."""
+    keys = f"array_distinct(map_keys({image}))"
+    last = f"element_at(filter(map_entries({image}), e -> e.key = k), -1).value"
+    return (
+        f"CASE WHEN size(map_keys({image})) = size({keys}) THEN {image} "
+        f"ELSE map_from_arrays({keys}, transform({keys}, k -> {last})) END"
+    )
+
+
+def sql_header(headers: str, name: str) -> str:
+    """What `HEADER_FUNCTION` gives, with Spark's own functions: the first header ``name``'s
+    value as text."""
+    return (
+        f"CAST(try_element_at(filter({headers}, h -> h.key = {literal(name)}), 1).value AS STRING)"
+    )
+
+
 def raw_stage(plans: list[FieldPlan], field_text: FieldText = map_lookup) -> list[tuple[str, str]]:
     """One lookup per column; every later expression reads the resulting column."""
     return [(ref(plan, "r"), field_text(i, plan)) for i, plan in enumerate(plans)]

@@ -16,6 +16,7 @@ call a no-op that runs no process.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import shutil
 import tempfile
@@ -24,7 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cdc_assets.errors import JarSetupError
+from cdc_assets.errors import JarSetupError, ToolMissingError
 from cdc_assets.resources.config import UDF_JAR_NAME
 from cdc_assets.settings import Settings
 from cdc_assets.stack.jars import (
@@ -36,6 +37,8 @@ from cdc_assets.stack.jars import (
     run_quietly,
     swap_in,
 )
+
+log = logging.getLogger(__name__)
 
 JAVA_RELEASE = "17"
 
@@ -196,5 +199,19 @@ def _package(classes: Path, services: Mapping[str, tuple[str, ...]], jar: Path) 
 
 def spark_jars(settings: Settings) -> list[Path]:
     """Jars to put on Spark's classpath next to the pyspark wheel's own: the Maven-fetched ones and
-    the project's own functions, fetched or compiled first when missing."""
-    return [*ensure_jars("spark", settings), ensure_udf_jar(settings)]
+    the project's own functions, fetched or compiled first when missing.
+
+    The project's functions are a speed-up: when they cannot be compiled (a JRE without
+    ``javac``, say), a warning says so and sessions read Kafka values with Spark's own functions
+    (`pipeline.envelope_reader`)."""
+    jars = ensure_jars("spark", settings)
+    try:
+        return [*jars, ensure_udf_jar(settings)]
+    except (JarSetupError, ToolMissingError) as exc:
+        log.warning(
+            "the project's Spark functions (%s) were not built: %s; Kafka values will be "
+            "decoded with Spark's own from_json, which is slower",
+            UDF_JAR_NAME,
+            str(exc).splitlines()[0],
+        )
+        return jars

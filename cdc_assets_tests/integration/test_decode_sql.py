@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cdc_assets.pipeline.batch_cache import session_conf
+from cdc_assets.pipeline.envelope_reader import READER_CONF
 from cdc_assets.pipeline.ingest import classify_records, ledger_rows, prepare
 from cdc_assets.pipeline.small_work import INTERPRETED_CONF
 from cdc_assets.spec import load_spec_text
@@ -54,8 +55,11 @@ def connect_decimal(value: Decimal, scale: int) -> str:
 
 # Small ingest batches decode interpreted (pipeline.small_work), large ones with generated code:
 # every decoder must give the same values both ways.
+# Spark's own envelope reader (no project jar) must give them too.
 MODES = pytest.mark.parametrize(
-    "mode", [{}, INTERPRETED_CONF], ids=["generated_code", "interpreted"]
+    "mode",
+    [{}, INTERPRETED_CONF, {READER_CONF: "sql"}],
+    ids=["generated_code", "interpreted", "sql_reader"],
 )
 
 

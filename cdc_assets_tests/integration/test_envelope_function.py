@@ -7,12 +7,24 @@ writes it back out), so JSON texts are compared parsed."""
 from __future__ import annotations
 
 import ast
+import base64
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from cdc_assets.pipeline.ingest import register_envelope_function
+from cdc_assets.pipeline.batch_cache import session_conf
+from cdc_assets.pipeline.envelope_reader import (
+    READER_CONF,
+    EnvelopeFunctionMissingError,
+    envelope_reader,
+    register_envelope_function,
+)
+from cdc_assets.pipeline.ingest import classify_records, prepare
 from cdc_assets.sql.ddl import literal
 from cdc_assets.sql.decode import (
     ENVELOPE_FIELDS,
@@ -21,7 +33,8 @@ from cdc_assets.sql.decode import (
     IMAGE_SCHEMA,
     SOURCE_STRUCT,
 )
-from cdc_assets_tests.support.bad_records import cases
+from cdc_assets_tests.conftest import PROJECT_ROOT
+from cdc_assets_tests.support.bad_records import cases, users_spec
 
 # What the ingest parsed with before the one-pass reader: the reference here.
 _ENVELOPE = (
@@ -255,3 +268,107 @@ def test_kafka_header_agrees_with_filter(envelope_ready: Any) -> None:
     )
     assert [r["ours"] for r in rows] == [r["spark"] for r in rows]
     assert [r["ours"] for r in rows][3:6] == ['{"id":1}', '{"id":2}', None]
+
+
+def _classified(spark: Any, values: list[bytes | None], reader: str) -> dict[int, dict[str, Any]]:
+    """Every value classified and prepared for the users ledger by ``reader``, by offset."""
+    with session_conf(spark, {READER_CONF: reader}):
+        assert envelope_reader(spark) == reader
+        return _classify(spark, values)
+
+
+def _classify(spark: Any, values: list[bytes | None]) -> dict[int, dict[str, Any]]:
+    rows = [(b'{"id":1}', v, 0, i, None, None) for i, v in enumerate(values)]
+    headers = [None, [("__debezium.oldkey", b'{"id":7}')], [("x", b"y")]]
+    rows = [(*r[:5], headers[i % 3]) for i, r in enumerate(rows)]
+    frame = spark.createDataFrame(
+        rows,
+        "key binary, value binary, partition int, offset bigint, timestamp timestamp, "
+        "headers array<struct<key:string,value:binary>>",
+    )
+    out = prepare(classify_records(frame, users_spec()), users_spec()).collect()
+    return {r["_kafka_offset"]: r.asDict(recursive=True) for r in out}
+
+
+def test_sql_reader_classifies_as_the_function_does(envelope_ready: Any) -> None:
+    """The pure-Spark path (from_json, no jar) against the function on every JSON case and the
+    bad-record corpus: the same status, stage, reason, unknown fields and ledger values; row
+    images may differ in spelling only."""
+    values: list[bytes | None] = [v.encode() for v in JSON_CASES]
+    values += [c.value for c in cases()]
+    values += [None, *UTF8_CASES]
+    ours = _classified(envelope_ready, values, "jvm")
+    spark_only = _classified(envelope_ready, values, "sql")
+    assert sorted(ours) == sorted(spark_only) == list(range(len(values)))
+    texts = {"_row_json", "_before_json"}
+    differ = []
+    for i, value in enumerate(values):
+        g, w = ours[i], spark_only[i]
+        g["_unknown"], w["_unknown"] = sorted(g["_unknown"] or []), sorted(w["_unknown"] or [])
+        for column in g:
+            a, b = g[column], w[column]
+            if column in texts:
+                a, b = _canonical(a), _canonical(b)
+            if a != b:
+                differ.append(f"{value!r} {column}: function {g[column]!r} sql {w[column]!r}")
+    assert not differ, "\n".join(differ[:20])
+    statuses = {r["_status"] for r in ours.values()}
+    assert statuses == {"ledger", "dead", "skip"}
+    assert any(r["_before_json"] == '{"id":7}' for r in ours.values())  # the old-key header
+
+
+def test_reader_setting(envelope_ready: Any) -> None:
+    with session_conf(envelope_ready, {READER_CONF: "auto"}):
+        assert envelope_reader(envelope_ready) == "jvm"
+    with session_conf(envelope_ready, {READER_CONF: "SQL"}):
+        assert envelope_reader(envelope_ready) == "sql"
+    refused = pytest.raises(Exception, match="envelopeReader is 'udf'; use one of auto, jvm, sql")
+    with session_conf(envelope_ready, {READER_CONF: "udf"}), refused:
+        envelope_reader(envelope_ready)
+    assert issubclass(EnvelopeFunctionMissingError, Exception)
+
+
+# A session configured as the project configures one, but without the project's jar (a machine
+# that could not compile it, say): the extension class is missing and the ingest must fall back.
+_WITHOUT_JAR = """
+import base64, json, logging, sys
+from pyspark.sql import SparkSession
+from cdc_assets.sql.decode import ENVELOPE_EXTENSIONS
+from cdc_assets_tests.integration.test_envelope_function import _classify
+logging.basicConfig(level=logging.WARNING)
+spark = (
+    SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+    .config("spark.driver.memory", "512m").config("spark.sql.session.timeZone", "UTC")
+    .config("spark.sql.extensions", ENVELOPE_EXTENSIONS).getOrCreate()
+)
+values = [None if v is None else base64.b64decode(v) for v in json.load(open(sys.argv[1]))]
+rows = _classify(spark, values)
+print(json.dumps({i: [r["_status"], r["_stage"], r["_reason"], r["id"]] for i, r in rows.items()}))
+spark.stop()
+"""
+
+
+def test_a_session_without_the_jar_falls_back_to_spark_functions(
+    envelope_ready: Any, tmp_path: Path
+) -> None:
+    values: list[bytes | None] = [v.encode() for v in JSON_CASES]
+    values += [c.value for c in cases()]
+    encoded = [None if v is None else base64.b64encode(v).decode() for v in values]
+    (tmp_path / "values.json").write_text(json.dumps(encoded))
+    proc = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_JAR, str(tmp_path / "values.json")],
+        cwd=PROJECT_ROOT,
+        env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "decoding Kafka values with Spark's from_json" in proc.stderr
+    assert f"{ENVELOPE_FUNCTION} is not available" in proc.stderr
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    want = _classified(envelope_ready, values, "jvm")
+    assert {int(i): v for i, v in got.items()} == {
+        i: [r["_status"], r["_stage"], r["_reason"], r["id"]] for i, r in want.items()
+    }

@@ -20,6 +20,8 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
 from cdc_assets.demo.events import KafkaRecord, produce, workload
+from cdc_assets.pipeline.batch_cache import session_conf
+from cdc_assets.pipeline.envelope_reader import READER_CONF
 from cdc_assets.pipeline.ingest import ingest_incremental
 from cdc_assets.pipeline.tables import ensure_tables
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
@@ -127,8 +129,14 @@ def run_ingest(
 
 
 @pytest.mark.parametrize(
-    ("table", "embed_schema", "partitions"),
-    [("users", False, 2), ("orders", True, 1), ("order_items", False, 3)],
+    ("table", "embed_schema", "partitions", "reader"),
+    [
+        ("users", False, 2, "jvm"),
+        ("orders", True, 1, "jvm"),
+        ("order_items", False, 3, "jvm"),
+        # Spark's own functions instead of the project's (a session without its jar)
+        ("orders", True, 2, "sql"),
+    ],
 )
 def test_workload_matches_oracle(
     it_settings: Settings,
@@ -138,13 +146,15 @@ def test_workload_matches_oracle(
     table: str,
     embed_schema: bool,
     partitions: int,
+    reader: str,
 ) -> None:
     base = next(s for s in load_specs(it_settings.specs_dir) if s.name == table)
     spec = isolated(base, partitions=partitions, kafka=kafka)
     records = workload(spec, random.Random(7), keys=60, events=400, embed_schema=embed_schema)
     produce(records, spec.source.topic, kafka.resolved_bootstrap())
 
-    result = run_ingest(spark, iceberg, kafka, spec)
+    with session_conf(spark, {READER_CONF: reader}):
+        result = run_ingest(spark, iceberg, kafka, spec)
 
     topic_records = consume_all(kafka, spec.source.topic)
     outcomes = {(p, o): expected_outcome(spec, p, o, ts, k, v) for p, o, ts, k, v in topic_records}
@@ -165,8 +175,9 @@ def test_workload_matches_oracle(
     assert again.read == 0
 
 
+@pytest.mark.parametrize("reader", ["jvm", "sql"])
 def test_bad_records_land_where_the_corpus_says(
-    spark: Any, iceberg: IcebergCatalogResource, kafka: KafkaResource
+    spark: Any, iceberg: IcebergCatalogResource, kafka: KafkaResource, reader: str
 ) -> None:
     spec = isolated(users_spec(), kafka=kafka)
     corpus = cases()
@@ -176,7 +187,8 @@ def test_bad_records_land_where_the_corpus_says(
         kafka.resolved_bootstrap(),
         partitions_by_key=False,
     )
-    result = run_ingest(spark, iceberg, kafka, spec)
+    with session_conf(spark, {READER_CONF: reader}):
+        result = run_ingest(spark, iceberg, kafka, spec)
 
     by_offset = dict(enumerate(corpus))
     dead = {

@@ -48,3 +48,23 @@ def test_missing_javac_stops_the_udf_build(tmp_path: Path, monkeypatch: pytest.M
     with pytest.raises(ToolMissingError, match="javac not found on PATH: install a Java 17 JDK"):
         own_jars.ensure_udf_jar(settings, quiet=True)
     assert not (tmp_path / "jars" / "udf").exists()
+
+
+def test_sessions_start_without_the_udf_jar_when_it_cannot_be_built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The project's functions are a speed-up: no javac means a warning and Spark's own
+    functions (pipeline.envelope_reader), not a session that cannot start."""
+    from cdc_assets.stack import own_jars
+
+    maven = [tmp_path / "iceberg.jar"]
+    monkeypatch.setattr(own_jars, "ensure_jars", lambda kind, settings: maven)
+    real_which = jars.shutil.which
+    monkeypatch.setattr(
+        jars.shutil, "which", lambda name: None if name == "javac" else real_which(name)
+    )
+    settings = load_settings({"CDC_ASSETS_HOME": str(tmp_path)})
+    with caplog.at_level("WARNING"):
+        assert own_jars.spark_jars(settings) == maven
+    assert "javac not found on PATH" in caplog.text
+    assert "decoded with Spark's own from_json" in caplog.text
