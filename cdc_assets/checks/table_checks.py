@@ -24,6 +24,7 @@ from cdc_assets.checks.failsafe import failsafe
 from cdc_assets.jobs.upsert import UPSERT_JOB
 from cdc_assets.pipeline import conformance, health
 from cdc_assets.pipeline.history import compare_history
+from cdc_assets.pipeline.schema_topic import source_tables
 from cdc_assets.quality import rules
 from cdc_assets.resources.iceberg import IcebergCatalogResource
 from cdc_assets.resources.kafka import KafkaResource
@@ -104,6 +105,8 @@ def build_table_checks(
         )
     )
     allow_all_null = _sink(spec, list(limits.allow_all_null))
+    # MySQL/MariaDB sources record drops and renames on their schema-change topics.
+    watches_source_table = any(v.source.schema_changes for v in spec.shard_specs())
     # Each check's spec and body, run by the table's one check op (see the module docstring).
     registered: list[tuple[dg.AssetCheckSpec, CheckBody]] = []
 
@@ -316,10 +319,24 @@ def build_table_checks(
         name="schema_drift",
         description="The live Iceberg schemas of every table of this spec (ledger, bucketed, "
         "base, dead letters, tombstones) are what the spec renders (error)"
-        + (", and the source has no column the spec lacks (warn)." if sources else "."),
+        + (", and the source has no column the spec lacks (warn)" if sources else "")
+        + (
+            "; the source table was not dropped (warn: the mirror is kept) or renamed (error: "
+            "its changes go to a topic the spec does not read), as its schema-change topic says."
+            if watches_source_table
+            else "."
+        ),
     )
     def schema_drift(r: CheckResources) -> dg.AssetCheckResult:
         diffs = health.iceberg_differences(r.iceberg.load_catalog(), spec)
+        tables: dict[str, tuple[str, str]] = {}
+        if watches_source_table:
+            found = source_tables(r.kafka, spec)
+            for view in spec.shard_specs():
+                name = view.shard.shard_name if view.shard is not None else spec.name
+                if name in found:
+                    table = (view.source.database, view.source.table)
+                    tables[name] = (found[name].state, found[name].describe(*table))
         source = None
         if sources:
             source = []
@@ -328,7 +345,7 @@ def build_table_checks(
                 where = f"shard {view.shard.shard_name}: " if view.shard is not None else ""
                 source += [f"{where}{d}" for d in source_differences(view, columns)]
         return check_result(
-            rules.schema_drift_verdict(diffs, source), spec_version=spec.spec_version
+            rules.schema_drift_verdict(diffs, source, tables), spec_version=spec.spec_version
         )
 
     if spec.history.enabled:

@@ -21,7 +21,11 @@ from cdc_assets.assets.keys import asset_key
 from cdc_assets.errors import SpecError
 from cdc_assets.jobs.asset_job import AssetJob
 from cdc_assets.pipeline.health import iceberg_differences
-from cdc_assets.pipeline.schema_topic import newest_row_schema, newest_schema_change
+from cdc_assets.pipeline.schema_topic import (
+    newest_row_schema,
+    newest_schema_change,
+    source_tables,
+)
 from cdc_assets.pipeline.source_schema import source_create_table
 from cdc_assets.pipeline.spec_store import current_spec
 from cdc_assets.resources.iceberg import IcebergCatalogResource
@@ -109,6 +113,10 @@ def drift_of(
         verdict = shape_verdict(current, found["source_ddl"], found["audit_ddl"])
         found["plan"] = verdict.describe()
         drift = verdict.changed
+    # A dropped or renamed source table is no shape to evolve to: reported, not drift.
+    tables = source_tables(kafka, current)
+    if tables:
+        found["source_table"] = {name: state.state for name, state in sorted(tables.items())}
     diffs = {k: v for k, v in iceberg_differences(catalog, current).items() if v}
     found["iceberg_differences"] = diffs
     found["drift"] = drift or bool(diffs)

@@ -19,6 +19,7 @@ from cdc_assets.resources.schema_registry import (
 from cdc_assets.spec.connect_schema import avro_row_fields, row_fields
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.spec.schema_change import SchemaChange, parse_schema_change
+from cdc_assets.spec.source_table import SourceTable, source_table_state
 
 
 @dataclass(frozen=True)
@@ -104,8 +105,9 @@ def read_schema_changes(
 
 
 def newest_schema_change(kafka: KafkaResource, spec: TableSpec) -> SeenChange | None:
-    """The newest change of the spec's table on its schema-change topic (None: none retained);
-    of a sharded table, the newest on any shard's."""
+    """The newest shape (CREATE or ALTER) of the spec's table on its schema-change topic (None:
+    none retained); of a sharded table, the newest on any shard's. A DROP has no shape:
+    `source_tables` reports it."""
     if spec.source.shards:
         seen = [c for v in spec.shard_specs() if (c := newest_schema_change(kafka, v)) is not None]
         return max(seen, key=lambda c: c.change.ts_ms or 0, default=None)
@@ -113,8 +115,40 @@ def newest_schema_change(kafka: KafkaResource, spec: TableSpec) -> SeenChange | 
     if topic is None:
         return None
     changes, _ = read_schema_changes(kafka, topic, {})
-    mine = [c for c in changes if matches(spec, c.change, topic)]
-    return max(mine, key=lambda c: (c.change.ts_ms or 0, c.partition, c.offset), default=None)
+    mine = [c for c in changes if c.change.kind != "DROP" and matches(spec, c.change, topic)]
+    return max(mine, key=_recorded, default=None)
+
+
+def _recorded(seen: SeenChange) -> tuple[int, int, int]:
+    """The order changes were recorded in: source time, then position on the topic."""
+    return (seen.change.ts_ms or 0, seen.partition, seen.offset)
+
+
+def source_tables(kafka: KafkaResource, spec: TableSpec) -> dict[str, SourceTable]:
+    """Whether the spec's source table (each shard's, of a sharded table: keyed by shard name,
+    else by the spec's name) still exists under its name, from its schema-change topic: dropped
+    or renamed (`spec.source_table`). {} for a source without one (PostgreSQL)."""
+    out: dict[str, SourceTable] = {}
+    read: dict[str, list[SeenChange]] = {}
+    for view in spec.shard_specs():
+        topic = view.source.schema_changes
+        if topic is None:
+            continue
+        if topic not in read:
+            seen = read_schema_changes(kafka, topic, {})[0]
+            # One partition (Debezium's default) is the order itself; across several, the
+            # source time orders them (a snapshot's records share one).
+            one = len({c.partition for c in seen}) <= 1
+            read[topic] = sorted(seen, key=(lambda c: c.offset) if one else _recorded)
+        server = view.source.server
+        changes = [
+            c.change
+            for c in read[topic]
+            if server is None or c.change.server is None or c.change.server == server
+        ]
+        name = view.shard.shard_name if view.shard is not None else spec.name
+        out[name] = source_table_state(changes, view.source.database, view.source.table)
+    return out
 
 
 def newest_change_of(
@@ -126,9 +160,11 @@ def newest_change_of(
     mine = [
         c
         for c in changes
-        if c.change.database.lower() == database.lower() and c.change.table.lower() == table.lower()
+        if c.change.kind != "DROP"
+        and c.change.database.lower() == database.lower()
+        and c.change.table.lower() == table.lower()
     ]
-    return max(mine, key=lambda c: (c.change.ts_ms or 0, c.partition, c.offset), default=None)
+    return max(mine, key=_recorded, default=None)
 
 
 def newest_row_schema(

@@ -218,20 +218,36 @@ def kafka_lag_verdict(
 
 
 def schema_drift_verdict(
-    iceberg_diffs: Mapping[str, Sequence[str]], source_diffs: Sequence[str] | None
+    iceberg_diffs: Mapping[str, Sequence[str]],
+    source_diffs: Sequence[str] | None,
+    source_tables: Mapping[str, tuple[str, str]] | None = None,
 ) -> Verdict:
     """ERROR when an Iceberg table differs from what the spec renders; WARN when only the source
-    has moved ahead of the spec (schema evolution's job)."""
+    has moved ahead of the spec (schema evolution's job).
+
+    ``source_tables``: per source (the table, or each shard) its state from the schema-change
+    records and a sentence saying it (`spec.source_table`). A dropped source table warns: the
+    mirror keeps its last state, which is what the source held. A renamed one is an ERROR: its
+    changes go on under the new name, to a topic the spec does not read, so the mirror falls
+    behind without a dead letter to show it."""
     failures: list[tuple[Severity, str]] = [
         ("ERROR", f"{layer}: {d}") for layer, diffs in iceberg_diffs.items() for d in diffs
     ]
     failures += [("WARN", f"source: {d}") for d in source_diffs or ()]
+    tables = source_tables or {}
+    for state, sentence in tables.values():
+        if state == "dropped":
+            failures.append(("WARN", sentence))
+        elif state == "renamed":
+            failures.append(("ERROR", sentence))
     meta: dict[str, object] = {
         "iceberg_differences": {k: list(v) for k, v in iceberg_diffs.items() if v},
         "source_compared": source_diffs is not None,
     }
     if source_diffs:
         meta["source_differences"] = list(source_diffs)
+    if tables:
+        meta["source_table"] = {name: state for name, (state, _) in sorted(tables.items())}
     return _verdict(failures, "Iceberg tables match the spec", meta)
 
 

@@ -261,6 +261,10 @@ def build_schema_change_sensor(
             # Matched among this topic's specs only: another server's table of the same
             # database and name is another spec's, never this one's.
             for item in sorted(seen, key=lambda i: (i.partition, i.offset)):
+                if item.change.kind == "DROP":
+                    # No shape to evolve to: the schema_drift check reports the drop, and a
+                    # table created again under the name arrives as a CREATE.
+                    continue
                 for spec in by_topic[topic]:
                     if matches(spec, item.change, topic):
                         by_table.setdefault(spec.name, []).append(item)

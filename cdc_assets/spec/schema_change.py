@@ -28,9 +28,10 @@ class SchemaChange:
     database: str
     table: str
     ddl: str
-    create_table: str  # the table after the change, as MySQL CREATE TABLE text
+    create_table: str  # the table after the change, as MySQL CREATE TABLE text ("" for DROP)
     ts_ms: int | None = None
     position: Mapping[str, Any] = field(default_factory=dict)  # source block: file, pos, gtid
+    kind: str = "ALTER"  # Debezium's table change type: CREATE, ALTER or DROP
 
     @property
     def server(self) -> str | None:
@@ -109,7 +110,7 @@ def _table_id(text: str) -> tuple[str, str]:
 def parse_schema_change(value: bytes | str | Mapping[str, Any] | None) -> list[SchemaChange]:
     """The table changes of one schema-change record, its JSON text or its decoded value (an
     Avro record); [] for anything else: the topic also holds records without ``tableChanges``,
-    such as SET statements."""
+    such as SET statements. DROPs are included (``kind``); `shapes` leaves them out."""
     if value is None:
         return []
     if isinstance(value, Mapping):
@@ -125,7 +126,8 @@ def parse_schema_change(value: bytes | str | Mapping[str, Any] | None) -> list[S
         return []
     out = []
     for change in record.get("tableChanges") or []:
-        if not isinstance(change, dict) or change.get("type") not in ("CREATE", "ALTER"):
+        kind = change.get("type") if isinstance(change, dict) else None
+        if kind not in ("CREATE", "ALTER", "DROP"):
             continue
         database, table = _table_id(str(change.get("id", "")))
         out.append(
@@ -133,9 +135,18 @@ def parse_schema_change(value: bytes | str | Mapping[str, Any] | None) -> list[S
                 database=database or str(record.get("databaseName") or ""),
                 table=table,
                 ddl=str(record.get("ddl") or ""),
-                create_table=create_table_text(table, change.get("table") or {}),
+                # A DROP carries no table: there is no shape to evolve to.
+                create_table=(
+                    "" if kind == "DROP" else create_table_text(table, change.get("table") or {})
+                ),
                 ts_ms=record.get("ts_ms"),
                 position=record.get("source") or {},
+                kind=kind,
             )
         )
     return out
+
+
+def shapes(changes: list[SchemaChange]) -> list[SchemaChange]:
+    """The changes that carry a table's shape (CREATE and ALTER): what evolution reads."""
+    return [c for c in changes if c.kind != "DROP"]

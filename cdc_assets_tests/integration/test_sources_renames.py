@@ -25,13 +25,15 @@ import dagster as dg
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from cdc_assets.checks.runner import CheckOutcome, run_checks
 from cdc_assets.definitions import build_defs
 from cdc_assets.pipeline.ingest import ingest_incremental
+from cdc_assets.pipeline.schema_topic import read_schema_changes
 from cdc_assets.pipeline.source_compare import compare_source
 from cdc_assets.pipeline.tables import ensure_tables
 from cdc_assets.pipeline.upsert import build_bucketed, merge_base
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
-from cdc_assets.schema.layers import dead_letter_layout
+from cdc_assets.schema.layers import base_layout, dead_letter_layout
 from cdc_assets.settings import Settings
 from cdc_assets.spec.load import load_spec
 from cdc_assets.spec.models import TableSpec
@@ -231,3 +233,62 @@ def test_renames_and_a_drop_on_the_live_source_lose_no_value(
     assert diff.equal, diff.summary()
     dead = dead_letter_layout(evolved)
     assert not read_table(iceberg, dead.namespace, dead.name)
+
+
+def wait_schema_record(source: Source, ddl: str) -> None:
+    """Return when the connector has recorded ``ddl`` on its schema-change topic."""
+    deadline = time.monotonic() + DELIVERY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        seen, _ = read_schema_changes(source.kafka, source.prefix, {})
+        if any(s.change.ddl.strip() == ddl for s in seen):
+            return
+        time.sleep(1)
+    raise AssertionError(f"{ddl!r} not on {source.prefix} within {DELIVERY_TIMEOUT_S:.0f} s")
+
+
+def test_a_renamed_then_dropped_source_table_is_reported_and_its_mirror_kept(
+    source: Source, spark: Any, iceberg: IcebergCatalogResource, resources: dict[str, Any]
+) -> None:
+    """Issue 54 item 6, on the live MariaDB after the test above: the table renamed away turns
+    schema_drift red (its changes now go to a topic no spec reads), renamed back it is green
+    again, dropped it warns; the mirror keeps every row and no evolution is asked for."""
+    defs = source.defs(resources)
+    instance = dg.DagsterInstance.ephemeral()
+
+    def drift() -> CheckOutcome:
+        outcomes, _ = run_checks(defs, instance, checks=["schema_drift"])
+        (outcome,) = outcomes
+        return outcome
+
+    assert drift().passed
+    base = base_layout(source.spec())
+    rows = len(read_table(iceberg, base.namespace, base.name))
+    assert rows > 0
+
+    source.execute("RENAME TABLE people TO people_old")
+    wait_schema_record(source, "RENAME TABLE people TO people_old")
+    renamed = drift()
+    assert (renamed.passed, renamed.severity) == (False, "ERROR")
+    assert f"{source.database}.people was renamed to {source.database}.people_old" in (
+        renamed.description
+    )
+    assert renamed.metadata["source_table"] == {"people": "renamed"}
+
+    source.execute("RENAME TABLE people_old TO people")
+    wait_schema_record(source, "RENAME TABLE people_old TO people")
+    assert drift().passed
+
+    source.execute("DROP TABLE people")
+    wait_schema_record(source, f"DROP TABLE `{source.database}`.`people`")
+    dropped = drift()
+    assert (dropped.passed, dropped.severity) == (False, "WARN")
+    assert "was dropped" in dropped.description
+    assert "nothing is deleted" in dropped.description
+    # the drop is no shape: the push sensor asks for no evolution
+    sensor = defs.get_sensor_def("schema_changes")
+    context = dg.build_sensor_context(instance=instance, resources={"kafka": source.kafka})
+    result = sensor(context)
+    assert not (isinstance(result, dg.SensorResult) and result.run_requests)
+    # and the mirror keeps what the source held
+    cycle(source, spark, iceberg)
+    assert len(read_table(iceberg, base.namespace, base.name)) == rows

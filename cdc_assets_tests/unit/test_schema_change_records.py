@@ -103,7 +103,7 @@ def test_types_defaults_and_keys_render_as_mysql() -> None:
         b"not json",
         b"[]",
         json.dumps({"ddl": "SET x=1"}).encode(),
-        json.dumps({"tableChanges": [{"type": "DROP", "id": '"db"."t"'}]}).encode(),
+        json.dumps({"tableChanges": [{"type": "TRUNCATE", "id": '"db"."t"'}]}).encode(),
     ],
 )
 def test_records_without_table_changes_give_nothing(value: bytes | None) -> None:

@@ -1,0 +1,129 @@
+"""Dropped and renamed source tables from schema-change records (spec.source_table), with
+records shaped as the MariaDB connector writes them (checked against a live connector: a
+rename is an ALTER of the new name whose DDL names the old one; a DROP carries no table)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cdc_assets.quality.rules import schema_drift_verdict
+from cdc_assets.spec.schema_change import SchemaChange, parse_schema_change, shapes
+from cdc_assets.spec.source_table import renamed_tables, source_table_state
+
+DB = "shop"
+
+
+def change(kind: str, table: str, ddl: str, db: str = DB) -> SchemaChange:
+    return SchemaChange(db, table, ddl, "", position={"file": "b.000001", "pos": 4}, kind=kind)
+
+
+def record(kind: str, table: str, ddl: str) -> bytes:
+    body = {"type": kind, "id": f'"{DB}"."{table}"'}
+    if kind != "DROP":
+        body["table"] = {"primaryKeyColumnNames": ["id"], "columns": [
+            {"name": "id", "typeName": "BIGINT", "optional": False}]}  # fmt: skip
+    return json.dumps(
+        {
+            "databaseName": DB,
+            "ddl": ddl,
+            "source": {"file": "b.1", "pos": 9},
+            "tableChanges": [body],
+        }
+    ).encode()
+
+
+@pytest.mark.parametrize(
+    ("ddl", "pairs"),
+    [
+        ("RENAME TABLE people TO people_old", [((None, "people"), (None, "people_old"))]),
+        (
+            "rename table `shop`.`pe,ople` to `arch`.`x`, a TO b",
+            [(("shop", "pe,ople"), ("arch", "x")), ((None, "a"), (None, "b"))],
+        ),
+        ("RENAME TABLE IF EXISTS a TO b WAIT 5", [((None, "a"), (None, "b"))]),
+        ("ALTER TABLE people RENAME TO people2", [((None, "people"), (None, "people2"))]),
+        ("ALTER TABLE `shop`.`people` RENAME AS p2", [(("shop", "people"), (None, "p2"))]),
+        ("ALTER TABLE people ADD COLUMN z INT, RENAME TO x", [((None, "people"), (None, "x"))]),
+        ("ALTER TABLE people RENAME COLUMN a TO b", []),
+        ("ALTER TABLE people ADD COLUMN z INT", []),
+        ("DROP TABLE people", []),
+        ("not sql at all ((", []),
+    ],
+)
+def test_renamed_tables(ddl: str, pairs: list[object]) -> None:
+    assert renamed_tables(ddl) == pairs
+
+
+def test_a_snapshot_drop_if_exists_then_create_is_present() -> None:
+    state = source_table_state(
+        [
+            change("DROP", "people", "DROP TABLE IF EXISTS `shop`.`people`"),
+            change("CREATE", "people", "CREATE TABLE `people` (id BIGINT)"),
+        ],
+        DB,
+        "people",
+    )
+    assert state.present
+
+
+def test_a_drop_marks_the_table_until_it_is_created_again() -> None:
+    drop = change("DROP", "people", "DROP TABLE `shop`.`people`")
+    state = source_table_state(
+        [change("CREATE", "people", "CREATE TABLE people"), drop], DB, "people"
+    )
+    assert state.state == "dropped"
+    assert state.change is drop
+    sentence = state.describe(DB, "people")
+    assert "shop.people was dropped" in sentence
+    assert "b.000001:4" in sentence
+    assert "nothing is deleted" in sentence
+    again = source_table_state(
+        [drop, change("CREATE", "People", "CREATE TABLE People")], DB, "people"
+    )
+    assert again.present
+
+
+def test_a_rename_away_names_the_new_table_and_a_rename_back_clears_it() -> None:
+    away = change("ALTER", "people_old", "RENAME TABLE people TO people_old")
+    state = source_table_state([away], DB, "people")
+    assert (state.state, state.renamed_to) == ("renamed", (DB, "people_old"))
+    assert "renamed to shop.people_old" in state.describe(DB, "people")
+    back = change("ALTER", "people", "RENAME TABLE people_old TO people")
+    assert source_table_state([away, back], DB, "people").present
+
+
+def test_renames_of_other_tables_or_databases_leave_it_present() -> None:
+    others = [
+        change("ALTER", "b", "RENAME TABLE a TO b"),
+        change("ALTER", "people2", "RENAME TABLE other.people TO people2", db="other"),
+        change("ALTER", "people", "ALTER TABLE people RENAME COLUMN a TO b"),
+    ]
+    assert source_table_state(others, DB, "people").present
+
+
+def test_a_swap_leaves_a_table_under_the_name() -> None:
+    ddl = "RENAME TABLE people TO tmp, people_new TO people"
+    swapped = [change("ALTER", "tmp", ddl), change("ALTER", "people", ddl)]
+    assert source_table_state(swapped, DB, "people").present
+    assert source_table_state(swapped[:1], DB, "people").state == "renamed"
+
+
+def test_drops_are_parsed_but_carry_no_shape() -> None:
+    drop = parse_schema_change(record("DROP", "people", "DROP TABLE `shop`.`people`"))
+    alter = parse_schema_change(record("ALTER", "people", "ALTER TABLE people ADD x INT"))
+    assert [(c.kind, c.table, c.create_table) for c in drop] == [("DROP", "people", "")]
+    assert alter[0].kind == "ALTER"
+    assert "CREATE TABLE" in alter[0].create_table
+    assert shapes([*drop, *alter]) == alter
+
+
+def test_schema_drift_warns_on_a_drop_and_fails_on_a_rename() -> None:
+    dropped = schema_drift_verdict({}, None, {"people": ("dropped", "source table was dropped")})
+    assert (dropped.passed, dropped.severity) == (False, "WARN")
+    assert dropped.metadata["source_table"] == {"people": "dropped"}
+    renamed = schema_drift_verdict({}, None, {"people": ("renamed", "source table renamed")})
+    assert (renamed.passed, renamed.severity) == (False, "ERROR")
+    present = schema_drift_verdict({}, None, {"people": ("present", "exists")})
+    assert present.passed
