@@ -109,6 +109,11 @@ def build_schema_asset(
             meta["backfill_ledger_rows"] = result.backfill.ledger_rows_updated
             meta["backfill_base_rows"] = result.backfill.base_rows_updated
             meta["redriven_dead_letters"] = result.backfill.redriven
+            # Row images whose value the new type refuses (a retyped column's old text that
+            # is no number, say): left null in the new column, counted and listed, not hidden.
+            meta["backfill_rejected_rows"] = result.backfill.ledger_rows_rejected
+            if result.backfill.rejected_examples:
+                meta["backfill_rejected_examples"] = result.backfill.rejected_examples
         meta["summary"] = markdown_summary(
             f"schema of {spec.name}: v{result.from_version} -> v{result.to_version}",
             {

@@ -371,4 +371,9 @@ def cmd_backfill(settings: Settings, args: argparse.Namespace) -> int:
         f"base rows got {', '.join(args.column)}; {result.redriven} dead letters redriven "
         f"({result.seconds:.1f}s)"
     )
+    if result.ledger_rows_rejected:
+        console.print(
+            f"{result.ledger_rows_rejected} ledger rows hold a value the spec's type refuses "
+            f"(left null), first at partition:offset {', '.join(result.rejected_examples)}"
+        )
     return 0

@@ -35,6 +35,7 @@ from cdc_assets.schema.changes import (
     EvolutionPlan,
     Rejection,
     RenameColumn,
+    RetireColumn,
     WidenType,
 )
 from cdc_assets.schema.evolution import apply_plan, classify
@@ -208,9 +209,11 @@ def converge(
     backfill = None
     if columns:
         # A column added with a default the source gave its older rows: every ledger row,
-        # not only those since the change, decodes to it (their images lack the field).
+        # not only those since the change, decodes to it (their images lack the field). A
+        # retyped column's new one likewise: every older image holds a value that may convert.
         defaulted = any(
-            isinstance(c, AddColumn) and c.column.backfill_default for c in plan.changes
+            (isinstance(c, AddColumn) and c.column.backfill_default) or isinstance(c, RetireColumn)
+            for c in plan.changes
         )
         backfill = backfill_from_ledger(
             spark(),

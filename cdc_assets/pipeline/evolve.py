@@ -63,6 +63,7 @@ from cdc_assets.sql.backfill import (
     backfill_min_dt,
     backfill_plans,
     render_ledger_counts,
+    render_ledger_rejected,
     render_ledger_update,
     render_ledger_values,
     render_position_count,
@@ -70,6 +71,8 @@ from cdc_assets.sql.backfill import (
 )
 
 COMMIT_RETRIES = 5
+# How many ledger rows whose value the new spec refuses a backfill lists (all are counted).
+REJECTED_EXAMPLES = 20
 BACKFILL_KIND = "backfill"
 BACKFILL_COLUMNS_PROPERTY = "cdc.backfill-columns"
 # A backfill that ran to its end and recovered every column a row decoded under an older
@@ -292,8 +295,10 @@ class BackfillResult:
     columns: tuple[str, ...]
     min_dt: str | None = None
     ledger_rows_updated: int = 0
-    # Row images holding a value the ingest rejects under the new spec: left out, still null.
+    # Row images holding a value the ingest rejects under the new spec: left out, still null,
+    # and the first of them listed as "<partition>:<offset>" of the ledger row.
     ledger_rows_rejected: int = 0
+    rejected_examples: list[str] = field(default_factory=list)
     base_rows_updated: int = 0
     # Changes of the pending bucketed run (built, not merged yet) that got the value too.
     bucketed_rows_updated: int = 0
@@ -378,6 +383,11 @@ def _backfill_ledger(
         counts = spark.sql(render_ledger_counts(values)).collect()[0]
         result.ledger_rows_updated = int(counts["changed"])
         result.ledger_rows_rejected = int(counts["rejected"])
+        if result.ledger_rows_rejected:
+            rows = spark.sql(render_ledger_rejected(values, REJECTED_EXAMPLES)).collect()
+            result.rejected_examples = [
+                f"{r['_kafka_partition']}:{r['_kafka_offset']}" for r in rows
+            ]
         if result.ledger_rows_updated:
             with snapshot_properties(spark, props):
                 spark.sql(render_ledger_update(ledger_id, values, columns, min_dt=min_dt))
@@ -519,6 +529,7 @@ def backfill_from_ledger(
         for r in results[:-1]:
             total.ledger_rows_updated += r.ledger_rows_updated
             total.ledger_rows_rejected += r.ledger_rows_rejected
+            total.rejected_examples += r.rejected_examples
             total.base_rows_updated += r.base_rows_updated
             total.bucketed_rows_updated += r.bucketed_rows_updated
             total.redriven += r.redriven

@@ -97,6 +97,29 @@ class DropColumn:
 
 
 @dataclass(frozen=True)
+class RetireColumn:
+    """A source type Iceberg cannot promote to (string -> int, a decimal scale, a timestamp's
+    zone): the column keeps its Iceberg column and values under a spec name no source field
+    has (``retired``), soft-dropped; the source's field goes on in a new column (an
+    `AddColumn` next in the plan), backfilled from the ledger where old values convert."""
+
+    id: int
+    name: str  # the source field's name, which the new column takes
+    retired: str  # the spec name the old column gets
+    sink_name: str  # its Iceberg column, kept
+    old: SinkType
+    new: SinkType
+    symbol: ClassVar[str] = "~"
+
+    def __str__(self) -> str:
+        return (
+            f"column {self.name}: {self.old} -> {self.new} cannot be promoted in Iceberg: "
+            f"{self.sink_name} is kept with its values (spec name {self.retired}, soft-dropped) "
+            "and a new column carries the new type"
+        )
+
+
+@dataclass(frozen=True)
 class RenameColumn:
     """A source rename proved by the DDL audit trail; the Iceberg column keeps ``sink_name``."""
 
@@ -155,6 +178,7 @@ Change = (
     | SoftDropColumn
     | DropColumn
     | RenameColumn
+    | RetireColumn
     | SetColumnAttribute
     | SetTableSetting
 )

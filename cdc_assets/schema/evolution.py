@@ -13,6 +13,7 @@ project. Spec types are primitives only (no nested fields), so there are no nest
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -28,6 +29,7 @@ from cdc_assets.schema.changes import (
     MakeOptional,
     Rejection,
     RenameColumn,
+    RetireColumn,
     SetColumnAttribute,
     SetTableSetting,
     SoftDropColumn,
@@ -198,6 +200,19 @@ def apply_plan(current: TableSpec, plan: EvolutionPlan) -> TableSpec:
             next_id += 1
         elif isinstance(change, DropColumn):
             columns = [c for c in columns if c.id != change.id]
+        elif isinstance(change, RetireColumn):
+            column = next(c for c in columns if c.id == change.id)
+            columns = _update(
+                columns,
+                change.id,
+                name=change.retired,
+                dropped=True,
+                nullable=True,
+                default=None,
+                backfill_default=False,
+                former_names=[],
+                sink=column.sink.model_copy(update={"name": column.sink_name}),
+            )
         elif isinstance(change, RenameColumn):
             rename_references(data, change.old, change.new)
             column = next(c for c in columns if c.id == change.id)
@@ -219,6 +234,29 @@ def apply_plan(current: TableSpec, plan: EvolutionPlan) -> TableSpec:
         return TableSpec.model_validate(data)
     except ValidationError as err:
         raise SpecError(f"{current.name}: the evolved spec is invalid: {err}") from None
+
+
+def retyped_names(spec: TableSpec, column: ColumnSpec, new: SinkType) -> tuple[str, str]:
+    """The names of a type change Iceberg cannot make (see `RetireColumn`): the old column's
+    spec name becomes ``<name>__v<version>`` (the last version with the old type: no source
+    sends a field of that name), and the new column's Iceberg name is ``<sink name>__<new
+    Iceberg type>`` with the type's punctuation as ``_`` (``amount__string``,
+    ``price__decimal_12_4``), the sink name taken up to any ``__`` (a column retyped twice is
+    ``amount__long``, not ``amount__string__long``); ``_<n>`` is appended while a name is
+    taken."""
+    names = {c.name for c in spec.columns}
+    sinks = {c.sink_name for c in spec.columns}
+    retired = _free(f"{column.name}__v{spec.spec_version}", names)
+    token = re.sub(r"[^a-z0-9]+", "_", str(new).lower()).strip("_")
+    base = column.sink_name.split("__")[0] or column.sink_name
+    return retired, _free(f"{base}__{token}", sinks)
+
+
+def _free(name: str, taken: Collection[str]) -> str:
+    candidate, n = name, 2
+    while candidate in taken:
+        candidate, n = f"{name}_{n}", n + 1
+    return candidate
 
 
 def _index(columns: list[ColumnSpec], name: str) -> int:
@@ -294,6 +332,12 @@ class _Classifier:
         self.kept_sink_names = {
             c.sink_name: c.name for c in current.columns if soft and c.id not in proposed_ids
         }
+        self.next_id = max(c.id for c in current.columns) + 1
+
+    def take_id(self) -> int:
+        """The id a new column gets (apply_plan numbers them the same way, in plan order)."""
+        self.next_id += 1
+        return self.next_id - 1
 
     def reject(self, column: str | None, reason: str, blocks: tuple[str, ...] = ()) -> None:
         self.rejects.append(Rejection(column, reason, blocks))
@@ -304,7 +348,6 @@ class _Classifier:
         by_name = {c.name: c for c in self.current.columns}
         proposed_ids = {p.id for p in self.proposed.columns}
         renamed_from = {new: old for old, new in self.renames.items()}
-        next_id = max(by_id) + 1
         previous: str | None = None
         pairs: list[tuple[ColumnSpec, ColumnSpec]] = []
         # Changes follow the proposed column order, so an added column's `after` already
@@ -332,9 +375,8 @@ class _Classifier:
                     self.new_names.append(p.name)
                     p = self.with_default(p)
                     if self.check_new(p):
-                        added = AddColumn(p.model_copy(update={"id": next_id}), previous)
+                        added = AddColumn(p.model_copy(update={"id": self.take_id()}), previous)
                         self.changes.append(added)
-                        next_id += 1
             previous = p.name
         self.check_order(pairs)
         self.drop_missing()
@@ -423,7 +465,8 @@ class _Classifier:
                 f"Iceberg name {c.sink_name} -> {p.sink_name}: renaming an Iceberg column breaks "
                 f"jobs and readers that select it by name; keep sink.name: {c.sink_name}",
             )
-        self.compare_type(c, p)
+        if self.compare_type(c, p):
+            return  # retired: the new column carries the proposed attributes
         if not c.nullable and p.nullable and not p.dropped:
             self.changes.append(MakeOptional(c.id, p.name))
         elif c.nullable and not p.nullable and self.from_source:
@@ -437,7 +480,8 @@ class _Classifier:
         if p.dropped and not c.dropped:
             self.changes.append(SoftDropColumn(c.id, p.name))
 
-    def compare_type(self, c: ColumnSpec, p: ColumnSpec) -> None:
+    def compare_type(self, c: ColumnSpec, p: ColumnSpec) -> bool:
+        """Records the type change of ``c``; True when it retired the column for a new one."""
         if c.sink.transform != p.sink.transform:
             old = c.sink.transform.value if c.sink.transform else "none"
             new = p.sink.transform.value if p.sink.transform else "none"
@@ -446,10 +490,14 @@ class _Classifier:
                 f"sink transform {old} -> {new} changes how values are computed; rows already "
                 "written would disagree with new ones",
             )
-            return
+            return False
         old_sink, new_sink = c.sink_type(self.connector), p.sink_type(self.connector)
         if self.from_source and _behind(c, p, old_sink, new_sink, self.connector):
-            return  # the spec's type holds every value the source's narrower one can send
+            return False  # the spec's type holds every value the source's narrower one can send
+        if self.from_source and self.retired_as(p, new_sink):
+            # The type the column had before a retype: a record or replica from before the
+            # change. Its values go into the new column; the spec never flips back.
+            return False
         if old_sink != new_sink:
             if can_promote(old_sink, new_sink):
                 widen = WidenType(c.id, p.name, old_sink, new_sink, p.type, p.sink.type)
@@ -459,9 +507,60 @@ class _Classifier:
                 reasons = promotion_problems(old_sink, new_sink, p.name)
                 self.reject(p.name, "; ".join(reasons))
             else:
-                self.reject(p.name, _narrowing_reason(c.type, p.type, old_sink, new_sink))
+                reason = _narrowing_reason(c.type, p.type, old_sink, new_sink)
+                refusal = self.retire_refusal(c, p)
+                if refusal is None:
+                    self.retire(c, p, old_sink, new_sink)
+                    return True
+                self.reject(p.name, f"{reason}{refusal}")
         elif (c.type, c.sink.type) != (p.type, p.sink.type):
             self.changes.append(ChangeSourceType(c.id, p.name, c.type, p.type, p.sink.type))
+        return False
+
+    def retired_as(self, p: ColumnSpec, sink: SinkType) -> bool:
+        """Whether a column retired from ``p``'s field (`retyped_names`: ``<name>__v<n>``) had
+        the type ``sink``."""
+        pattern = re.compile(rf"{re.escape(p.name)}__v\d+(_\d+)?")
+        return any(
+            d.dropped and pattern.fullmatch(d.name) and d.sink_type(self.connector) == sink
+            for d in self.current.columns
+        )
+
+    def retire_refusal(self, c: ColumnSpec, p: ColumnSpec) -> str | None:
+        """Why a type change Iceberg cannot make is not taken as a new column (None: it is):
+        only a source's change under evolve or lenient, of a column that is not the key, the
+        bucket column, renamed at once, or computed by a transform."""
+        if not self.from_source or self.current.evolution.policy not in ("evolve", "lenient"):
+            return ""
+        if c.name in self.current.primary_key or c.name == self.current.base.bucket_column:
+            return "; it is a key or bucket column, whose type cannot change"
+        if self.current.source.shards:
+            # Shards run the ALTER one by one: until every one has, both types arrive, and
+            # each would retire the other's column in turn.
+            return "; a sharded table's shards send both types until each has run the change"
+        if c.name != p.name:
+            return "; renamed at the same time: apply the rename first"
+        if p.sink.transform is not None:
+            return "; its sink transform would apply to the new type"
+        return None
+
+    def retire(self, c: ColumnSpec, p: ColumnSpec, old: SinkType, new: SinkType) -> None:
+        """`RetireColumn` of ``c`` and the `AddColumn` right after it that takes its source field
+        with the new type, named by `retyped_names`."""
+        retired, sink = retyped_names(self.current, c, new)
+        self.changes.append(RetireColumn(c.id, c.name, retired, c.sink_name, old, new))
+        column = p.model_copy(
+            update={
+                "id": self.take_id(),
+                "nullable": True,
+                "default": None,
+                "backfill_default": False,
+                "dropped": False,
+                "former_names": [],
+                "sink": p.sink.model_copy(update={"name": sink}),
+            }
+        )
+        self.changes.append(AddColumn(column, retired))
 
     def compare_attributes(self, c: ColumnSpec, p: ColumnSpec) -> None:
         if p.sensitive != c.sensitive:
@@ -662,6 +761,7 @@ __all__ = [
     "MakeOptional",
     "Rejection",
     "RenameColumn",
+    "RetireColumn",
     "SetColumnAttribute",
     "SetTableSetting",
     "SoftDropColumn",
@@ -670,4 +770,5 @@ __all__ = [
     "classify",
     "rename_references",
     "renamed_sink",
+    "retyped_names",
 ]

@@ -174,6 +174,15 @@ def render_ledger_counts(values: str) -> str:
     )
 
 
+def render_ledger_rejected(values: str, limit: int) -> str:
+    """Up to ``limit`` rows of a `render_ledger_values` query whose image holds a value the
+    spec refuses: their Kafka coordinates, in order, to list what a backfill left null."""
+    return (
+        "SELECT _kafka_partition, _kafka_offset FROM "
+        f"({values}) AS r WHERE __rejected ORDER BY _kafka_partition, _kafka_offset LIMIT {limit}"
+    )
+
+
 def _image_differs(i: int, column: str, nested: frozenset[str]) -> str:
     return _differ(quote(column), _old(i), column in nested)
 

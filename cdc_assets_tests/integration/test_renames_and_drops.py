@@ -278,18 +278,19 @@ def test_a_safe_column_is_added_beside_a_refused_one(
     kafka: KafkaResource,
     tmp_path: Path,
 ) -> None:
-    # Issue 53: decided per column. One record adds `tier` and turns `country` into an INT (a
-    # change of type category, refused): the addition applies, the refusal is recorded.
+    # Issue 53: decided per column. One record adds `tier` and turns the key `id` into a
+    # VARCHAR (a key's type cannot change, refused): the addition applies, the refusal is
+    # recorded.
     table = Table(it_settings, kafka, tmp_path)
     v1 = table.v1
     ensure_tables(spark, "lake", v1)
     data = v1.model_dump(mode="json", by_alias=True)
     for column in data["columns"]:
-        if column["name"] == "country":
-            column["type"] = "int"
+        if column["name"] == "id":
+            column["type"] = "varchar(20)"
     data["columns"].append({"id": 9, "name": "tier", "type": "varchar(16)"})
     shape = TableSpec.model_validate(data)
-    ddl = "ALTER TABLE users MODIFY country INT, ADD COLUMN tier VARCHAR(16)"
+    ddl = "ALTER TABLE users MODIFY id VARCHAR(20) NOT NULL, ADD COLUMN tier VARCHAR(16)"
     result = converge(
         lambda: spark,
         "lake",
@@ -301,12 +302,12 @@ def test_a_safe_column_is_added_beside_a_refused_one(
         trigger="push",
     )
     assert result.decision == "partial"
-    assert [r.column for r in result.refused] == ["country"]
+    assert [r.column for r in result.refused] == ["id"]
     evolved = table.spec()
     assert evolved.spec_version == 2
     assert evolved.columns_by_name["tier"].type == "varchar(16)"
-    assert evolved.columns_by_name["country"].type == "char(2)"
+    assert evolved.columns_by_name["id"].type == "bigint"
     assert not any(iceberg_differences(iceberg.load_catalog(), evolved).values())
     (entry,) = [h for h in read_history(iceberg.load_catalog(), "users") if h.to_version == 2][-1:]
     assert entry.decision == "partial"
-    assert "country" in (entry.reasons or "")
+    assert "id" in (entry.reasons or "")

@@ -235,6 +235,50 @@ def test_renames_and_a_drop_on_the_live_source_lose_no_value(
     assert not read_table(iceberg, dead.namespace, dead.name)
 
 
+def test_a_retyped_column_on_the_live_source_keeps_old_values_and_mirrors_new_ones(
+    source: Source, spark: Any, iceberg: IcebergCatalogResource, resources: dict[str, Any]
+) -> None:
+    """Issue 54 item 4 on the live MariaDB after the renames: ``score`` INT -> VARCHAR(20),
+    which Iceberg cannot promote. The sensor's evolution keeps the old column (its Iceberg
+    name and values) and adds ``score__string``; base then equals the live source."""
+    source.execute(
+        "ALTER TABLE people MODIFY score VARCHAR(20);"
+        "UPDATE people SET score = 'high' WHERE id = 1;"
+        "INSERT INTO people (id, email_address, full_name, score) VALUES (7, 'seven@x', 'S', '7b');"
+    )
+    wait_delivered(source, "email_address")
+    assert cycle(source, spark, iceberg) > 0  # 'high' is no int: dead letters until evolved
+
+    instance = dg.DagsterInstance.ephemeral()
+    defs = source.defs(resources)
+    sensor = defs.get_sensor_def("schema_changes")
+    context = dg.build_sensor_context(instance=instance, resources={"kafka": source.kafka})
+    result = sensor(context)
+    assert isinstance(result, dg.SensorResult)
+    (request,) = result.run_requests or []
+    run = defs.resolve_job_def("evolve_schemas").execute_in_process(
+        instance=instance,
+        run_config=request.run_config,
+        asset_selection=list(request.asset_selection or []),
+    )
+    assert run.success
+    evolved = source.spec()
+    columns = {c.name: c for c in evolved.columns}
+    assert (columns["score"].sink_name, columns["score"].type) == ("score__string", "varchar(20)")
+    retired = next(c for c in evolved.columns if c.sink_name == "score")
+    assert retired.dropped
+    assert cycle(source, spark, iceberg) == 0
+    diff = compare_source(spark, "lake", evolved, source.url)
+    assert diff.equal, diff.summary()
+    base = base_layout(evolved)
+    rows = {r["id"]: r for r in read_table(iceberg, base.namespace, base.name)}
+    assert rows[1]["score__string"] == "high"
+    assert rows[3]["score"] == 33  # last changed before the ALTER: the old value stays
+    assert rows[3]["score__string"] == "33"  # and converts into the new column
+    dead = dead_letter_layout(evolved)
+    assert not read_table(iceberg, dead.namespace, dead.name)
+
+
 def wait_schema_record(source: Source, ddl: str) -> None:
     """Return when the connector has recorded ``ddl`` on its schema-change topic."""
     deadline = time.monotonic() + DELIVERY_TIMEOUT_S

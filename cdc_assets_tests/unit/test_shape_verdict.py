@@ -26,7 +26,11 @@ COLUMNS = "id BIGINT NOT NULL, email VARCHAR(255)"
 SAME = f"CREATE TABLE users ({COLUMNS}, score BIGINT, PRIMARY KEY (id))"
 ADDED = f"CREATE TABLE users ({COLUMNS}, score BIGINT, phone VARCHAR(32), PRIMARY KEY (id))"
 NARROWED = f"CREATE TABLE users ({COLUMNS}, score INT, PRIMARY KEY (id))"
-REFUSED = f"CREATE TABLE users ({COLUMNS}, score VARCHAR(20), PRIMARY KEY (id))"
+# A key's type cannot change (another type of a non-key column becomes a new column).
+REFUSED = (
+    "CREATE TABLE users (id VARCHAR(20) NOT NULL, email VARCHAR(255), score BIGINT, "
+    "PRIMARY KEY (id))"
+)
 
 
 def test_the_spec_own_shape_is_no_change() -> None:
@@ -60,7 +64,10 @@ def test_a_narrower_source_type_is_behind_not_a_change() -> None:
 
 
 def test_a_safe_addition_is_applicable_beside_a_refused_column() -> None:
-    both = f"CREATE TABLE users ({COLUMNS}, score VARCHAR(20), phone VARCHAR(32), PRIMARY KEY (id))"
+    both = (
+        "CREATE TABLE users (id VARCHAR(20) NOT NULL, email VARCHAR(255), score BIGINT, "
+        "phone VARCHAR(32), PRIMARY KEY (id))"
+    )
     verdict = shape_verdict(SPEC, both)
     assert verdict.changed
     assert verdict.applicable
@@ -68,7 +75,7 @@ def test_a_safe_addition_is_applicable_beside_a_refused_column() -> None:
     assert [str(c) for c in verdict.plan.applicable.changes] == [
         "add column phone varchar(32) (id 4, after score)"
     ]
-    assert [r.column for r in verdict.plan.rejections] == ["score"]
+    assert [r.column for r in verdict.plan.rejections] == ["id"]
 
 
 def test_an_unreadable_shape_is_reported_by_a_run_unless_types_only() -> None:
