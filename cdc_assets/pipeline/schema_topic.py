@@ -5,6 +5,8 @@ schema seen in events" of the pull side when the source database is not reachabl
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -104,6 +106,33 @@ def read_schema_changes(
     return seen, next_offsets
 
 
+# Every record of a schema-change topic, read once per process and then only what was added:
+# the topic is shared by all tables of a server, and each table's check and drift report read
+# it whole (at a thousand tables, a thousand full reads per checks run). Records never change;
+# a full read every FULL_READ_S picks up a topic that was deleted and created again.
+FULL_READ_S = 600.0
+_read_topics: dict[tuple[str, str], tuple[float, dict[int, int], list[SeenChange]]] = {}
+_read_lock = threading.Lock()
+
+
+def all_schema_changes(kafka: KafkaResource, topic: str) -> list[SeenChange]:
+    """Every table change retained on ``topic``, in the order of its partitions and offsets."""
+    key = (kafka.resolved_bootstrap(), topic)
+    with _read_lock:
+        cached = _read_topics.get(key)
+    now = time.monotonic()
+    start: dict[int, int] = {}
+    seen: list[SeenChange] = []
+    read_at = now
+    if cached is not None and now - cached[0] <= FULL_READ_S:
+        read_at, start, seen = cached
+    added, next_offsets = read_schema_changes(kafka, topic, start)
+    seen = [*seen, *added]
+    with _read_lock:
+        _read_topics[key] = (read_at, next_offsets, seen)
+    return sorted(seen, key=lambda c: (c.partition, c.offset))
+
+
 def newest_schema_change(kafka: KafkaResource, spec: TableSpec) -> SeenChange | None:
     """The newest shape (CREATE or ALTER) of the spec's table on its schema-change topic (None:
     none retained); of a sharded table, the newest on any shard's. A DROP has no shape:
@@ -114,7 +143,7 @@ def newest_schema_change(kafka: KafkaResource, spec: TableSpec) -> SeenChange | 
     topic = spec.source.schema_changes
     if topic is None:
         return None
-    changes, _ = read_schema_changes(kafka, topic, {})
+    changes = all_schema_changes(kafka, topic)
     mine = [c for c in changes if c.change.kind != "DROP" and matches(spec, c.change, topic)]
     return max(mine, key=_recorded, default=None)
 
@@ -135,7 +164,7 @@ def source_tables(kafka: KafkaResource, spec: TableSpec) -> dict[str, SourceTabl
         if topic is None:
             continue
         if topic not in read:
-            seen = read_schema_changes(kafka, topic, {})[0]
+            seen = all_schema_changes(kafka, topic)
             # One partition (Debezium's default) is the order itself; across several, the
             # source time orders them (a snapshot's records share one).
             one = len({c.partition for c in seen}) <= 1
@@ -156,7 +185,7 @@ def newest_change_of(
 ) -> SeenChange | None:
     """The newest recorded change of ``database.table`` on schema-change topic ``topic`` (None:
     no record of it is retained): what a spec of that table is onboarded from."""
-    changes, _ = read_schema_changes(kafka, topic, {})
+    changes = all_schema_changes(kafka, topic)
     mine = [
         c
         for c in changes

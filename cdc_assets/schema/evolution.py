@@ -36,6 +36,7 @@ from cdc_assets.schema.changes import (
     WidenType,
 )
 from cdc_assets.schema.types import SinkType, can_promote, promotion_problems
+from cdc_assets.schema.wire import Wire, plan_column
 from cdc_assets.spec.models import ColumnSpec, SinkMapping, TableSpec
 
 # Changing these points the spec at another source or Iceberg table: a new onboarding.
@@ -59,6 +60,19 @@ _CATEGORIES = {
     "timestamptz": "timestamp with zone",
 }
 _NUMERIC = {"int", "long", "float", "double", "decimal"}
+# Retyped columns (`RetireColumn`): the wire encodings whose old raw values the new type reads
+# as the same values, so the backfill converts them exactly or refuses them: any value sent as
+# its own text into a string, a string parsed into an integer or a double, an int into a double.
+_TEXT_WIRES = (
+    Wire.INT, Wire.LONG, Wire.FLOAT, Wire.DOUBLE, Wire.BOOLEAN, Wire.STRING,
+    Wire.DECIMAL_STRING, Wire.DECIMAL_NUMBER,
+)  # fmt: skip
+_CONVERTIBLE = {(old, Wire.STRING) for old in _TEXT_WIRES} | {
+    (Wire.STRING, Wire.INT),
+    (Wire.STRING, Wire.LONG),
+    (Wire.STRING, Wire.DOUBLE),
+    (Wire.INT, Wire.DOUBLE),
+}
 
 
 def classify(
@@ -542,6 +556,16 @@ class _Classifier:
             return "; renamed at the same time: apply the rename first"
         if p.sink.transform is not None:
             return "; its sink transform would apply to the new type"
+        old_wire = plan_column(self.current, c).wire
+        new_wire = plan_column(self.current, p).wire
+        if (old_wire, new_wire) not in _CONVERTIBLE:
+            # A row image does not say which type wrote it: the backfill reads every image with
+            # the new type, so the old values must read as themselves (their text), never as
+            # other values (a decimal's unscaled bytes at another scale, epoch numbers as text).
+            return (
+                f"; the old values are sent as {old_wire} and would read as other values of "
+                f"the new type ({new_wire}): a new column cannot be filled exactly"
+            )
         return None
 
     def retire(self, c: ColumnSpec, p: ColumnSpec, old: SinkType, new: SinkType) -> None:

@@ -127,3 +127,36 @@ def test_schema_drift_warns_on_a_drop_and_fails_on_a_rename() -> None:
     assert (renamed.passed, renamed.severity) == (False, "ERROR")
     present = schema_drift_verdict({}, None, {"people": ("present", "exists")})
     assert present.passed
+
+
+def test_a_schema_change_topic_is_read_once_then_only_what_was_added(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every table's check reads its server's schema-change topic: the process reads each record
+    once (and the whole topic again after FULL_READ_S)."""
+    from cdc_assets.pipeline import schema_topic
+
+    topic = [change("CREATE", "people", "CREATE TABLE people"), change("DROP", "people", "DROP")]
+    calls: list[dict[int, int]] = []
+
+    def read(_kafka: object, name: str, start: dict[int, int]) -> tuple[list[object], dict]:
+        calls.append(dict(start))
+        at = start.get(0, 0)
+        added = [schema_topic.SeenChange(name, 0, i, c) for i, c in enumerate(topic) if i >= at]
+        return added, {0: len(topic)}
+
+    class Kafka:
+        def resolved_bootstrap(self) -> str:
+            return "127.0.0.1:1"
+
+    monkeypatch.setattr(schema_topic, "read_schema_changes", read)
+    monkeypatch.setattr(schema_topic, "_read_topics", {})
+    first = schema_topic.all_schema_changes(Kafka(), "srv")  # type: ignore[arg-type]
+    topic.append(change("CREATE", "people", "CREATE TABLE people (id INT)"))
+    second = schema_topic.all_schema_changes(Kafka(), "srv")  # type: ignore[arg-type]
+    assert [c.offset for c in first] == [0, 1]
+    assert [c.offset for c in second] == [0, 1, 2]
+    assert calls == [{}, {0: 2}]
+    monkeypatch.setattr(schema_topic, "FULL_READ_S", -1.0)
+    assert len(schema_topic.all_schema_changes(Kafka(), "srv")) == 3  # type: ignore[arg-type]
+    assert calls[-1] == {}
