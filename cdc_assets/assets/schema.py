@@ -7,6 +7,7 @@ The pool ``cdc_evolve/<table>`` (limit 1) serializes evolutions of one table in 
 were queued; other tables are not blocked.
 """
 
+import json
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -38,6 +39,12 @@ class EvolveConfig(dg.Config):
     )
     seen_on: str = Field(
         default="", description="the server whose change it is (a sharded table's shard)"
+    )
+    source_position: str = Field(
+        default="",
+        description="the change's source position as JSON (the schema-change record's source "
+        "block: binlog file and pos, gtid); bounds the re-decoding of a column whose encoding "
+        "changed",
     )
 
 
@@ -73,6 +80,9 @@ def build_schema_asset(
                 # None: the ledger's own offsets when the change is applied (an empty dict
                 # would record no offsets at all in the audit trail).
                 kafka_offsets={int(p): o for p, o in config.kafka_offsets.items()} or None,
+                change_position=json.loads(config.source_position)
+                if config.source_position
+                else None,
             )
         except EvolutionRejectedError as err:
             where = f"the change seen on server {config.seen_on}: " if config.seen_on else ""

@@ -122,11 +122,14 @@ def converge(
     trigger: str = "manual",
     detected_at: datetime | None = None,
     kafka_offsets: Mapping[Any, int] | None = None,
+    change_position: Mapping[str, Any] | None = None,
 ) -> ConvergeResult:
     """Bring ``table`` to the proposed schema; raise EvolutionRejectedError for unsupported changes.
 
     ``spark`` is called only when there is something to backfill or a table to create, so a no-op
-    or a rejection never starts a JVM.
+    or a rejection never starts a JVM. ``change_position``: the source position of the change
+    (the schema-change record's ``source`` block), which bounds the re-decoding of a column whose
+    encoding changed (`backfill_from_ledger`).
     """
     path = spec_path(specs_dir, table)
     current = current_spec(iceberg_catalog, specs_dir, table)
@@ -223,6 +226,7 @@ def converge(
             columns,
             since=None if defaulted else detected_at,
             from_spec=current,
+            change_position=change_position,
         )
     else:
         # Nothing to recover from the row images, but a NOT NULL column the source dropped

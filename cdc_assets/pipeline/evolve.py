@@ -12,8 +12,9 @@ base rows that hold those same changes, so values that arrived before the switch
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
@@ -57,9 +58,10 @@ from cdc_assets.schema.layers import (
     dead_letter_layout,
     ledger_layout,
 )
-from cdc_assets.schema.recover import changed_columns, dead_letter_reasons
+from cdc_assets.schema.recover import changed_columns, dead_letter_reasons, reencoded_columns
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.sql.backfill import (
+    after_position,
     backfill_min_dt,
     backfill_plans,
     render_ledger_counts,
@@ -69,6 +71,8 @@ from cdc_assets.sql.backfill import (
     render_position_count,
     render_position_update,
 )
+
+log = logging.getLogger(__name__)
 
 COMMIT_RETRIES = 5
 # How many ledger rows whose value the new spec refuses a backfill lists (all are counted).
@@ -362,6 +366,8 @@ def _backfill_ledger(
     min_dt: str | None,
     props: dict[str, str],
     result: BackfillResult,
+    reencoded: Sequence[str] = (),
+    after: str | None = None,
 ) -> None:
     ledger_l = ledger_layout(spec)
     ledger_id = spark_identifier(catalog, ledger_l)
@@ -378,7 +384,14 @@ def _backfill_ledger(
         pending = _redriven_files(ledger, base_state(base, shard_of(spec)).ledger_sequence)
         result.left_redriven_files = bool(pending)
         values = render_ledger_values(
-            spec, ledger_id, snapshot, columns, min_dt=min_dt, exclude_files=pending
+            spec,
+            ledger_id,
+            snapshot,
+            columns,
+            min_dt=min_dt,
+            exclude_files=pending,
+            reencoded=reencoded,
+            after=after,
         )
         counts = spark.sql(render_ledger_counts(values)).collect()[0]
         result.ledger_rows_updated = int(counts["changed"])
@@ -488,6 +501,7 @@ def backfill_from_ledger(
     since: datetime | None = None,
     from_spec: TableSpec | None = None,
     base_nulls: bool = False,
+    change_position: Mapping[str, Any] | None = None,
 ) -> BackfillResult:
     """Phase 3: recover ``columns`` (sink names of added or widened columns of ``spec``, the new
     version) for rows written before the jobs knew them.
@@ -517,11 +531,25 @@ def backfill_from_ledger(
     were (``sql.backfill.render_position_update``).
 
     A sharded table is backfilled shard by shard, each from its own ledger.
+
+    A column whose values the source sends in another encoding under ``spec`` than under
+    ``from_spec`` (`schema.recover.reencoded_columns`: ``datetime(3)`` -> ``datetime(6)``) is
+    re-decoded only in the images after ``change_position``, the source position of the change
+    (a Debezium ``source`` block); without one, in none: an older image would decode to other
+    values.
     """
     if spec.source.shards:
         results = [
             backfill_from_ledger(
-                spark, catalog, iceberg_catalog, view, columns, since, from_spec, base_nulls
+                spark,
+                catalog,
+                iceberg_catalog,
+                view,
+                columns,
+                since,
+                from_spec,
+                base_nulls,
+                change_position,
             )
             for view in spec.shard_specs()
         ]
@@ -546,7 +574,17 @@ def backfill_from_ledger(
     result = BackfillResult(spec.name, names, min_dt)
     props = {KIND_PROPERTY: BACKFILL_KIND, BACKFILL_COLUMNS_PROPERTY: ",".join(names)}
 
-    _backfill_ledger(spark, catalog, iceberg_catalog, spec, names, min_dt, props, result)
+    reencoded = reencoded_columns(from_spec, spec) if from_spec is not None else []
+    after = after_position(spec, change_position) if change_position else None
+    if reencoded and after is None:
+        log.warning(
+            f"{spec.name}: {', '.join(reencoded)} now arrive in another encoding; without the "
+            "source position of the change, ledger rows keep the values they were decoded "
+            "with (an older image read in the new encoding would be another value)"
+        )
+    _backfill_ledger(
+        spark, catalog, iceberg_catalog, spec, names, min_dt, props, result, reencoded, after
+    )
     failpoint("backfill_after_ledger")
     result.base_rows_updated = _backfill_by_position(
         spark, catalog, iceberg_catalog, spec, base_layout(spec), names, min_dt, props, base_nulls

@@ -35,6 +35,7 @@ from cdc_assets.schema.changes import (
     SoftDropColumn,
     WidenType,
 )
+from cdc_assets.schema.recover import reencoded
 from cdc_assets.schema.types import SinkType, can_promote, promotion_problems
 from cdc_assets.schema.wire import Wire, plan_column
 from cdc_assets.spec.models import ColumnSpec, SinkMapping, TableSpec
@@ -506,8 +507,15 @@ class _Classifier:
             )
             return False
         old_sink, new_sink = c.sink_type(self.connector), p.sink_type(self.connector)
-        if self.from_source and _behind(c, p, old_sink, new_sink, self.connector):
-            return False  # the spec's type holds every value the source's narrower one can send
+        if (
+            self.from_source
+            and _behind(c, p, old_sink, new_sink, self.connector)
+            and not reencoded(plan_column(self.current, c), plan_column(self.current, p))
+        ):
+            # The spec's type holds every value the source's narrower one can send (but not
+            # when the narrower one comes in other units: datetime(6) -> datetime(3) sends
+            # millis, which the spec would read as micros).
+            return False
         if self.from_source and self.retired_as(p, new_sink):
             # The type the column had before a retype: a record or replica from before the
             # change. Its values go into the new column; the spec never flips back.

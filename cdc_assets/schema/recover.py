@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+from cdc_assets.schema.wire import FieldPlan, Wire, plan_column
 from cdc_assets.spec.models import TableSpec
 
 
@@ -32,6 +33,39 @@ def changed_columns(old: TableSpec, new: TableSpec) -> list[str]:
         ):
             out.append(col.sink_name)
     return out
+
+
+def reencoded_columns(old: TableSpec, new: TableSpec) -> list[str]:
+    """Sink names of ``new``'s live columns whose values Debezium sends in another encoding than
+    under ``old`` although both read them (``datetime(3)`` -> ``datetime(6)``: epoch millis ->
+    micros). A row image does not say which encoding wrote it, so an image from before the
+    source's change must not be decoded with the new one: a backfill re-decodes such a column
+    only in images after the change's source position."""
+    before = {c.id: c for c in old.columns}
+    out = []
+    for col in new.columns:
+        prior = before.get(col.id)
+        if col.dropped or prior is None or prior.dropped:
+            continue
+        if reencoded(plan_column(old, prior), plan_column(new, col)):
+            out.append(col.sink_name)
+    return out
+
+
+# Encodings of one kind of value in different units: the same number is another value in each.
+_UNITS = (
+    {Wire.TIMESTAMP_MILLIS, Wire.TIMESTAMP_MICROS, Wire.TIMESTAMP_NANOS},
+    {Wire.TIME_MILLIS, Wire.TIME_MICROS, Wire.TIME_NANOS},
+)
+
+
+def reencoded(was: FieldPlan, now: FieldPlan) -> bool:
+    """Whether the same raw value means another value under ``now`` than under ``was``: a
+    temporal unit changed (millis -> micros), or a decimal's unscaled bytes got another scale.
+    (An int read as a bigint is the same number.)"""
+    if was.wire != now.wire:
+        return any(was.wire in unit and now.wire in unit for unit in _UNITS)
+    return was.wire is Wire.DECIMAL_BYTES and was.scale != now.scale
 
 
 def value_columns(spec: TableSpec) -> list[str]:

@@ -112,6 +112,7 @@ def build_schema_change_sensor(
         key: str,
         at: str,
         seen_on: str = "",
+        position: str = "",
     ) -> dg.RunRequest | None:
         """The run for the desired shape ``key``, or None while one is in flight or backing
         off after a failure (`schema.reconcile`). ``seen_on``: the shard's server, for a
@@ -123,6 +124,8 @@ def build_schema_change_sensor(
         if decision.run_key != key:
             context.log.warning(f"{table}: evolution requested again, {decision.why}")
         extra = {"seen_on": seen_on} if seen_on else {}
+        if position:
+            extra["source_position"] = position
         return dg.RunRequest(
             run_key=decision.run_key,
             asset_selection=[asset_key("schema", table)],
@@ -291,6 +294,9 @@ def build_schema_change_sensor(
                         else datetime.now(UTC).isoformat()
                     ),
                     "seen_on": _server_of(by_topic[topic], table) if sharded else "",
+                    # where the change happened: a column whose encoding changed is decoded
+                    # anew only in the images after it
+                    "position": json.dumps(dict(newest.change.position), sort_keys=True),
                 }
             cursor[topic] = {str(p): o for p, o in sorted(next_offsets.items())}
         for table in sorted(desired):
@@ -326,6 +332,7 @@ def build_schema_change_sensor(
                 want["key"],
                 want["at"],
                 want["seen_on"],
+                want.get("position", ""),
             )
             if run is not None:
                 requests.append(run)

@@ -13,13 +13,15 @@ change in the ledger carried, as the upsert keeps it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 
 from cdc_assets.schema.wire import FieldPlan, plan_fields
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.sql.ddl import literal, quote
 from cdc_assets.sql.decode import (
+    GTID_PATTERN,
     IMAGE_SCHEMA,
     _value_reasons,
     decode_stages,
@@ -97,6 +99,30 @@ def _newly_unavailable(plan: FieldPlan) -> str:
     return f"({is_unavailable(plan)} AND NOT {listed})"
 
 
+def after_position(spec: TableSpec, position: Mapping[str, object]) -> str | None:
+    """A condition on a ledger row ``l``: its change comes after the source position
+    ``position`` (a Debezium ``source`` block: binlog ``file``/``pos``, ``gtid``, or ``lsn``),
+    in the order of `sql.decode.sequence_columns`; None when the block does not place it."""
+    if spec.source.connector == "postgresql":
+        lsn = position.get("lsn")
+        return f"(l._seq_major > {int(str(lsn))})" if lsn is not None else None
+    if spec.source.order == "gtid":
+        match = re.fullmatch(GTID_PATTERN, str(position.get("gtid") or ""))
+        if match is None:
+            return None
+        major, minor = int(match.group(3)), position.get("pos")
+    else:
+        number = re.search(r"\.([0-9]+)$", str(position.get("file") or ""))
+        if number is None:
+            return None
+        major, minor = int(number.group(1)), position.get("pos")
+    if minor is None:
+        return f"(l._seq_major > {major})"
+    return (
+        f"(l._seq_major > {major} OR (l._seq_major = {major} AND l._seq_minor > {int(str(minor))}))"
+    )
+
+
 def render_ledger_values(
     spec: TableSpec,
     ledger: str,
@@ -106,6 +132,8 @@ def render_ledger_values(
     min_dt: str | None = None,
     exclude_files: Sequence[str] = (),
     offsets: Mapping[int, tuple[int, int]] | None = None,
+    reencoded: Collection[str] = (),
+    after: str | None = None,
 ) -> str:
     """SELECT of every ledger row with a row image: its coordinates (dt, hr, Kafka partition and
     offset), each column decoded as the ingest decodes it under ``spec`` (NULL when the image
@@ -115,7 +143,10 @@ def render_ledger_values(
 
     ``exclude_files``: ledger data files not to touch (redriven rows base has not applied yet:
     the upsert finds those by file name). ``offsets``: only the ledger rows in these Kafka
-    offset ranges (partition -> [start, end)).
+    offset ranges (partition -> [start, end)). ``reencoded`` columns (`schema.recover.
+    reencoded_columns`) are decoded only in rows ``after`` the source's change (an
+    `after_position` condition); other rows keep what they hold, and with no ``after`` every
+    row does.
     """
     plans = backfill_plans(spec, columns)
     where = [f"l._op IN ({', '.join(literal(o) for o in IMAGE_OPS)})", "l._row_json IS NOT NULL"]
@@ -128,6 +159,7 @@ def render_ledger_values(
     stored = [f"l.{quote(p.sink_name)} AS {_old(i)}" for i, p in enumerate(plans)]
     sql = (
         "SELECT l.dt, l.hr, l._kafka_partition, l._kafka_offset, l._op AS op, "
+        f"{after or 'false'} AS __after_change, "
         f"l._unavailable AS __old_unavailable, {', '.join(stored)}, "
         f"from_json(l._row_json, {literal(IMAGE_SCHEMA)}) AS img "
         f"FROM {ledger} VERSION AS OF {snapshot_id} AS l WHERE {' AND '.join(where)}"
@@ -137,12 +169,18 @@ def render_ledger_values(
         sql = f"SELECT *, {exprs} FROM ({sql}) AS d{n}"
     values = []
     for i, p in enumerate(plans):
-        values.append(
-            f"CASE WHEN {_rejected(p)} THEN NULL ELSE {ledger_value(p, map_has_field('img'))} "
-            f"END AS {quote(p.sink_name)}"
+        decoded = (
+            f"CASE WHEN {_rejected(p)} THEN NULL ELSE {ledger_value(p, map_has_field('img'))} END"
         )
-        values.append(f"{_rejected(p)} AS __rejected{i}")
-        values.append(f"{_newly_unavailable(p)} AS __unavailable{i}")
+        rejected, unavailable = _rejected(p), _newly_unavailable(p)
+        if p.sink_name in reencoded:
+            # Written before the change in the old encoding: kept as the ingest decoded it.
+            decoded = f"CASE WHEN __after_change THEN {decoded} ELSE {_old(i)} END"
+            rejected = f"(__after_change AND {rejected})"
+            unavailable = f"(__after_change AND {unavailable})"
+        values.append(f"{decoded} AS {quote(p.sink_name)}")
+        values.append(f"{rejected} AS __rejected{i}")
+        values.append(f"{unavailable} AS __unavailable{i}")
     sql = (
         "SELECT dt, hr, _kafka_partition, _kafka_offset, __old_unavailable, "
         f"{', '.join(_old(i) for i in range(len(plans)))}, {', '.join(values)} FROM ({sql}) AS v"

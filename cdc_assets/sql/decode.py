@@ -329,8 +329,19 @@ def decode_natural(plan: FieldPlan) -> str:
         Wire.STRING: r,
         Wire.DECIMAL_NUMBER: f"try_cast({r} AS DOUBLE)",
         Wire.DATE_DAYS: f"date_from_unix_date({_int(r)})",
-        Wire.TIMESTAMP_MILLIS: f"CAST(timestamp_millis({_long(r)}) AS {natural})",
-        Wire.TIMESTAMP_MICROS: f"CAST(timestamp_micros({_long(r)}) AS {natural})",
+        # Only years 1 to 9999 (what Python's datetime, and so most readers, can hold): a
+        # larger number is no time of this encoding (micros read as millis after a source's
+        # DATETIME(3) -> DATETIME(6), say) and becomes a dead letter, not a year 58000.
+        Wire.TIMESTAMP_MILLIS: _in_range(
+            _long(r),
+            "epoch_millis_to_timestamp",
+            f"CAST(timestamp_millis({_long(r)}) AS {natural})",
+        ),
+        Wire.TIMESTAMP_MICROS: _in_range(
+            _long(r),
+            "epoch_micros_to_timestamp",
+            f"CAST(timestamp_micros({_long(r)}) AS {natural})",
+        ),
         Wire.TIMESTAMP_NANOS: f"CAST(timestamp_micros({_long(r)} div 1000) AS {natural})",
         Wire.ZONED_TIMESTAMP: f"try_cast({r} AS TIMESTAMP)",
         Wire.TIME_MILLIS: _time_text(f"({_long(r)} * 1000)"),
@@ -481,6 +492,12 @@ _EPOCH_FUNCTIONS = {
     "epoch_micros_to_timestamp": "timestamp_micros",
     "epoch_days_to_date": "date_from_unix_date",
 }
+
+
+def _in_range(number: str, transform: str, value: str) -> str:
+    """``value`` when ``number`` lies in the years `EPOCH_RANGES` gives ``transform``, else NULL."""
+    low, high = EPOCH_RANGES[transform]
+    return f"CASE WHEN {number} BETWEEN {low} AND {high} THEN {value} END"
 
 
 def epoch_to_sink(transform: str, number: str) -> str:

@@ -8,19 +8,25 @@ are counted and listed, and no dead letter is left. Base is compared with a plai
 from __future__ import annotations
 
 import random
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from cdc_assets.demo.events import workload
+from cdc_assets.pipeline.converge import converge
 from cdc_assets.pipeline.tables import ensure_tables
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.layers import dead_letter_layout
 from cdc_assets.settings import Settings
 from cdc_assets.spec.models import TableSpec
+from cdc_assets.spec.versions import write_spec
 from cdc_assets_tests.integration.test_evolution_policies import base_rows, images, push
 from cdc_assets_tests.integration.test_evolve import later
 from cdc_assets_tests.integration.test_ingest import read_table
-from cdc_assets_tests.integration.test_schema_evolution_flow import Table
+from cdc_assets_tests.integration.test_renames_and_drops import payload
+from cdc_assets_tests.integration.test_schema_evolution_flow import Table, create_table
 from cdc_assets_tests.integration.test_upsert import ingest, upsert
 
 ALTER = "ALTER TABLE users MODIFY login_count VARCHAR(16) NULL, MODIFY country INT"
@@ -99,3 +105,93 @@ def test_a_type_iceberg_cannot_promote_keeps_the_old_column_and_fills_a_new_one(
     assert any(isinstance(i.get("login_count"), str) for i in expected.values())
     dead = dead_letter_layout(evolved)
     assert not read_table(iceberg, dead.namespace, dead.name)
+
+
+def datetime_of(spec: TableSpec, precision: int) -> TableSpec:
+    """``spec`` with ``updated_at`` a DATETIME of ``precision``."""
+    data = spec.model_dump(mode="json", by_alias=True)
+    for column in data["columns"]:
+        if column["name"] == "updated_at":
+            column["type"] = f"datetime({precision})"
+    return TableSpec.model_validate(data)
+
+
+@pytest.mark.parametrize(("was", "now"), [(3, 6), (6, 3)])
+def test_a_datetime_that_changes_encoding_is_decoded_anew_only_after_the_change(
+    it_settings: Settings,
+    spark: Any,
+    iceberg: IcebergCatalogResource,
+    kafka: KafkaResource,
+    tmp_path: Path,
+    was: int,
+    now: int,
+) -> None:
+    """``updated_at`` DATETIME(3) <-> DATETIME(6): Debezium sends epoch millis for one and
+    micros for the other, one Iceberg type for both, so the evolution is a source-type change
+    with a backfill. An image does not say which encoding wrote it; the change's binlog
+    position does. 3 -> 6: the micros the old spec met are dead letters (no year 58000), and
+    the older rows' millis must not be read as micros (before, every image since the change's
+    day was: those times moved to January 1970). 6 -> 3: the old spec read the millis as
+    micros (1970, no error), and only the rows after the ALTER are read anew."""
+    table = Table(it_settings, kafka, tmp_path)
+    v1 = datetime_of(table.v1, was)
+    write_spec(v1, table.specs_dir / "users.yaml")
+    ensure_tables(spark, "lake", v1)
+    shape = datetime_of(v1, now)
+    old_records = workload(v1, random.Random(83), keys=20, events=50)
+    # fewer keys after the change: the others keep an image from before it
+    new_records = later(workload(shape, random.Random(84), keys=8, events=30), 1)
+    table.produce([*old_records, *new_records])
+    ingest(spark, iceberg, kafka, v1)  # the old spec reads the micros as millis
+    upsert(spark, iceberg, v1)
+
+    def source(record: Any) -> dict[str, Any]:
+        event = payload(record)
+        return event["source"] if event is not None else {}
+
+    first_new = min(
+        (s["file"], s["pos"]) for r in new_records if (s := source(r)) and s.get("file")
+    )
+    last_old = max((s["file"], s["pos"]) for r in old_records if (s := source(r)) and s.get("file"))
+    assert last_old < first_new
+    result = converge(
+        lambda: spark,
+        "lake",
+        iceberg.load_catalog(),
+        table.specs_dir,
+        "users",
+        source_ddl=create_table(shape),
+        audit_ddl=["ALTER TABLE users MODIFY updated_at DATETIME(6)"],
+        trigger="push",
+        change_position={"file": first_new[0], "pos": first_new[1] - 1},
+    )
+    assert result.decision == "applied", result.plan.describe()
+    evolved = table.spec()
+    assert evolved.columns_by_name["updated_at"].type == f"datetime({now})"
+    ingest(spark, iceberg, kafka, evolved)
+    upsert(spark, iceberg, evolved)
+
+    epoch = datetime(1970, 1, 1)
+    want: dict[int, datetime | None] = {}
+    encoded: dict[int, int] = {}  # key -> microseconds per unit of its newest image
+    units = {3: 1_000, 6: 1}  # microseconds per unit sent
+    for records, unit in ((old_records, units[was]), (new_records, units[now])):
+        for record in records:
+            event = payload(record)
+            if event is None or event["op"] not in ("c", "u", "r", "d"):
+                continue
+            if event["op"] == "d":
+                want.pop(event["before"]["id"], None)
+                continue
+            value = event["after"].get("updated_at")
+            at = None if value is None else epoch + timedelta(microseconds=value * unit)
+            want[event["after"]["id"]] = at
+            encoded[event["after"]["id"]] = unit
+    base = base_rows(iceberg, evolved)
+    assert sorted(base) == sorted(want)
+    wrong = {
+        k: (base[k]["updated_at"], at) for k, at in want.items() if base[k]["updated_at"] != at
+    }
+    assert not wrong, list(wrong.items())[:5]
+    # rows last changed in each encoding, both compared
+    assert {encoded[k] for k, v in want.items() if v is not None} == {1, 1_000}
