@@ -76,6 +76,11 @@ DEFAULT_TABLES_AT_ONCE = 3
 # holding a database of the same name. Unset means the source is not reachable from here.
 ENV_SOURCE_URL_PREFIX = "CDC_ASSETS_SOURCE_URL_"
 ENV_METRICS_TOKEN = "CDC_ASSETS_METRICS_TOKEN"
+# The secret sensitive columns are hashed and encrypted with (at least 16 bytes; any text), and
+# the id stored with each value it protected (letters and digits; default 1). Needed by every
+# table that protects a column or drops a field: their dead letters are encrypted with it.
+ENV_PROTECTION_KEY = "CDC_ASSETS_PROTECTION_KEY"
+ENV_PROTECTION_KEY_ID = "CDC_ASSETS_PROTECTION_KEY_ID"
 
 
 def source_url_variable(database: str, qualifier: str | None = None) -> str:

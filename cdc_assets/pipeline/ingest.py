@@ -39,6 +39,7 @@ from cdc_assets.pipeline.offsets import (
     committed_offsets,
     encode_offsets,
 )
+from cdc_assets.pipeline.protection import key_for
 from cdc_assets.pipeline.small_work import offsets_span, small_work_conf
 from cdc_assets.pipeline.tables import ensure_txn_columns
 from cdc_assets.resources.kafka import KafkaResource, PartitionOffsets
@@ -53,11 +54,14 @@ from cdc_assets.sql.decode import (
     DEAD,
     LEDGER,
     SKIP,
+    is_unavailable,
     json_has_field,
     ledger_value,
+    raw,
     sequence_columns,
     unavailable_list,
 )
+from cdc_assets.sql.protect import ProtectionKey, image_sql, protect_sql, sealed_payload_sql
 
 
 class OffsetsExpiredError(CdcAssetsError):
@@ -168,8 +172,13 @@ def classify_records(records: Any, spec: TableSpec, schemas: TopicSchemas | None
 
 def prepare(classified: Any, spec: TableSpec) -> Any:
     """Only what the writes and counts need: ledger columns, status, and the raw record for dead
-    letters alone. This is what gets cached, so keep it narrow."""
-    ledger = [f"{expr} AS {quote(name)}" for name, expr in _ledger_exprs(spec).items()]
+    letters alone. This is what gets cached, so keep it narrow.
+
+    A spec that protects values (`sql.protect`) has them protected here, in the same query: the
+    typed columns, ``_row_json``, ``_before_json`` and the dead letters' payloads."""
+    key = key_for(spec)
+    ledger = [f"{expr} AS {quote(name)}" for name, expr in _ledger_exprs(spec, key).items()]
+    payload = "base64(value_bin)" if key is None else sealed_payload_sql("value_bin", key)
     return classified.selectExpr(
         *ledger,
         "_status",
@@ -177,14 +186,28 @@ def prepare(classified: Any, spec: TableSpec) -> Any:
         "_reason",
         "_unknown",
         "CASE WHEN _status = 'dead' THEN base64(key_bin) END AS _key_b64",
-        "CASE WHEN _status = 'dead' THEN base64(value_bin) END AS _payload_b64",
+        f"CASE WHEN _status = 'dead' THEN {payload} END AS _payload_b64",
     )
 
 
-def _ledger_exprs(spec: TableSpec) -> dict[str, str]:
+def _ledger_exprs(spec: TableSpec, key: ProtectionKey | None = None) -> dict[str, str]:
     plans = {p.sink_name: p for p in plan_fields(spec)}
     # `image`: the row image's JSON text (an image older than a column with a default lacks it)
     exprs = {name: ledger_value(plan, json_has_field("image")) for name, plan in plans.items()}
+    image, before = "image", "before"
+    if spec.protects:
+        # The image keeps the protected value (a placeholder for a value the source did not
+        # send stays one); the before image, read for its key alone, loses the field.
+        stored: dict[str, str] = {}
+        for name, plan in plans.items():
+            if plan.protect is None:
+                continue
+            exprs[name] = protect_sql(plan.protect, exprs[name], key)
+            kept = f"CASE WHEN {is_unavailable(plan)} THEN {raw(plan)} ELSE {exprs[name]} END"
+            stored.update({field: kept for field in (plan.name, *plan.aliases)})
+        dropped = set(spec.pipeline.drop_fields)
+        image = image_sql("image", stored, dropped)
+        before = image_sql("before", {}, dropped | set(stored))
     exprs.update(
         {
             "_op": "op",
@@ -193,12 +216,12 @@ def _ledger_exprs(spec: TableSpec) -> dict[str, str]:
             "_kafka_partition": "_kafka_partition",
             "_kafka_offset": "_kafka_offset",
             "_kafka_ts": "_kafka_ts",
-            "_row_json": "image",
+            "_row_json": image,
             # A create that moved a row from another key (primary-key change) has no before
             # image; the old key stands in for it, so the upsert can find the row's values.
             "_before_json": (
                 "CASE WHEN op = 'c' AND before IS NULL AND _old_key IS NOT NULL "
-                "THEN _old_key ELSE before END"
+                f"THEN _old_key ELSE {before} END"
             ),
             "_unavailable": unavailable_list(list(plans.values())),
             "_txn_id": "txn_id",

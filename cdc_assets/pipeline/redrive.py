@@ -22,6 +22,7 @@ from cdc_assets.pipeline.ingest import (
     prepare,
 )
 from cdc_assets.pipeline.offsets import KIND_PROPERTY, REDRIVE_KIND
+from cdc_assets.pipeline.protection import configured_key
 from cdc_assets.pipeline.watermark import snapshot_properties
 from cdc_assets.resources.schema_registry import (
     TopicSchemas,
@@ -32,6 +33,7 @@ from cdc_assets.schema.layers import ledger_layout
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.sql.ddl import literal, quote
 from cdc_assets.sql.decode import DEAD, LEDGER, SKIP
+from cdc_assets.sql.protect import opened_payload_sql
 
 
 @dataclass
@@ -69,7 +71,9 @@ def redrive(
     letters = spark.sql(f"SELECT * FROM {dlt}{where}")
     records = letters.select(
         F.expr("unbase64(key_b64)").alias("key"),
-        F.expr("unbase64(payload_b64)").alias("value"),
+        # Sealed payloads (a table that protects values) are opened with the configured key:
+        # the record is protected again by the ingest's decode, like any other.
+        F.expr(opened_payload_sql("payload_b64", configured_key())).alias("value"),
         F.col("partition"),
         F.col("offset"),
         F.col("kafka_ts").alias("timestamp"),

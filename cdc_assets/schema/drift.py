@@ -58,6 +58,7 @@ def source_differences(spec: TableSpec, source_columns: Sequence[str]) -> list[s
     """Columns the source has and the spec lacks, or the other way round (names only: types are
     compared by the evolution classifier when the change is applied)."""
     known = {c.name.lower() for c in spec.columns}
+    known |= {f.lower() for f in spec.pipeline.drop_fields}  # never stored, never proposed
     seen = {c.lower() for c in source_columns}
     diffs = [
         f"column {c} is in the source, not in spec v{spec.spec_version}"

@@ -316,6 +316,16 @@ def rename_references(data: dict[str, Any], old: str, new: str) -> None:
         checks["allow_all_null"] = [new if c == old else c for c in checks["allow_all_null"]]
 
 
+# Values the ledger already holds (a new column's sat in _row_json as an unknown field) are
+# plaintext or in another protected form: a protection starts with the table's first version.
+PROTECT_LATER = (
+    "a protection (protect) set or changed after onboarding: values already stored (typed "
+    "columns, _row_json, dead letters, snapshots) keep their old form, and rewriting them is not "
+    "automated; protect the column in the table's first version (onboard it again), or list a "
+    "new source field in pipeline.drop_fields before it arrives"
+)
+
+
 class _Classifier:
     """One classification: walks the proposed columns, then the current ones left over."""
 
@@ -446,6 +456,8 @@ class _Classifier:
             problems.append(self.sensitive_reason())
         if p.dropped:
             problems.append("a new column cannot be dropped already")
+        if p.protect is not None:
+            problems.append(PROTECT_LATER)
         holder = self.kept_sink_names.get(p.sink_name)
         if holder is not None and holder != p.name:
             problems.append(
@@ -595,6 +607,8 @@ class _Classifier:
         self.changes.append(AddColumn(column, retired))
 
     def compare_attributes(self, c: ColumnSpec, p: ColumnSpec) -> None:
+        if p.protect != c.protect:
+            self.reject(p.name, PROTECT_LATER)
         if p.sensitive != c.sensitive:
             if c.sensitive:
                 self.reject(

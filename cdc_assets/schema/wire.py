@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from cdc_assets.schema.types import SinkType, SourceType, default_sink_type
-from cdc_assets.spec.models import ColumnSpec, TableSpec
+from cdc_assets.spec.models import ColumnSpec, Protection, TableSpec
 
 TOAST_PLACEHOLDER = "__debezium_unavailable_value"
 
@@ -68,6 +68,8 @@ class FieldPlan:
     # The value of an image that lacks the field (under every name): a row the source had
     # before the column was added (``ColumnSpec.backfill_default``); None: null.
     default: str | None = None
+    # How the value is protected before it is stored (`sql.protect`); its sink is then string.
+    protect: Protection | None = None
 
     @property
     def parses_document(self) -> bool:
@@ -205,6 +207,7 @@ def plan_column(spec: TableSpec, column: ColumnSpec) -> FieldPlan:
         transform=column.sink.transform.value if column.sink.transform else None,
         aliases=tuple(n for n in column.former_names if n not in spec.columns_by_name),
         default=column.default if column.backfill_default and not column.dropped else None,
+        protect=column.protect,
     )
 
 

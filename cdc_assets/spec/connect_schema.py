@@ -158,7 +158,7 @@ def create_table_from_fields(spec: TableSpec, fields: list[Mapping[str, Any]]) -
     """PostgreSQL CREATE TABLE of the table as the embedded schema describes it."""
     known = spec.columns_by_name
     lines = []
-    for field in fields:
+    for field in _stored(spec, fields):
         name = str(field["field"])
         column = known.get(name)
         type_text = column_type(column.type if column is not None else None, field)
@@ -172,9 +172,17 @@ def create_table_from_fields(spec: TableSpec, fields: list[Mapping[str, Any]]) -
     return f"CREATE TABLE {_quote(table)} (\n" + ",\n".join(lines) + "\n)"
 
 
+def _stored(spec: TableSpec, fields: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The fields but those the spec drops at ingest (``pipeline.drop_fields``): never columns."""
+    dropped = set(spec.pipeline.drop_fields)
+    return [f for f in fields if str(f["field"]) not in dropped]
+
+
 def names_differ(spec: TableSpec, fields: list[Mapping[str, Any]]) -> bool:
     """Whether the embedded schema names other columns than the spec (in any order)."""
-    return {str(f["field"]) for f in fields} != {c.name for c in spec.columns if not c.dropped}
+    return {str(f["field"]) for f in _stored(spec, fields)} != {
+        c.name for c in spec.columns if not c.dropped
+    }
 
 
 def differs(spec: TableSpec, fields: list[Mapping[str, Any]]) -> bool:
@@ -184,7 +192,8 @@ def differs(spec: TableSpec, fields: list[Mapping[str, Any]]) -> bool:
         return True
     live = {c.name: c for c in spec.columns if not c.dropped}
     return any(
-        column_type(live[str(f["field"])].type, f) != live[str(f["field"])].type for f in fields
+        column_type(live[str(f["field"])].type, f) != live[str(f["field"])].type
+        for f in _stored(spec, fields)
     )
 
 

@@ -170,7 +170,10 @@ def proposed_from_ddl(
     next_id = max(c.id for c in current.columns) + 1
     used = {c.sink_name for c in current.columns}
     columns: list[dict[str, Any]] = []
+    dropped_fields = set(current.pipeline.drop_fields)
     for d in table.columns:
+        if d.name in dropped_fields:
+            continue  # never stored: not a column (pipeline.drop_fields)
         old_name = renamed_to.get(d.name)
         if old_name is None and d.name in by_name and d.name not in renames:
             old_name = d.name

@@ -50,6 +50,26 @@ class Transform(StrEnum):
         return SinkType("date") if self is Transform.EPOCH_DAYS_TO_DATE else SinkType("timestamptz")
 
 
+class Protection(StrEnum):
+    """How a sensitive column is protected at ingest, before anything is written
+    (`cdc_assets.sql.protect`). Every protection stores a string."""
+
+    HASH = "hash"  # keyed HMAC-SHA256, stable: equal values give equal hashes
+    ENCRYPT = "encrypt"  # AES-256-GCM with a synthetic IV: reversible with the key, stable
+    MASK_EMAIL = "mask_email"  # ***@domain
+    MASK_LAST4 = "mask_last4"  # every character but the last four becomes *
+    MASK_SHAPE = "mask_shape"  # letters become X/x, digits 9; punctuation stays
+
+    @property
+    def keyed(self) -> bool:
+        return self in (Protection.HASH, Protection.ENCRYPT)
+
+
+# The natural types a protection takes: text, numbers and dates have one text each, which is
+# what is hashed, encrypted or masked. Masks take text only.
+PROTECTABLE_TYPES = ("string", "int", "long", "decimal", "date", "boolean")
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
 
@@ -71,6 +91,8 @@ class ColumnSpec(_Strict):
     nullable: bool = True
     default: str | None = None
     sensitive: bool = False
+    # How the values are protected at ingest (needs sensitive: true); None keeps plaintext.
+    protect: Protection | None = None
     # Soft-dropped: gone from the source but kept in Iceberg, null for rows written since.
     dropped: bool = False
     comment: str | None = None
@@ -92,7 +114,10 @@ class ColumnSpec(_Strict):
         return parse_source_type(self.type, connector)
 
     def sink_type(self, connector: str) -> SinkType:
-        """The Iceberg type of this column: transform result, else override, else the default."""
+        """The Iceberg type of this column: a protected column's is string; else the transform
+        result, else override, else the default."""
+        if self.protect is not None:
+            return SinkType("string")
         if self.sink.transform is not None:
             return self.sink.transform.sink_type
         if self.sink.type is not None:
@@ -317,6 +342,9 @@ class SourceSpec(_Strict):
 
 class PipelineSpec(_Strict):
     sensitive: bool = False
+    # Source fields never stored: removed from every row image at ingest, before anything is
+    # written, and never proposed as columns. Not columns: the mirror has no place for them.
+    drop_fields: list[SourceName] = []
 
 
 class SinkSpec(_Strict):
@@ -452,11 +480,17 @@ class TableSpec(_Strict):
         _check_checks(self)
         _check_shard_column(self)
         _check_consistency(self)
+        _check_drop_fields(self)
         return self
 
     @cached_property
     def columns_by_name(self) -> dict[str, ColumnSpec]:
         return {c.name: c for c in self.columns}
+
+    @property
+    def protects(self) -> bool:
+        """Whether values are protected at ingest: a column with ``protect`` or a dropped field."""
+        return bool(self.pipeline.drop_fields) or any(c.protect for c in self.columns)
 
     @property
     def key_columns(self) -> list[ColumnSpec]:
@@ -576,6 +610,41 @@ def _check_columns(spec: TableSpec) -> None:
                 f"column {col.name!r} is sensitive but pipeline.sensitive is false; "
                 "mark the pipeline sensitive or do not ingest this column",
             )
+        if col.protect is not None:
+            _check_protect(where, spec, col, source)
+
+
+def _check_protect(where: str, spec: TableSpec, col: ColumnSpec, source: SourceType) -> None:
+    """A protected column: sensitive, not part of the key (its plaintext is the Kafka key),
+    stored as the protection's string, of a type with one text per value."""
+    protect = col.protect
+    assert protect is not None
+    if not col.sensitive:
+        raise _fail(f"{where}.protect", f"column {col.name!r}: protect needs sensitive: true")
+    if col.name in spec.primary_key or col.name == spec.base.bucket_column:
+        raise _fail(
+            f"{where}.protect",
+            f"column {col.name!r} is part of the key, whose plaintext is every Kafka record's "
+            "key: key the table on a column that is not sensitive",
+        )
+    if col.sink.transform is not None or col.sink.type is not None:
+        raise _fail(
+            f"{where}.protect",
+            f"column {col.name!r}: a protected column is stored as a string; drop sink.type "
+            "and sink.transform",
+        )
+    natural = default_sink_type(source)
+    if natural.name not in PROTECTABLE_TYPES:
+        raise _fail(
+            f"{where}.protect",
+            f"column {col.name!r} ({col.type}): {protect.value} takes text, numbers, dates and "
+            f"booleans, not {natural}",
+        )
+    if not protect.keyed and natural.name != "string":
+        raise _fail(
+            f"{where}.protect",
+            f"column {col.name!r} ({col.type}): {protect.value} masks text; use hash or encrypt",
+        )
 
 
 def _check_sink_mapping(where: str, col: ColumnSpec, source: SourceType) -> None:
@@ -640,6 +709,23 @@ def _check_primary_key(spec: TableSpec) -> None:
     if bucket is not None and bucket not in spec.primary_key:
         raise _fail(
             "base.bucket_column", f"{bucket!r} must be one of primary_key {spec.primary_key}"
+        )
+
+
+def _check_drop_fields(spec: TableSpec) -> None:
+    fields = spec.pipeline.drop_fields
+    if not fields:
+        return
+    if not spec.pipeline.sensitive:
+        raise _fail(
+            "pipeline.drop_fields", "dropping fields protects sensitive data: set sensitive: true"
+        )
+    named = {n for c in spec.columns for n in (c.name, *c.former_names)}
+    clash = sorted(set(fields) & named)
+    if clash:
+        raise _fail(
+            "pipeline.drop_fields",
+            f"{clash} are columns (or former names of one); a dropped field is never stored",
         )
 
 

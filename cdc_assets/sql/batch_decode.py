@@ -42,6 +42,14 @@ def _stage(columns: Sequence[tuple[str, str]], below: str, depth: int, keep: boo
     return f"SELECT {star}{selected} FROM ({below}) AS s{depth}"
 
 
+def _unknown(spec: TableSpec) -> str:
+    """The image's fields the spec does not know; a field it drops is known (never stored)."""
+    if not spec.pipeline.drop_fields:
+        return "unknown"
+    names = ", ".join(literal(n) for n in spec.pipeline.drop_fields)
+    return f"array_except(unknown, array({names}))"
+
+
 def render_classified(
     source: str,
     spec: TableSpec,
@@ -100,7 +108,7 @@ def render_classified(
         *envelope,
         [("image", "CASE WHEN op = 'd' THEN before ELSE after END")],
         *values,
-        [("_outcome", classify(spec, plans)), ("_unknown", "unknown")],
+        [("_outcome", classify(spec, plans)), ("_unknown", _unknown(spec))],
         [(f"_{part}", f"_outcome.{part}") for part in ("status", "stage", "reason")],
     ]
     for depth, columns in enumerate(steps, start=1):

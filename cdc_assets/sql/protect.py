@@ -1,0 +1,172 @@
+"""Protection of sensitive values, rendered as Spark SQL (pure).
+
+A column with ``protect`` is stored as a string made from its decoded value's text (what
+``CAST(value AS STRING)`` gives): ``hash`` is ``hmac:<key id>:<hex>`` (HMAC-SHA256), ``encrypt``
+is ``enc:<key id>:<base64>`` (AES-256-GCM whose IV is an HMAC of the value, so equal values
+encrypt equally and joins on the column still work; ``aes_decrypt`` with the key reads it back),
+the masks keep a documented part of the text. Every protection is applied in the ingest's query,
+before anything is written: the typed column, the row image kept as ``_row_json`` and the before
+image. A dead letter's payload is encrypted whole (a record that cannot be read cannot have its
+fields found), and a redrive decrypts it and protects what it reads like any other record.
+
+The keys are derived from one secret (`ProtectionKey`), and appear in the SQL as literals of
+derived keys, never of the secret. Spark has no HMAC function: it is computed from ``sha2`` as
+RFC 2104 defines it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+
+from cdc_assets.spec.models import Protection
+from cdc_assets.sql.ddl import literal
+
+HASH_PREFIX = "hmac"
+ENCRYPTED_PREFIX = "enc"
+KEY_ID_RE = re.compile(r"^[A-Za-z0-9]{1,16}$")
+_BLOCK = 64  # SHA-256's block size in bytes
+_IV_BYTES = 12  # GCM's standard nonce
+
+
+@dataclass(frozen=True)
+class ProtectionKey:
+    """The secret the protections are keyed with, and the id stored with every value it made
+    (so a rotated key's values stay readable and tell which key made them)."""
+
+    key_id: str
+    secret: bytes
+
+    def __post_init__(self) -> None:
+        if not KEY_ID_RE.match(self.key_id):
+            raise ValueError(f"protection key id {self.key_id!r}: 1-16 letters or digits")
+        if len(self.secret) < 16:
+            raise ValueError("the protection key must be at least 16 bytes")
+
+    def _derived(self, purpose: str) -> bytes:
+        return hmac.new(self.secret, f"cdc-assets/{purpose}".encode(), hashlib.sha256).digest()
+
+    @property
+    def hash_key(self) -> bytes:
+        return self._derived("hash")
+
+    @property
+    def encryption_key(self) -> bytes:
+        return self._derived("encrypt")
+
+    @property
+    def iv_key(self) -> bytes:
+        return self._derived("iv")
+
+    def __repr__(self) -> str:  # never the secret
+        return f"ProtectionKey(key_id={self.key_id!r})"
+
+
+def hmac_sql(key: bytes, message: str) -> str:
+    """HMAC-SHA256 of ``message`` (a BINARY expression) as lowercase hex, from ``sha2``."""
+    padded = key.ljust(_BLOCK, b"\0")
+    inner = bytes(b ^ 0x36 for b in padded).hex()
+    outer = bytes(b ^ 0x5C for b in padded).hex()
+    digest = f"unhex(sha2(concat(unhex('{inner}'), {message}), 256))"
+    return f"sha2(concat(unhex('{outer}'), {digest}), 256)"
+
+
+def protect_sql(protection: Protection, text: str, key: ProtectionKey | None) -> str:
+    """SQL of the protected form of ``text`` (a STRING expression; null stays null)."""
+    if protection is Protection.MASK_EMAIL:
+        return (
+            f"CASE WHEN instr({text}, '@') > 0 "
+            f"THEN concat('***@', substring_index({text}, '@', -1)) "
+            f"WHEN {text} IS NOT NULL THEN '***' END"
+        )
+    if protection is Protection.MASK_LAST4:
+        return (
+            f"CASE WHEN char_length({text}) <= 4 THEN repeat('*', char_length({text})) "
+            f"ELSE concat(repeat('*', char_length({text}) - 4), right({text}, 4)) END"
+        )
+    if protection is Protection.MASK_SHAPE:
+        # Digits become 9, which a second mask keeps: every mask is idempotent.
+        return f"mask({text}, 'X', 'x', '9', NULL)"
+    if key is None:
+        raise ValueError(f"{protection.value} needs a protection key")
+    message = f"CAST({text} AS BINARY)"
+    if protection is Protection.HASH:
+        return (
+            f"concat({literal(f'{HASH_PREFIX}:{key.key_id}:')}, {hmac_sql(key.hash_key, message)})"
+        )
+    iv = f"unhex(substr({hmac_sql(key.iv_key, message)}, 1, {2 * _IV_BYTES}))"
+    sealed = f"aes_encrypt({message}, unhex('{key.encryption_key.hex()}'), 'GCM', 'DEFAULT', {iv})"
+    return f"concat({literal(f'{ENCRYPTED_PREFIX}:{key.key_id}:')}, base64({sealed}))"
+
+
+def image_sql(image: str, protected: Mapping[str, str], dropped: Collection[str]) -> str:
+    """``image`` (a row image's JSON text) with the fields of ``protected`` (field name -> SQL
+    of the value to store instead) replaced and those of ``dropped`` removed. The image is
+    written again from Spark's variant: values are the same, a number may be spelled otherwise
+    (1.50 as 1.5)."""
+    parsed = f"from_json({image}, 'map<string,variant>')"
+    if dropped:
+        names = ", ".join(literal(n) for n in sorted(dropped))
+        parsed = f"map_filter({parsed}, (_pk, _pv) -> NOT array_contains(array({names}), _pk))"
+    if protected:
+        cases = " ".join(
+            f"WHEN _pk = {literal(name)} THEN CAST({expr} AS VARIANT)"
+            for name, expr in protected.items()
+        )
+        parsed = f"transform_values({parsed}, (_pk, _pv) -> CASE {cases} ELSE _pv END)"
+    return f"CASE WHEN {image} IS NOT NULL THEN to_json({parsed}) END"
+
+
+def sealed_payload_sql(value: str, key: ProtectionKey) -> str:
+    """A dead letter's payload (``value``, BINARY) encrypted whole with a random IV, as
+    ``enc:<key id>:<base64>``; `opened_payload_sql` reads it back."""
+    sealed = f"aes_encrypt({value}, unhex('{key.encryption_key.hex()}'), 'GCM')"
+    return (
+        f"CASE WHEN {value} IS NOT NULL "
+        f"THEN concat({literal(f'{ENCRYPTED_PREFIX}:{key.key_id}:')}, base64({sealed})) END"
+    )
+
+
+def opened_payload_sql(payload: str, key: ProtectionKey | None) -> str:
+    """The BINARY value of a dead letter's ``payload`` column: base64, or sealed by
+    `sealed_payload_sql` (decrypted with ``key``; another key's payload or none configured is
+    an error naming the key id, never a null that would read as a tombstone)."""
+    sealed = f"startswith({payload}, {literal(ENCRYPTED_PREFIX + ':')})"
+    key_id = f"split_part({payload}, ':', 2)"
+    missing = (
+        f"raise_error(concat('dead letter payload is encrypted with protection key ', {key_id}, "
+        "', which is not configured (CDC_ASSETS_PROTECTION_KEY, CDC_ASSETS_PROTECTION_KEY_ID)'))"
+    )
+    if key is None:
+        opened = f"CAST({missing} AS BINARY)"
+    else:
+        body = f"unbase64(split_part({payload}, ':', 3))"
+        opened = (
+            f"CASE WHEN {key_id} = {literal(key.key_id)} "
+            f"THEN aes_decrypt({body}, unhex('{key.encryption_key.hex()}'), 'GCM') "
+            f"ELSE CAST({missing} AS BINARY) END"
+        )
+    return f"CASE WHEN {sealed} THEN {opened} ELSE unbase64({payload}) END"
+
+
+# Python twins of the keyed protections, for tests and for tools that compare a source's
+# plaintext with the mirror.
+def hash_text(text: str, key: ProtectionKey) -> str:
+    digest = hmac.new(key.hash_key, text.encode(), hashlib.sha256).hexdigest()
+    return f"{HASH_PREFIX}:{key.key_id}:{digest}"
+
+
+def decrypt_text(value: str, key: ProtectionKey) -> str:
+    """The plaintext of an ``enc:`` value made with ``key``."""
+    import base64
+
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    prefix, key_id, body = value.split(":", 2)
+    if prefix != ENCRYPTED_PREFIX or key_id != key.key_id:
+        raise ValueError(f"not a value encrypted with protection key {key.key_id!r}")
+    raw = base64.b64decode(body)
+    return AESGCM(key.encryption_key).decrypt(raw[:_IV_BYTES], raw[_IV_BYTES:], None).decode()
