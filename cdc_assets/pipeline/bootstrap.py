@@ -16,6 +16,7 @@ from typing import Any
 
 from cdc_assets.errors import CdcAssetsError
 from cdc_assets.pipeline.progress import spark_progress
+from cdc_assets.pipeline.protection import key_for
 from cdc_assets.pipeline.source_position import (
     MysqlMethod,
     Watermark,
@@ -163,7 +164,7 @@ def bootstrap_base(
         target = spark_identifier(catalog, base_l)
         names = ", ".join(quote(c) for c in base_l.column_names)
         # By name: base may already have columns of a newer spec (schema evolution).
-        select = render_bootstrap_select(spec, view, columns, position)
+        select = render_bootstrap_select(spec, view, columns, position, key_for(spec))
         tombstones = spark_identifier(catalog, tombstones_layout(spec))
         if shard is None:
             with (

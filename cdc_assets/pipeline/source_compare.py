@@ -13,6 +13,7 @@ from decimal import Decimal
 from typing import Any
 
 from cdc_assets.pipeline.bootstrap import read_jdbc
+from cdc_assets.pipeline.protection import key_for
 from cdc_assets.quality.mirror_diff import (
     MirrorDiff,
     calendar_date,
@@ -108,7 +109,7 @@ def compare_source(
     """
     source = read_source_rows(spark, url, spec)
     base = read_base_rows(spark, catalog, spec)
-    return diff_mirror(spec, source, base, examples=examples)
+    return diff_mirror(spec, source, base, examples=examples, protection_key=key_for(spec))
 
 
 def source_url_for(spec: TableSpec, urls: Iterable[tuple[str, str, str]]) -> str | None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal, InvalidOperation
 
@@ -21,6 +21,7 @@ from cdc_assets.schema.sink_values import to_sink
 from cdc_assets.schema.types import SinkType
 from cdc_assets.schema.wire import FieldPlan, plan_fields
 from cdc_assets.spec.models import TableSpec
+from cdc_assets.sql.protect import ProtectionKey, protect_text, value_text
 
 Row = Mapping[str, object]
 Key = tuple[object, ...]
@@ -190,14 +191,23 @@ def compared_plans(spec: TableSpec) -> list[FieldPlan]:
     return [p for p in plan_fields(spec) if p.name not in dropped]
 
 
-def base_image(spec: TableSpec, source_row: Row) -> dict[str, object]:
+def base_image(
+    spec: TableSpec, source_row: Row, key: ProtectionKey | None = None
+) -> dict[str, object]:
     """The base row a source row should be mirrored as: sink names, sink mapping, one form per
-    sink type. A column the source row lacks is an error (compare spec columns only)."""
+    sink type, protected columns protected (with ``key``, for hash and encrypt). A column the
+    source row lacks is an error (compare spec columns only)."""
     out: dict[str, object] = {}
     for plan in compared_plans(spec):
         if plan.name not in source_row:
             raise ValueError(f"{spec.name}: the source row has no column {plan.name!r}")
-        out[plan.sink_name] = normalize(plan.sink, to_sink(plan, source_row[plan.name]))
+        value = source_row[plan.name]
+        if plan.protect is not None:
+            natural = to_sink(replace(plan, sink=plan.natural, protect=None), value)
+            text = None if natural is None else value_text(natural)
+            out[plan.sink_name] = protect_text(plan.protect, text, key)
+            continue
+        out[plan.sink_name] = normalize(plan.sink, to_sink(plan, value))
     return out
 
 
@@ -230,12 +240,15 @@ def diff_mirror(
     base_rows: Iterable[Row],
     *,
     examples: int = 5,
+    protection_key: ProtectionKey | None = None,
 ) -> MirrorDiff:
-    """Compare a source table (source names and values) with base (sink names and values)."""
+    """Compare a source table (source names and values) with base (sink names and values).
+    Protected columns compare (and show) protected forms only: ``protection_key`` protects the
+    source's."""
     expected: dict[Key, dict[str, object]] = {}
     source_count = 0
     for row in source_rows:
-        image = base_image(spec, row)
+        image = base_image(spec, row, protection_key)
         expected[_key(spec, image)] = image
         source_count += 1
     actual: dict[Key, dict[str, object]] = {}

@@ -8,10 +8,10 @@ with the encoding named here; the same table is the contract for the event gener
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
-from cdc_assets.schema.types import SinkType, SourceType, default_sink_type
+from cdc_assets.schema.types import SinkType, SourceType, default_sink_type, parse_source_type
 from cdc_assets.spec.models import ColumnSpec, Protection, TableSpec
 
 TOAST_PLACEHOLDER = "__debezium_unavailable_value"
@@ -208,6 +208,25 @@ def plan_column(spec: TableSpec, column: ColumnSpec) -> FieldPlan:
         aliases=tuple(n for n in column.former_names if n not in spec.columns_by_name),
         default=column.default if column.backfill_default and not column.dropped else None,
         protect=column.protect,
+    )
+
+
+def stored_text_plan(plan: FieldPlan) -> FieldPlan:
+    """A protected column's plan for reading what the ingest stored (the protected text, in
+    ``_row_json`` as in the typed column): the text as it is, never decoded or protected again."""
+    if plan.protect is None:
+        return plan
+    text = SinkType("string")
+    return replace(
+        plan,
+        wire=Wire.STRING,
+        natural=text,
+        sink=text,
+        source=parse_source_type("longtext", "mysql"),
+        scale=None,
+        element=None,
+        transform=None,
+        protect=None,
     )
 
 

@@ -17,7 +17,7 @@ import re
 from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 
-from cdc_assets.schema.wire import FieldPlan, plan_fields
+from cdc_assets.schema.wire import FieldPlan, plan_fields, stored_text_plan
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.sql.ddl import literal, quote
 from cdc_assets.sql.decode import (
@@ -46,8 +46,9 @@ ROW_OPS = tuple(op for op in APPLIED_OPS if op != "d")
 
 
 def backfill_plans(spec: TableSpec, columns: Sequence[str]) -> list[FieldPlan]:
-    """The decoding plans of ``columns`` (sink names), in spec order; ValueError if unknown."""
-    plans = {p.sink_name: p for p in plan_fields(spec)}
+    """The decoding plans of ``columns`` (sink names), in spec order; ValueError if unknown. A
+    protected column's image holds the stored (protected) text: read as it is."""
+    plans = {p.sink_name: stored_text_plan(p) for p in plan_fields(spec)}
     unknown = [c for c in columns if c not in plans]
     if unknown:
         raise ValueError(

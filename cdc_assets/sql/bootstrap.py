@@ -22,6 +22,7 @@ from cdc_assets.sql.decode import (
     split_set,
 )
 from cdc_assets.sql.mirror_read import SourceDialect, quote_source
+from cdc_assets.sql.protect import ProtectionKey, protect_sql
 
 
 def resolve_columns(spec: TableSpec, dump_columns: list[str]) -> dict[str, str]:
@@ -128,13 +129,21 @@ def render_dump_query(plans: list[FieldPlan], table: str, dialect: SourceDialect
 
 
 def render_bootstrap_select(
-    spec: TableSpec, view: str, columns: Mapping[str, str], position: Position
+    spec: TableSpec,
+    view: str,
+    columns: Mapping[str, str],
+    position: Position,
+    key: ProtectionKey | None = None,
 ) -> str:
     """SELECT of base rows from the dump view, stamped with the dump's source position (and,
-    for one shard of a sharded table, with the shard's name)."""
-    values = [
-        f"{dump_value(p, columns[p.name])} AS {quote(p.sink_name)}" for p in plan_fields(spec)
-    ]
+    for one shard of a sharded table, with the shard's name). Protected columns are protected
+    as the ingest protects them (`sql.protect`, with ``key``)."""
+    values = []
+    for p in plan_fields(spec):
+        value = dump_value(p, columns[p.name])
+        if p.protect is not None:
+            value = protect_sql(p.protect, value, key)
+        values.append(f"{value} AS {quote(p.sink_name)}")
     if spec.shard_column and spec.shard is not None:
         values.insert(0, f"{literal(spec.shard.shard_name)} AS {quote(spec.shard_column)}")
     values += [

@@ -16,11 +16,15 @@ RFC 2104 defines it.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import re
+import unicodedata
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from datetime import date, datetime
+from decimal import Decimal
 
 from cdc_assets.spec.models import Protection
 from cdc_assets.sql.ddl import literal
@@ -99,7 +103,12 @@ def protect_sql(protection: Protection, text: str, key: ProtectionKey | None) ->
         )
     iv = f"unhex(substr({hmac_sql(key.iv_key, message)}, 1, {2 * _IV_BYTES}))"
     sealed = f"aes_encrypt({message}, unhex('{key.encryption_key.hex()}'), 'GCM', 'DEFAULT', {iv})"
-    return f"concat({literal(f'{ENCRYPTED_PREFIX}:{key.key_id}:')}, base64({sealed}))"
+    return f"concat({literal(f'{ENCRYPTED_PREFIX}:{key.key_id}:')}, {_base64(sealed)})"
+
+
+def _base64(binary: str) -> str:
+    # Spark's base64 breaks lines every 76 characters (MIME): one line, as Python writes it.
+    return f"translate(base64({binary}), '\\r\\n', '')"
 
 
 def image_sql(image: str, protected: Mapping[str, str], dropped: Collection[str]) -> str:
@@ -126,7 +135,7 @@ def sealed_payload_sql(value: str, key: ProtectionKey) -> str:
     sealed = f"aes_encrypt({value}, unhex('{key.encryption_key.hex()}'), 'GCM')"
     return (
         f"CASE WHEN {value} IS NOT NULL "
-        f"THEN concat({literal(f'{ENCRYPTED_PREFIX}:{key.key_id}:')}, base64({sealed})) END"
+        f"THEN concat({literal(f'{ENCRYPTED_PREFIX}:{key.key_id}:')}, {_base64(sealed)}) END"
     )
 
 
@@ -152,17 +161,60 @@ def opened_payload_sql(payload: str, key: ProtectionKey | None) -> str:
     return f"CASE WHEN {sealed} THEN {opened} ELSE unbase64({payload}) END"
 
 
-# Python twins of the keyed protections, for tests and for tools that compare a source's
-# plaintext with the mirror.
+# Python twins of the protections, for the checks that compare a source's plaintext with the
+# mirror (they compare protected forms, and show only those) and for tests.
+def value_text(value: object) -> str:
+    """A natural value's text as ``CAST(value AS STRING)`` gives it in Spark: what is protected."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, Decimal):
+        return format(value, "f")
+    if isinstance(value, date | datetime):
+        return value.isoformat(sep=" ") if isinstance(value, datetime) else value.isoformat()
+    return str(value)
+
+
 def hash_text(text: str, key: ProtectionKey) -> str:
     digest = hmac.new(key.hash_key, text.encode(), hashlib.sha256).hexdigest()
     return f"{HASH_PREFIX}:{key.key_id}:{digest}"
 
 
+def encrypt_text(text: str, key: ProtectionKey) -> str:
+    """What `protect_sql` stores for ``encrypt``: the IV is an HMAC of the text, so this equals
+    Spark's value byte for byte."""
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    data = text.encode()
+    iv = hmac.new(key.iv_key, data, hashlib.sha256).digest()[:_IV_BYTES]
+    sealed = iv + AESGCM(key.encryption_key).encrypt(iv, data, None)
+    return f"{ENCRYPTED_PREFIX}:{key.key_id}:{base64.b64encode(sealed).decode()}"
+
+
+_SHAPES = {"Lu": "X", "Ll": "x", "Nd": "9"}
+
+
+def _mask_shape(text: str) -> str:
+    # Spark's mask goes by Unicode category: upper- and lowercase letters, decimal digits.
+    return "".join(_SHAPES.get(unicodedata.category(ch), ch) for ch in text)
+
+
+def protect_text(protection: Protection, text: str | None, key: ProtectionKey | None) -> str | None:
+    """The Python twin of `protect_sql`."""
+    if text is None:
+        return None
+    if protection is Protection.MASK_EMAIL:
+        return "***@" + text.rsplit("@", 1)[1] if "@" in text else "***"
+    if protection is Protection.MASK_LAST4:
+        return "*" * len(text) if len(text) <= 4 else "*" * (len(text) - 4) + text[-4:]
+    if protection is Protection.MASK_SHAPE:
+        return _mask_shape(text)
+    if key is None:
+        raise ValueError(f"{protection.value} needs a protection key")
+    return hash_text(text, key) if protection is Protection.HASH else encrypt_text(text, key)
+
+
 def decrypt_text(value: str, key: ProtectionKey) -> str:
     """The plaintext of an ``enc:`` value made with ``key``."""
-    import base64
-
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
     prefix, key_id, body = value.split(":", 2)

@@ -15,7 +15,7 @@ import base64
 import json
 import random
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +35,9 @@ from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.layers import base_layout, dead_letter_layout, history_layout, ledger_layout
 from cdc_assets.sensors.new_offsets import current_hour_key
 from cdc_assets.settings import ENV_PROTECTION_KEY, ENV_PROTECTION_KEY_ID, Settings
-from cdc_assets.spec.models import TableSpec
-from cdc_assets.sql.protect import decrypt_text, hash_text
+from cdc_assets.spec.models import Protection, TableSpec
+from cdc_assets.sql.ddl import literal
+from cdc_assets.sql.protect import decrypt_text, image_sql, protect_sql, protect_text, value_text
 from cdc_assets_tests.integration.test_ingest import isolated, read_table
 from cdc_assets_tests.integration.test_upsert import expected_base
 
@@ -56,10 +57,13 @@ columns:
   - {id: 7, name: shape, type: varchar(40), sensitive: true, protect: mask_shape}
   - {id: 8, name: country, type: char(2), nullable: false}
   - {id: 9, name: login_count, type: int}
+  - {id: 11, name: pin, type: int, sensitive: true, protect: hash}
+  - {id: 12, name: born, type: date, sensitive: true, protect: encrypt}
 primary_key: [id]
 pipeline: {sensitive: true, drop_fields: [ssn]}
 sink: {namespace: crm}
 history: {mode: scd2}
+checks: {max_dead_letter_rate: 0.1}
 """
 
 
@@ -91,6 +95,8 @@ def _row(rng: random.Random, key: int, plaintexts: set[str]) -> dict[str, Any]:
         "shape": f"Shape-{tag}",
         "country": rng.choice(["GB", "FR", "DE"]),
         "login_count": rng.randrange(100),
+        "pin": rng.randrange(10**7, 10**8),
+        "born": date(1950, 1, 1) + timedelta(days=rng.randrange(20000)),
         "ssn": f"{rng.randrange(10**3):03d}-{tag[:2]}-{tag[2:6]}",
     }
     # What must never be found: each value whole, and the parts a mask hides.
@@ -106,6 +112,8 @@ def _row(rng: random.Random, key: int, plaintexts: set[str]) -> dict[str, Any]:
             row["shape"],
             tag,
             row["ssn"],
+            str(row["pin"]),
+            row["born"].isoformat(),
         }
     )
     return row
@@ -137,29 +145,16 @@ def _dead_letters(
 
 
 def _expected(spec: TableSpec, source: TableSpec, kafka: KafkaResource) -> dict[Any, Any]:
-    """Base as the oracle replays the source's events, with each protection applied in Python
-    (encrypted values are compared after decrypting, in `_assert_base`)."""
+    """Base as the oracle replays the source's events, each protection applied by its Python
+    twin (HMAC from ``hmac``, AES-GCM from ``cryptography``, the masks by hand)."""
     key = configured_key()
-    assert key is not None
     protections = {c.name: c.protect for c in spec.columns if c.protect}
     out = {}
     for k, row in expected_base(source, kafka).items():
         row.pop("ssn")
         for name, protect in protections.items():
             value = row[name]
-            if value is None or protect.value == "encrypt":
-                continue
-            if protect.value == "hash":
-                row[name] = hash_text(str(value), key)
-            elif protect.value == "mask_email":
-                row[name] = "***@" + value.rsplit("@", 1)[1]
-            elif protect.value == "mask_last4":
-                row[name] = "*" * (len(value) - 4) + value[-4:]
-            else:  # mask_shape
-                row[name] = "".join(
-                    "X" if ch.isupper() else "x" if ch.islower() else "9" if ch.isdigit() else ch
-                    for ch in value
-                )
+            row[name] = None if value is None else protect_text(protect, value_text(value), key)
         out[k] = row
     return out
 
@@ -172,22 +167,16 @@ def _assert_base(
     layout = base_layout(spec)
     actual = {(r["id"],): r for r in read_table(iceberg, layout.namespace, layout.name)}
     assert sorted(actual) == sorted(expected)
-    encrypted = [c.name for c in spec.columns if c.protect and c.protect.value == "encrypt"]
-    diffs = []
-    for k, want in expected.items():
-        got = actual[k]
-        for name, value in want.items():
-            if name.startswith("_") or name not in got:
-                continue
-            seen = got[name]
-            if name in encrypted and seen is not None:
-                assert seen.startswith(f"enc:{key.key_id}:")
-                seen = decrypt_text(seen, key)
-                value = value if name != "profile" else json.dumps(json.loads(value))
-                seen = seen if name != "profile" else json.dumps(json.loads(seen))
-            if seen != value:
-                diffs.append(f"{k} {name}: oracle {value!r} base {seen!r}")
+    diffs = [
+        f"{k} {name}: oracle {value!r} base {actual[k][name]!r}"
+        for k, want in expected.items()
+        for name, value in want.items()
+        if not name.startswith("_") and actual[k][name] != value
+    ]
     assert not diffs, "\n".join(diffs[:20])
+    # Reversible with the key alone, outside Spark.
+    names = {decrypt_text(r["display_name"], key) for r in actual.values()}
+    assert all(n.startswith("Name ") for n in names)
 
 
 def _hits(data: bytes | str, plaintexts: set[str], where: str) -> list[str]:
@@ -257,8 +246,16 @@ def test_no_plaintext_anywhere_after_ingest_upsert_history_redrive_and_maintenan
     )
     result = redrive(spark, "lake", fixed, schemas=None)
     assert (result.to_ledger, result.still_dead) == (1, 1)
+    defs = build_defs(specs=[fixed], settings=it_settings, resource_overrides=resources)
     upsert = defs.resolve_job_def("upsert_bases").execute_in_process(instance=instance)
     assert upsert.success
+    # Every check of the protected table agrees with what it stores.
+    evaluations = [e for r in (ingest, upsert) for e in r.get_asset_check_evaluations()]
+    assert len(evaluations) >= 8
+    failed = {e.check_name: e.description for e in evaluations if not e.passed}
+    # The null country refused by the first spec asks for an evolution until one runs: right.
+    assert set(failed) <= {"schema_converged"}, failed
+    assert "country" in failed.get("schema_converged", "country")
     maintenance = defs.resolve_job_def(MAINTENANCE_JOB).execute_in_process(
         instance=instance, run_config={"ops": {"maintain_table": {"config": {"table": spec.name}}}}
     )
@@ -305,3 +302,68 @@ def test_a_protecting_table_needs_the_key(monkeypatch: pytest.MonkeyPatch) -> No
     spec = TableSpec.model_validate(yaml.safe_load(SPEC))
     with pytest.raises(ProtectionKeyError, match=ENV_PROTECTION_KEY):
         key_for(spec)
+
+
+TEXTS = [
+    "",
+    "a",
+    "abcd",
+    "abcde",
+    "ada@example.com",
+    "a@b@c.org",
+    "no-at-sign",
+    "Zoë Ünal-Øster 42",
+    "日本語のテキスト123",
+    "emoji 🙂 ok",
+    "quote ' and \" and \\ backslash",
+    "line\nbreak\ttab",
+    "x" * 300,
+]
+
+
+def test_sql_protections_equal_their_python_twins(spark: Any, protection_key: None) -> None:
+    """Every protection renders in Spark exactly what its Python twin computes, for text with
+    quotes, line breaks, non-ASCII letters, emoji and long values (so the checks comparing a
+    source with the mirror, and the tests' oracle, protect as the ingest does)."""
+    key = configured_key()
+    rng = random.Random(7)
+    texts = TEXTS + ["".join(chr(rng.randrange(32, 0xD7FF)) for _ in range(30)) for _ in range(100)]
+    frame = spark.createDataFrame([(i, t) for i, t in enumerate(texts)], "i int, t string")
+    protections = [p for p in Protection]
+    got = frame.selectExpr(
+        "i", *(f"{protect_sql(p, 't', key)} AS `{p.value}`" for p in protections)
+    )
+    rows = {r["i"]: r for r in got.collect()}
+    diffs = [
+        f"{p.value} of {t!r}: spark {rows[i][p.value]!r} python {protect_text(p, t, key)!r}"
+        for i, t in enumerate(texts)
+        for p in protections
+        if rows[i][p.value] != protect_text(p, t, key)
+    ]
+    assert not diffs, "\n".join(diffs[:10])
+    assert key is not None
+    assert all(decrypt_text(rows[i]["encrypt"], key) == t for i, t in enumerate(texts))
+    # idempotent masks: a value read back from the stored image is not masked into another
+    masks = [p for p in protections if not p.keyed]
+    assert all(
+        protect_text(p, protect_text(p, t, key), key) == protect_text(p, t, key)
+        for p in masks
+        for t in texts
+    )
+
+
+def test_row_images_keep_unprotected_fields_and_lose_dropped_ones(spark: Any) -> None:
+    image = '{"id":5,"email":"a@b.org","old_email":"c@d.org","ssn":"1","doc":{"k":[1,2]},"n":null}'
+    sql = image_sql("img", {"email": "'P1'", "old_email": "'P2'"}, {"ssn"})
+    out = spark.sql(f"SELECT {sql} AS o FROM (SELECT {literal(image)} AS img)").first()["o"]
+    assert json.loads(out) == {
+        "id": 5,
+        "email": "P1",
+        "old_email": "P2",
+        "doc": {"k": [1, 2]},
+        "n": None,
+    }
+    null = spark.sql(
+        f"SELECT {image_sql('img', {}, {'ssn'})} AS o FROM (SELECT CAST(NULL AS STRING) AS img)"
+    )
+    assert null.first()["o"] is None

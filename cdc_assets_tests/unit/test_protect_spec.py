@@ -1,0 +1,187 @@
+"""Protected columns and dropped fields in the spec: what is accepted, what is refused and why,
+and how the rest of the core treats them (sink types, evolution, drift, embedded schemas)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from cdc_assets.schema.drift import source_differences
+from cdc_assets.schema.evolution import PROTECT_LATER, classify
+from cdc_assets.schema.wire import Wire, plan_fields, stored_text_plan
+from cdc_assets.spec.connect_schema import differs, names_differ
+from cdc_assets.spec.ddl_import import proposed_from_ddl
+from cdc_assets.spec.models import Protection, TableSpec
+from cdc_assets.sql.protect import (
+    ProtectionKey,
+    hash_text,
+    hmac_sql,
+    opened_payload_sql,
+    protect_text,
+    value_text,
+)
+
+
+def spec(*columns: dict[str, Any], version: int = 1, **pipeline: Any) -> TableSpec:
+    return TableSpec.model_validate(
+        {
+            "spec_version": version,
+            "name": "t",
+            "source": {"connector": "mysql", "database": "db", "table": "t", "topic": "db.db.t"},
+            "columns": [{"id": 1, "name": "id", "type": "bigint", "nullable": False}, *columns],
+            "primary_key": ["id"],
+            "pipeline": {"sensitive": True, **pipeline},
+            "sink": {"namespace": "ns"},
+        }
+    )
+
+
+def col(cid: int, name: str, type_: str = "varchar(50)", **kw: Any) -> dict[str, Any]:
+    return {"id": cid, "name": name, "type": type_, **kw}
+
+
+EMAIL = col(2, "email", sensitive=True, protect="hash")
+
+
+def test_a_protected_column_is_stored_as_a_string_and_plans_its_protection() -> None:
+    s = spec(EMAIL, col(3, "pin", "int", sensitive=True, protect="encrypt"))
+    plans = {p.name: p for p in plan_fields(s)}
+    assert str(plans["pin"].sink) == "string"
+    assert str(plans["pin"].natural) == "int"
+    assert plans["pin"].protect is Protection.ENCRYPT
+    assert s.protects
+    # read back from the stored image: the protected text as it is, never decoded again
+    stored = stored_text_plan(plans["pin"])
+    assert (stored.wire, str(stored.natural), stored.protect) == (Wire.STRING, "string", None)
+    assert not spec(col(2, "email")).protects
+
+
+@pytest.mark.parametrize(
+    ("column", "pipeline", "message"),
+    [
+        (col(2, "email", protect="hash"), {}, "protect needs sensitive: true"),
+        (col(2, "d", "decimal(10,2)", sensitive=True, protect="mask_shape"), {}, "masks text"),
+        (col(2, "n", "int", sensitive=True, protect="mask_last4"), {}, "masks text"),
+        (col(2, "t", "datetime(3)", sensitive=True, protect="hash"), {}, "takes text, numbers"),
+        (col(2, "b", "blob", sensitive=True, protect="hash"), {}, "takes text, numbers"),
+        (
+            col(2, "e", sensitive=True, protect="hash", sink={"name": "e2", "type": "string"}),
+            {},
+            "drop sink.type",
+        ),
+        (col(2, "email"), {"drop_fields": ["email"]}, "are columns"),
+        (col(2, "email", former_names=["mail"]), {"drop_fields": ["mail"]}, "are columns"),
+    ],
+)
+def test_refused_protections_say_why(
+    column: dict[str, Any], pipeline: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ValidationError, match=message):
+        spec(column, **pipeline)
+
+
+def test_a_key_column_cannot_be_protected() -> None:
+    with pytest.raises(ValidationError, match="part of the key"):
+        TableSpec.model_validate(
+            {
+                "spec_version": 1,
+                "name": "t",
+                "source": {"connector": "mysql", "database": "db", "table": "t", "topic": "x.y.t"},
+                "columns": [col(1, "email", nullable=False, sensitive=True, protect="hash")],
+                "primary_key": ["email"],
+                "pipeline": {"sensitive": True},
+                "sink": {"namespace": "ns"},
+            }
+        )
+
+
+def test_dropping_fields_needs_a_sensitive_pipeline() -> None:
+    with pytest.raises(ValidationError, match="set sensitive: true"):
+        spec(col(2, "a"), drop_fields=["ssn"], sensitive=False)
+
+
+def test_protecting_after_onboarding_is_refused_with_the_reason() -> None:
+    plain = spec(col(2, "email", sensitive=True))
+    protected = spec(EMAIL, version=2)
+    plan = classify(plain, protected)
+    assert [r.column for r in plan.rejections] == ["email"]
+    assert PROTECT_LATER in plan.rejections[0].reason
+    # nor changed from one protection to another
+    masked = spec(col(2, "email", sensitive=True, protect="mask_email"), version=3)
+    assert [r.column for r in classify(protected, masked).rejections] == ["email"]
+    # nor a new column that arrives protected (its values already sat in _row_json)
+    added = spec(EMAIL, col(3, "phone", sensitive=True, protect="mask_last4"), version=3)
+    assert [r.column for r in classify(protected, added).rejections] == ["phone"]
+    # an unchanged protection is no change
+    assert not classify(protected, spec(EMAIL, version=3)).rejections
+
+
+def test_a_dropped_field_is_never_proposed_nor_reported_as_drift() -> None:
+    s = spec(col(2, "name"), drop_fields=["ssn"])
+    ddl = "CREATE TABLE t (id bigint NOT NULL, name varchar(50), ssn char(11), PRIMARY KEY (id))"
+    proposed, _ = proposed_from_ddl(s, ddl)
+    assert [c.name for c in proposed.columns] == ["id", "name"]
+    assert source_differences(s, ["id", "name", "ssn"]) == []
+    assert source_differences(s, ["id", "name", "ssn", "age"]) == [
+        "column age is in the source, not in spec v1"
+    ]
+    fields = [
+        {"field": "id", "type": "int64", "optional": False},
+        {"field": "name", "type": "string"},
+        {"field": "ssn", "type": "string"},
+    ]
+    assert not names_differ(s, fields)
+    assert not differs(s, fields)
+
+
+KEY = ProtectionKey("k1", b"0123456789abcdef-secret")
+
+
+def test_hmac_sql_is_rfc_2104_with_sha256() -> None:
+    # The SQL spells out the padded key (never the secret itself); its Python twin is hmac's.
+    sql = hmac_sql(KEY.hash_key, "m")
+    assert KEY.secret.hex() not in sql
+    assert sql.count("unhex('") == 2
+    assert hash_text("a", KEY).startswith("hmac:k1:")
+    assert len(hash_text("a", KEY)) == len("hmac:k1:") + 64
+
+
+def test_python_twins_keep_the_documented_forms() -> None:
+    assert protect_text(Protection.MASK_EMAIL, "ada.l@example.org", None) == "***@example.org"
+    assert protect_text(Protection.MASK_EMAIL, "no at sign", None) == "***"
+    assert protect_text(Protection.MASK_LAST4, "+44 7700 900123", None) == "***********0123"
+    assert protect_text(Protection.MASK_LAST4, "123", None) == "***"
+    assert protect_text(Protection.MASK_SHAPE, "Ab-12 é", None) == "Xx-99 x"
+    assert protect_text(Protection.HASH, None, KEY) is None
+    with pytest.raises(ValueError, match="needs a protection key"):
+        protect_text(Protection.ENCRYPT, "x", None)
+    enc = protect_text(Protection.ENCRYPT, "x", KEY)
+    assert enc == protect_text(Protection.ENCRYPT, "x", KEY)  # stable: joins still work
+    assert enc != protect_text(Protection.ENCRYPT, "y", KEY)
+
+
+def test_value_text_is_sparks_cast_to_string() -> None:
+    from datetime import date
+    from decimal import Decimal
+
+    assert value_text(True) == "true"
+    assert value_text(Decimal("1E+2")) == "100"
+    assert value_text(Decimal("12.50")) == "12.50"
+    assert value_text(date(2026, 1, 2)) == "2026-01-02"
+    assert value_text(42) == "42"
+
+
+def test_keys_are_checked_and_never_shown() -> None:
+    with pytest.raises(ValueError, match="at least 16 bytes"):
+        ProtectionKey("k1", b"short")
+    with pytest.raises(ValueError, match="letters or digits"):
+        ProtectionKey("k:1", b"0123456789abcdef")
+    assert "secret" not in repr(KEY)
+
+
+def test_a_sealed_payload_with_no_key_is_an_error_not_a_tombstone() -> None:
+    sql = opened_payload_sql("payload_b64", None)
+    assert "raise_error" in sql
+    assert "unbase64(payload_b64)" in sql  # plain payloads still read
