@@ -12,6 +12,7 @@ from typing import Literal
 from urllib.parse import quote
 
 from cdc_assets.sql.decode import ENVELOPE_EXTENSIONS
+from cdc_assets.sql.protect import KEY_LITERALS
 
 CatalogType = Literal["jdbc", "rest"]
 
@@ -150,6 +151,8 @@ def spark_conf(
         # The ingest reads many fields of one parsed JSON struct; Spark's JSON expression rewrite
         # would turn each field access into its own from_json call.
         "spark.sql.optimizer.enableJsonExpressionOptimization": "false",
+        # Plans in the UI and in explain output show the protections' key literals redacted.
+        "spark.sql.redaction.string.regex": KEY_LITERALS,
         DRIVER_JAVA_OPTIONS: JIT_OPTIONS,
         "spark.executor.extraJavaOptions": JIT_OPTIONS,
         **SPJ_CONF,

@@ -33,6 +33,9 @@ HASH_PREFIX = "hmac"
 ENCRYPTED_PREFIX = "enc"
 KEY_ID_RE = re.compile(r"^[A-Za-z0-9]{1,16}$")
 _BLOCK = 64  # SHA-256's block size in bytes
+# Every key literal the SQL holds: Spark redacts what matches in the plans it shows (the
+# sessions set spark.sql.redaction.string.regex to it).
+KEY_LITERALS = r"unhex\('[0-9a-f]{64,}'\)"
 _IV_BYTES = 12  # GCM's standard nonce
 
 

@@ -185,3 +185,15 @@ def test_a_sealed_payload_with_no_key_is_an_error_not_a_tombstone() -> None:
     sql = opened_payload_sql("payload_b64", None)
     assert "raise_error" in sql
     assert "unbase64(payload_b64)" in sql  # plain payloads still read
+
+
+def test_spark_redacts_every_key_literal_of_the_sql() -> None:
+    import re
+
+    from cdc_assets.sql.protect import KEY_LITERALS, protect_sql, sealed_payload_sql
+
+    sql = " ".join([*(protect_sql(p, "t", KEY) for p in Protection), sealed_payload_sql("v", KEY)])
+    redacted = re.sub(KEY_LITERALS, "***", sql)
+    for derived in (KEY.hash_key, KEY.encryption_key, KEY.iv_key):
+        assert derived.hex() not in redacted
+    assert not re.search(r"[0-9a-f]{32,}", redacted)
