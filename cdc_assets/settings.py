@@ -81,6 +81,8 @@ ENV_METRICS_TOKEN = "CDC_ASSETS_METRICS_TOKEN"
 # table that protects a column or drops a field: their dead letters are encrypted with it.
 ENV_PROTECTION_KEY = "CDC_ASSETS_PROTECTION_KEY"
 ENV_PROTECTION_KEY_ID = "CDC_ASSETS_PROTECTION_KEY_ID"
+# A retired key, still held to read what it encrypted or sealed: ..._OLD_KEY_<ID>=<secret>.
+ENV_PROTECTION_OLD_KEY_PREFIX = "CDC_ASSETS_PROTECTION_OLD_KEY_"
 
 
 def source_url_variable(database: str, qualifier: str | None = None) -> str:

@@ -24,6 +24,8 @@ from cdc_assets.checks.failsafe import failsafe
 from cdc_assets.jobs.upsert import UPSERT_JOB
 from cdc_assets.pipeline import conformance, health
 from cdc_assets.pipeline.history import compare_history
+from cdc_assets.pipeline.protection import configured_key
+from cdc_assets.pipeline.protection_audit import audit_protection
 from cdc_assets.pipeline.schema_topic import source_tables
 from cdc_assets.quality import rules
 from cdc_assets.resources.iceberg import IcebergCatalogResource
@@ -267,6 +269,21 @@ def build_table_checks(
     def primary_key_unique(r: CheckResources) -> dg.AssetCheckResult:
         dups = health.duplicate_keys(r.session(), r.catalog_name, spec)
         return check_result(rules.unique_key_verdict(dups, spec.primary_key))
+
+    if spec.protects:
+
+        @check(
+            asset=base,
+            name="values_protected",
+            description="Every stored value of a protected column is in its protected form "
+            "(typed columns of base, history and the ledger, the ledger's row images, dead "
+            "letters' payloads sealed) and no row image holds a dropped field; reports the "
+            "protection key ids in use. Counts only: never a value.",
+        )
+        def values_protected(r: CheckResources) -> dg.AssetCheckResult:
+            audit = audit_protection(r.session(), r.catalog_name, spec)
+            key = configured_key()
+            return check_result(rules.protection_verdict(audit, key.key_id if key else None))
 
     @check(
         asset=base,

@@ -9,7 +9,12 @@ from __future__ import annotations
 import os
 
 from cdc_assets.errors import ConfigError
-from cdc_assets.settings import ENV_PROTECTION_KEY, ENV_PROTECTION_KEY_ID, with_secret_files
+from cdc_assets.settings import (
+    ENV_PROTECTION_KEY,
+    ENV_PROTECTION_KEY_ID,
+    ENV_PROTECTION_OLD_KEY_PREFIX,
+    with_secret_files,
+)
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.sql.protect import ProtectionKey
 
@@ -28,6 +33,26 @@ def configured_key(env: dict[str, str] | None = None) -> ProtectionKey | None:
         return ProtectionKey(env.get(ENV_PROTECTION_KEY_ID) or "1", secret.encode())
     except ValueError as err:
         raise ProtectionKeyError(f"{ENV_PROTECTION_KEY}: {err}") from None
+
+
+def configured_keys(env: dict[str, str] | None = None) -> list[ProtectionKey]:
+    """Every key values may have been protected with: the current one first, then the retired
+    ones still held (``CDC_ASSETS_PROTECTION_OLD_KEY_<ID>``, the id as the variable spells it,
+    matched without regard to case), for reading what they sealed or encrypted."""
+    env = with_secret_files(dict(os.environ) if env is None else env)
+    current = configured_key(env)
+    keys = [] if current is None else [current]
+    for name, secret in sorted(env.items()):
+        if not name.startswith(ENV_PROTECTION_OLD_KEY_PREFIX) or not secret:
+            continue
+        key_id = name[len(ENV_PROTECTION_OLD_KEY_PREFIX) :]
+        if current is not None and key_id.lower() == current.key_id.lower():
+            continue
+        try:
+            keys.append(ProtectionKey(key_id.lower(), secret.encode()))
+        except ValueError as err:
+            raise ProtectionKeyError(f"{name}: {err}") from None
+    return keys
 
 
 def key_for(spec: TableSpec, env: dict[str, str] | None = None) -> ProtectionKey | None:

@@ -22,7 +22,7 @@ from cdc_assets.pipeline.ingest import (
     prepare,
 )
 from cdc_assets.pipeline.offsets import KIND_PROPERTY, REDRIVE_KIND
-from cdc_assets.pipeline.protection import configured_key
+from cdc_assets.pipeline.protection import configured_keys
 from cdc_assets.pipeline.watermark import snapshot_properties
 from cdc_assets.resources.schema_registry import (
     TopicSchemas,
@@ -73,7 +73,7 @@ def redrive(
         F.expr("unbase64(key_b64)").alias("key"),
         # Sealed payloads (a table that protects values) are opened with the configured key:
         # the record is protected again by the ingest's decode, like any other.
-        F.expr(opened_payload_sql("payload_b64", configured_key())).alias("value"),
+        F.expr(opened_payload_sql("payload_b64", configured_keys())).alias("value"),
         F.col("partition"),
         F.col("offset"),
         F.col("kafka_ts").alias("timestamp"),

@@ -145,6 +145,46 @@ def unique_key_verdict(dups: DuplicateKeys, key: Sequence[str]) -> Verdict:
     )
 
 
+@dataclass
+class ProtectionAudit:
+    """Counts over a table's stored values against its protections (never a value)."""
+
+    rows: int = 0
+    plain: dict[str, int] = field(default_factory=dict)  # place -> values not protected
+    key_ids: set[str] = field(default_factory=set)  # key ids of keyed values and payloads
+    dropped_in_images: int = 0  # row images holding a field of pipeline.drop_fields
+
+    def add_plain(self, place: str, count: int) -> None:
+        if count:
+            self.plain[place] = self.plain.get(place, 0) + count
+
+
+def protection_verdict(audit: ProtectionAudit, current_key_id: str | None) -> Verdict:
+    """Failed (ERROR) while any stored value is not in its protected form, or a dropped field
+    is in a row image; the key ids in use are reported (values of a retired key are readable
+    with it, so they are not a failure)."""
+    meta: dict[str, object] = {
+        "rows_read": audit.rows,
+        "unprotected_values": dict(sorted(audit.plain.items())),
+        "key_ids_in_use": sorted(audit.key_ids),
+        "current_key_id": current_key_id,
+        "dropped_fields_in_row_images": audit.dropped_in_images,
+    }
+    failures: list[tuple[Severity, str]] = []
+    if audit.plain:
+        places = ", ".join(f"{p}: {n}" for p, n in sorted(audit.plain.items()))
+        failures.append(("ERROR", f"values stored unprotected ({places})"))
+    if audit.dropped_in_images:
+        failures.append(
+            ("ERROR", f"{audit.dropped_in_images} row images hold a field of drop_fields")
+        )
+    others = sorted(audit.key_ids - {current_key_id})
+    ok = f"every protected value of {audit.rows} rows is in its protected form"
+    if others:
+        ok += f" (also made with retired key(s) {', '.join(others)})"
+    return _verdict(failures, ok, meta)
+
+
 @dataclass(frozen=True)
 class WatermarkLag:
     """Base's progress against the ledger (times are Kafka record times)."""

@@ -21,7 +21,7 @@ import hashlib
 import hmac
 import re
 import unicodedata
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal
@@ -31,7 +31,7 @@ from cdc_assets.sql.ddl import literal
 
 HASH_PREFIX = "hmac"
 ENCRYPTED_PREFIX = "enc"
-KEY_ID_RE = re.compile(r"^[A-Za-z0-9]{1,16}$")
+KEY_ID_RE = re.compile(r"^[a-z0-9]{1,16}$")
 _BLOCK = 64  # SHA-256's block size in bytes
 # Every key literal the SQL holds: Spark redacts what matches in the plans it shows (the
 # sessions set spark.sql.redaction.string.regex to it).
@@ -49,7 +49,7 @@ class ProtectionKey:
 
     def __post_init__(self) -> None:
         if not KEY_ID_RE.match(self.key_id):
-            raise ValueError(f"protection key id {self.key_id!r}: 1-16 letters or digits")
+            raise ValueError(f"protection key id {self.key_id!r}: 1-16 lowercase letters or digits")
         if len(self.secret) < 16:
             raise ValueError("the protection key must be at least 16 bytes")
 
@@ -132,6 +132,59 @@ def image_sql(image: str, protected: Mapping[str, str], dropped: Collection[str]
     return f"CASE WHEN {image} IS NOT NULL THEN to_json({parsed}) END"
 
 
+_FORMS = {
+    Protection.HASH: f"^{HASH_PREFIX}:[a-z0-9]{{1,16}}:[0-9a-f]{{64}}$",
+    Protection.ENCRYPT: f"^{ENCRYPTED_PREFIX}:[a-z0-9]{{1,16}}:[A-Za-z0-9+/]+=*$",
+}
+
+
+def protected_form_sql(protection: Protection, value: str) -> str:
+    """True where ``value`` (a STRING expression, not null) is in ``protection``'s stored form:
+    a keyed value's prefix and alphabet, a mask's fixed point (masks are idempotent)."""
+    pattern = _FORMS.get(protection)
+    if pattern is not None:
+        return f"{value} RLIKE {literal(pattern)}"
+    return f"{value} = {protect_sql(protection, value, None)}"
+
+
+def render_protection_audit(
+    table: str,
+    columns: Mapping[str, Protection],
+    image_fields: Mapping[str, Protection] | None = None,
+    dropped: Collection[str] = (),
+) -> str:
+    """One row of counts over ``table``: ``rows``; per column (sink name -> protection)
+    ``plain__<column>`` (values not in their protected form) and ``keys__<column>`` (the key ids
+    of keyed values); with ``image_fields`` (field name -> protection), the same for the row
+    image ``_row_json`` as ``plain_image__<field>``, and ``dropped_in_image`` (images holding a
+    field of ``dropped``). Counts only: a value never leaves the query."""
+    parts = ["count(*) AS `rows`"]
+    for name, protection in columns.items():
+        col = f"`{name}`"
+        parts.append(
+            f"count_if({col} IS NOT NULL AND NOT ({protected_form_sql(protection, col)})) "
+            f"AS `plain__{name}`"
+        )
+        if protection.keyed:
+            parts.append(
+                f"collect_set(CASE WHEN {protected_form_sql(protection, col)} "
+                f"THEN split_part({col}, ':', 2) END) AS `keys__{name}`"
+            )
+    for field, protection in (image_fields or {}).items():
+        value = f"get_json_object(_row_json, {literal('$.' + field)})"
+        parts.append(
+            f"count_if({value} IS NOT NULL AND NOT ({protected_form_sql(protection, value)})) "
+            f"AS `plain_image__{field}`"
+        )
+    if dropped:
+        names = ", ".join(literal(n) for n in sorted(dropped))
+        parts.append(
+            "count_if(_row_json IS NOT NULL AND size(array_intersect("
+            f"json_object_keys(_row_json), array({names}))) > 0) AS `dropped_in_image`"
+        )
+    return f"SELECT {', '.join(parts)} FROM {table}"
+
+
 def sealed_payload_sql(value: str, key: ProtectionKey) -> str:
     """A dead letter's payload (``value``, BINARY) encrypted whole with a random IV, as
     ``enc:<key id>:<base64>``; `opened_payload_sql` reads it back."""
@@ -142,26 +195,25 @@ def sealed_payload_sql(value: str, key: ProtectionKey) -> str:
     )
 
 
-def opened_payload_sql(payload: str, key: ProtectionKey | None) -> str:
+def opened_payload_sql(payload: str, keys: Sequence[ProtectionKey]) -> str:
     """The BINARY value of a dead letter's ``payload`` column: base64, or sealed by
-    `sealed_payload_sql` (decrypted with ``key``; another key's payload or none configured is
-    an error naming the key id, never a null that would read as a tombstone)."""
+    `sealed_payload_sql` (decrypted with the one of ``keys`` it names; a key not among them is
+    an error naming its id, never a null that would read as a tombstone)."""
     sealed = f"startswith({payload}, {literal(ENCRYPTED_PREFIX + ':')})"
     key_id = f"split_part({payload}, ':', 2)"
     missing = (
         f"raise_error(concat('dead letter payload is encrypted with protection key ', {key_id}, "
-        "', which is not configured (CDC_ASSETS_PROTECTION_KEY, CDC_ASSETS_PROTECTION_KEY_ID)'))"
+        "', which is not configured (CDC_ASSETS_PROTECTION_KEY and _KEY_ID, or "
+        "CDC_ASSETS_PROTECTION_OLD_KEY_<ID>)'))"
     )
-    if key is None:
-        opened = f"CAST({missing} AS BINARY)"
-    else:
-        body = f"unbase64(split_part({payload}, ':', 3))"
-        opened = (
-            f"CASE WHEN {key_id} = {literal(key.key_id)} "
-            f"THEN aes_decrypt({body}, unhex('{key.encryption_key.hex()}'), 'GCM') "
-            f"ELSE CAST({missing} AS BINARY) END"
-        )
-    return f"CASE WHEN {sealed} THEN {opened} ELSE unbase64({payload}) END"
+    body = f"unbase64(split_part({payload}, ':', 3))"
+    cases = " ".join(
+        f"WHEN {literal(k.key_id)} THEN aes_decrypt({body}, unhex('{k.encryption_key.hex()}'), "
+        "'GCM')"
+        for k in keys
+    )
+    opened = f"CASE {key_id} {cases} ELSE CAST({missing} AS BINARY) END" if keys else missing
+    return f"CASE WHEN {sealed} THEN CAST({opened} AS BINARY) ELSE unbase64({payload}) END"
 
 
 # Python twins of the protections, for the checks that compare a source's plaintext with the

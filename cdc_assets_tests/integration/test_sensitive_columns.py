@@ -29,17 +29,19 @@ from cdc_assets.definitions import build_defs
 from cdc_assets.demo.events import DebeziumEventFactory, KafkaRecord, produce
 from cdc_assets.jobs.maintenance import MAINTENANCE_JOB
 from cdc_assets.pipeline.protection import ProtectionKeyError, configured_key, key_for
+from cdc_assets.pipeline.protection_audit import audit_protection
 from cdc_assets.pipeline.redrive import redrive
 from cdc_assets.pipeline.tables import ensure_tables
+from cdc_assets.quality import rules
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.layers import base_layout, dead_letter_layout, history_layout, ledger_layout
 from cdc_assets.sensors.new_offsets import current_hour_key
 from cdc_assets.settings import ENV_PROTECTION_KEY, ENV_PROTECTION_KEY_ID, Settings
 from cdc_assets.spec.models import Protection, TableSpec
-from cdc_assets.sql.ddl import literal
+from cdc_assets.sql.ddl import literal, table_identifier
 from cdc_assets.sql.protect import decrypt_text, image_sql, protect_sql, protect_text, value_text
 from cdc_assets_tests.integration.test_ingest import isolated, read_table
-from cdc_assets_tests.integration.test_upsert import expected_base
+from cdc_assets_tests.integration.test_upsert import expected_base, ingest, upsert
 
 SECRET = "correct horse battery staple, not in git"
 
@@ -367,3 +369,110 @@ def test_row_images_keep_unprotected_fields_and_lose_dropped_ones(spark: Any) ->
         f"SELECT {image_sql('img', {}, {'ssn'})} AS o FROM (SELECT CAST(NULL AS STRING) AS img)"
     )
     assert null.first()["o"] is None
+
+
+def test_a_rotated_key_keeps_older_values_and_dead_letters_readable(
+    monkeypatch: pytest.MonkeyPatch,
+    spark: Any,
+    iceberg: IcebergCatalogResource,
+    kafka: KafkaResource,
+) -> None:
+    """The documented rotation: a new current key and id, the old key kept as
+    CDC_ASSETS_PROTECTION_OLD_KEY_<ID>. New values use the new key; values and sealed dead
+    letters of the old one stay readable; the audit check passes and names both ids; without
+    the old key a redrive of its dead letter stops naming it. Then a value written plain by
+    hand turns the audit red."""
+    monkeypatch.setenv(ENV_PROTECTION_KEY, SECRET)
+    monkeypatch.setenv(ENV_PROTECTION_KEY_ID, "k1")
+    spec, source = _specs(kafka)
+    ensure_tables(spark, "lake", spec)
+    rng = random.Random(5)
+    plaintexts: set[str] = set()
+    factory = DebeziumEventFactory(source)
+    bootstrap = kafka.resolved_bootstrap()
+    first = [factory.create(_row(rng, k, plaintexts)) for k in range(1, 11)]
+    produce(
+        [*first, factory.create({**_row(rng, 50, plaintexts), "country": None})],
+        spec.source.topic,
+        bootstrap,
+    )
+    ingest(spark, iceberg, kafka, spec)
+    old = configured_key()
+
+    monkeypatch.setenv(ENV_PROTECTION_KEY, "a new secret, from the vault this time")
+    monkeypatch.setenv(ENV_PROTECTION_KEY_ID, "k2")
+    monkeypatch.setenv("CDC_ASSETS_PROTECTION_OLD_KEY_K1", SECRET)
+    new = configured_key()
+    assert old is not None
+    assert new is not None
+    assert new.key_id == "k2"
+    rows = {k: _row(rng, k, plaintexts) for k in range(5, 16)}  # updates 5-10, creates 11-15
+    second = [factory.create(r) for r in rows.values()]
+    produce(
+        [*second, factory.create({**_row(rng, 51, plaintexts), "country": None})],
+        spec.source.topic,
+        bootstrap,
+    )
+    ingest(spark, iceberg, kafka, spec)
+    dead = read_table(iceberg, *_name(dead_letter_layout(spec)))
+    assert sorted(r["payload_b64"].split(":")[1] for r in dead) == ["k1", "k2"]
+
+    fixed = spec.model_copy(
+        update={
+            "columns": [
+                c.model_copy(update={"nullable": True}) if c.name == "country" else c
+                for c in spec.columns
+            ]
+        }
+    )
+    assert redrive(spark, "lake", fixed).to_ledger == 2
+    upsert(spark, iceberg, fixed)
+
+    keys = {k.key_id: k for k in (old, new)}
+    plain_source = source.model_copy(
+        update={
+            "columns": [
+                c.model_copy(update={"nullable": True}) if c.name == "country" else c
+                for c in source.columns
+            ]
+        }
+    )
+    expected = expected_base(plain_source, kafka)
+    actual = {(r["id"],): r for r in read_table(iceberg, *_name(base_layout(spec)))}
+    assert sorted(actual) == sorted(expected)
+    used = set()
+    for k, want in expected.items():
+        for c in spec.columns:
+            if c.protect is None or not c.protect.keyed or want[c.name] is None:
+                continue
+            stored = actual[k][c.sink_name]
+            key = keys[stored.split(":")[1]]
+            used.add(key.key_id)
+            assert stored == protect_text(c.protect, value_text(want[c.name]), key), (k, c.name)
+            if c.protect is Protection.ENCRYPT:
+                assert decrypt_text(stored, key) == value_text(want[c.name])
+    assert used == {"k1", "k2"}
+    verdict = rules.protection_verdict(audit_protection(spark, "lake", fixed), "k2")
+    assert verdict.passed, verdict.summary
+    assert verdict.metadata["key_ids_in_use"] == ["k1", "k2"]
+
+    # Without the old key, its sealed dead letter (the record that is not JSON) cannot be read:
+    # the redrive stops naming the key, instead of taking it for a tombstone.
+    broken = KafkaRecord(b'{"id":77}', b'{"after": {"email": "x@y.z"')
+    monkeypatch.setenv(ENV_PROTECTION_KEY, SECRET)
+    monkeypatch.setenv(ENV_PROTECTION_KEY_ID, "k1")
+    produce([broken], spec.source.topic, bootstrap)
+    ingest(spark, iceberg, kafka, fixed)
+    monkeypatch.setenv(ENV_PROTECTION_KEY, "a new secret, from the vault this time")
+    monkeypatch.setenv(ENV_PROTECTION_KEY_ID, "k2")
+    monkeypatch.delenv("CDC_ASSETS_PROTECTION_OLD_KEY_K1")
+    with pytest.raises(Exception, match="protection key k1"):
+        redrive(spark, "lake", fixed)
+
+    # A value stored plain by any path turns the audit red, naming the column, not the value.
+    base = table_identifier("lake", base_layout(spec))
+    spark.sql(f"UPDATE {base} SET tax_id = 'TX-written-plain' WHERE id = 3")
+    verdict = rules.protection_verdict(audit_protection(spark, "lake", fixed), "k2")
+    assert not verdict.passed
+    assert verdict.metadata["unprotected_values"] == {"tax_id": 1}
+    assert "TX-written-plain" not in repr(verdict)

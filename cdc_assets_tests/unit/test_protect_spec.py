@@ -176,13 +176,13 @@ def test_value_text_is_sparks_cast_to_string() -> None:
 def test_keys_are_checked_and_never_shown() -> None:
     with pytest.raises(ValueError, match="at least 16 bytes"):
         ProtectionKey("k1", b"short")
-    with pytest.raises(ValueError, match="letters or digits"):
+    with pytest.raises(ValueError, match="lowercase letters or digits"):
         ProtectionKey("k:1", b"0123456789abcdef")
     assert "secret" not in repr(KEY)
 
 
 def test_a_sealed_payload_with_no_key_is_an_error_not_a_tombstone() -> None:
-    sql = opened_payload_sql("payload_b64", None)
+    sql = opened_payload_sql("payload_b64", [])
     assert "raise_error" in sql
     assert "unbase64(payload_b64)" in sql  # plain payloads still read
 
@@ -197,3 +197,37 @@ def test_spark_redacts_every_key_literal_of_the_sql() -> None:
     for derived in (KEY.hash_key, KEY.encryption_key, KEY.iv_key):
         assert derived.hex() not in redacted
     assert not re.search(r"[0-9a-f]{32,}", redacted)
+
+
+def test_configured_keys_put_the_current_first_and_read_retired_ones() -> None:
+    from cdc_assets.pipeline.protection import ProtectionKeyError, configured_keys
+
+    env = {
+        "CDC_ASSETS_PROTECTION_KEY": "the current secret!!",
+        "CDC_ASSETS_PROTECTION_KEY_ID": "k3",
+        "CDC_ASSETS_PROTECTION_OLD_KEY_K1": "the first secret!!!!",
+        "CDC_ASSETS_PROTECTION_OLD_KEY_K3": "ignored: the current id",
+    }
+    assert [k.key_id for k in configured_keys(env)] == ["k3", "k1"]
+    assert configured_keys({}) == []
+    with pytest.raises(ProtectionKeyError, match="CDC_ASSETS_PROTECTION_OLD_KEY_K2"):
+        configured_keys({"CDC_ASSETS_PROTECTION_OLD_KEY_K2": "short"})
+    with pytest.raises(ProtectionKeyError, match="lowercase"):
+        configured_keys({**env, "CDC_ASSETS_PROTECTION_KEY_ID": "K3"})
+
+
+def test_the_protection_verdict_fails_on_plain_values_and_names_places_not_values() -> None:
+    from cdc_assets.quality.rules import ProtectionAudit, protection_verdict
+
+    ok = protection_verdict(ProtectionAudit(rows=10, key_ids={"k1", "k2"}), "k2")
+    assert ok.passed
+    assert "retired key(s) k1" in ok.summary
+    audit = ProtectionAudit(rows=10, dropped_in_images=2)
+    audit.add_plain("email", 3)
+    audit.add_plain("email", 0)
+    audit.add_plain("_row_json.email", 1)
+    bad = protection_verdict(audit, "k2")
+    assert not bad.passed
+    assert bad.severity == "ERROR"
+    assert bad.metadata["unprotected_values"] == {"_row_json.email": 1, "email": 3}
+    assert "2 row images hold a field of drop_fields" in bad.summary
