@@ -61,7 +61,13 @@ from cdc_assets.sql.decode import (
     sequence_columns,
     unavailable_list,
 )
-from cdc_assets.sql.protect import ProtectionKey, image_sql, protect_sql, sealed_payload_sql
+from cdc_assets.sql.protect import (
+    ProtectionKey,
+    document_sql,
+    image_sql,
+    protect_sql,
+    sealed_payload_sql,
+)
 
 
 class OffsetsExpiredError(CdcAssetsError):
@@ -200,9 +206,12 @@ def _ledger_exprs(spec: TableSpec, key: ProtectionKey | None = None) -> dict[str
         # send stays one); the before image, read for its key alone, loses the field.
         stored: dict[str, str] = {}
         for name, plan in plans.items():
-            if plan.protect is None:
+            if plan.protect is not None:
+                exprs[name] = protect_sql(plan.protect, exprs[name], key)
+            elif plan.protect_paths:
+                exprs[name] = document_sql(exprs[name], plan.protect_paths, key)
+            else:
                 continue
-            exprs[name] = protect_sql(plan.protect, exprs[name], key)
             kept = f"CASE WHEN {is_unavailable(plan)} THEN {raw(plan)} ELSE {exprs[name]} END"
             stored.update({field: kept for field in (plan.name, *plan.aliases)})
         dropped = set(spec.pipeline.drop_fields)

@@ -10,6 +10,7 @@ matched by primary key. Equal means same type and same value: ``True`` is not ``
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -21,7 +22,7 @@ from cdc_assets.schema.sink_values import to_sink
 from cdc_assets.schema.types import SinkType
 from cdc_assets.schema.wire import FieldPlan, plan_fields
 from cdc_assets.spec.models import TableSpec
-from cdc_assets.sql.protect import ProtectionKey, protect_text, value_text
+from cdc_assets.sql.protect import ProtectionKey, protect_document, protect_text, value_text
 
 Row = Mapping[str, object]
 Key = tuple[object, ...]
@@ -207,6 +208,11 @@ def base_image(
             text = None if natural is None else value_text(natural)
             out[plan.sink_name] = protect_text(plan.protect, text, key)
             continue
+        if plan.protect_paths:
+            # Compared parsed: Spark writes the rewritten document its own way.
+            document = _text(to_sink(plan, value))
+            out[plan.sink_name] = protect_document(document, plan.protect_paths, key)
+            continue
         out[plan.sink_name] = normalize(plan.sink, to_sink(plan, value))
     return out
 
@@ -217,8 +223,24 @@ def base_values(spec: TableSpec, base_row: Row) -> dict[str, object]:
     for plan in compared_plans(spec):
         if plan.sink_name not in base_row:
             raise ValueError(f"{spec.name}: the base row has no column {plan.sink_name!r}")
-        out[plan.sink_name] = normalize(plan.sink, base_row[plan.sink_name])
+        value = base_row[plan.sink_name]
+        if plan.protect_paths:
+            text = _text(value)
+            out[plan.sink_name] = None if text is None else _parsed(text)
+            continue
+        out[plan.sink_name] = normalize(plan.sink, value)
     return out
+
+
+def _text(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
+def _parsed(text: str) -> object:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text  # shown as a difference, not hidden
 
 
 def _key(spec: TableSpec, row: Mapping[str, object]) -> Key:

@@ -456,7 +456,7 @@ class _Classifier:
             problems.append(self.sensitive_reason())
         if p.dropped:
             problems.append("a new column cannot be dropped already")
-        if p.protect is not None:
+        if p.protect is not None or p.protect_paths:
             problems.append(PROTECT_LATER)
         holder = self.kept_sink_names.get(p.sink_name)
         if holder is not None and holder != p.name:
@@ -607,7 +607,7 @@ class _Classifier:
         self.changes.append(AddColumn(column, retired))
 
     def compare_attributes(self, c: ColumnSpec, p: ColumnSpec) -> None:
-        if p.protect != c.protect:
+        if p.protect != c.protect or p.protect_paths != c.protect_paths:
             self.reject(p.name, PROTECT_LATER)
         if p.sensitive != c.sensitive:
             if c.sensitive:

@@ -70,6 +70,8 @@ class FieldPlan:
     default: str | None = None
     # How the value is protected before it is stored (`sql.protect`); its sink is then string.
     protect: Protection | None = None
+    # A JSON document's fields protected inside it (dotted path -> protection).
+    protect_paths: tuple[tuple[str, Protection], ...] = ()
 
     @property
     def parses_document(self) -> bool:
@@ -208,6 +210,7 @@ def plan_column(spec: TableSpec, column: ColumnSpec) -> FieldPlan:
         aliases=tuple(n for n in column.former_names if n not in spec.columns_by_name),
         default=column.default if column.backfill_default and not column.dropped else None,
         protect=column.protect,
+        protect_paths=tuple(sorted(column.protect_paths.items())),
     )
 
 

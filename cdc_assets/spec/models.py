@@ -6,6 +6,7 @@ validators below so that every renderer can trust a loaded spec.
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 from enum import StrEnum
@@ -65,6 +66,9 @@ class Protection(StrEnum):
         return self in (Protection.HASH, Protection.ENCRYPT)
 
 
+JsonPath = Annotated[
+    str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*){0,7}$")
+]
 # The natural types a protection takes: text, numbers and dates have one text each, which is
 # what is hashed, encrypted or masked. Masks take text only.
 PROTECTABLE_TYPES = ("string", "int", "long", "decimal", "date", "boolean")
@@ -93,6 +97,8 @@ class ColumnSpec(_Strict):
     sensitive: bool = False
     # How the values are protected at ingest (needs sensitive: true); None keeps plaintext.
     protect: Protection | None = None
+    # A JSON column's fields protected inside the document: dotted path -> protection.
+    protect_paths: dict[JsonPath, Protection] = {}
     # Soft-dropped: gone from the source but kept in Iceberg, null for rows written since.
     dropped: bool = False
     comment: str | None = None
@@ -490,7 +496,9 @@ class TableSpec(_Strict):
     @property
     def protects(self) -> bool:
         """Whether values are protected at ingest: a column with ``protect`` or a dropped field."""
-        return bool(self.pipeline.drop_fields) or any(c.protect for c in self.columns)
+        return bool(self.pipeline.drop_fields) or any(
+            c.protect or c.protect_paths for c in self.columns
+        )
 
     @property
     def key_columns(self) -> list[ColumnSpec]:
@@ -612,6 +620,30 @@ def _check_columns(spec: TableSpec) -> None:
             )
         if col.protect is not None:
             _check_protect(where, spec, col, source)
+        if col.protect_paths:
+            _check_protect_paths(where, col, source)
+
+
+def _check_protect_paths(where: str, col: ColumnSpec, source: SourceType) -> None:
+    """Fields inside a JSON document stored as text: the paths name object members (no array
+    elements), none inside another."""
+    if not col.sensitive:
+        raise _fail(f"{where}.protect_paths", f"column {col.name!r}: needs sensitive: true")
+    if col.protect is not None:
+        raise _fail(
+            f"{where}.protect_paths",
+            f"column {col.name!r}: give protect (the whole value) or protect_paths, not both",
+        )
+    if source.kind not in ("JSON", "JSONB") or col.sink.type is not None:
+        raise _fail(
+            f"{where}.protect_paths",
+            f"column {col.name!r} ({col.type}): paths protect fields of a JSON column stored "
+            "as text (no sink.type)",
+        )
+    paths = sorted(col.protect_paths)
+    for a, b in itertools.pairwise(paths):
+        if b.startswith(a + "."):
+            raise _fail(f"{where}.protect_paths", f"{b!r} is inside {a!r}: give one of them")
 
 
 def _check_protect(where: str, spec: TableSpec, col: ColumnSpec, source: SourceType) -> None:

@@ -22,7 +22,7 @@ from cdc_assets.sql.decode import (
     split_set,
 )
 from cdc_assets.sql.mirror_read import SourceDialect, quote_source
-from cdc_assets.sql.protect import ProtectionKey, protect_sql
+from cdc_assets.sql.protect import ProtectionKey, document_sql, protect_sql
 
 
 def resolve_columns(spec: TableSpec, dump_columns: list[str]) -> dict[str, str]:
@@ -143,6 +143,8 @@ def render_bootstrap_select(
         value = dump_value(p, columns[p.name])
         if p.protect is not None:
             value = protect_sql(p.protect, value, key)
+        elif p.protect_paths:
+            value = document_sql(value, p.protect_paths, key)
         values.append(f"{value} AS {quote(p.sink_name)}")
     if spec.shard_column and spec.shard is not None:
         values.insert(0, f"{literal(spec.shard.shard_name)} AS {quote(spec.shard_column)}")

@@ -19,12 +19,14 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import json
 import re
 import unicodedata
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal
+from typing import Any
 
 from cdc_assets.spec.models import Protection
 from cdc_assets.sql.ddl import literal
@@ -109,6 +111,47 @@ def protect_sql(protection: Protection, text: str, key: ProtectionKey | None) ->
     return f"concat({literal(f'{ENCRYPTED_PREFIX}:{key.key_id}:')}, {_base64(sealed)})"
 
 
+def _path_tree(paths: Sequence[tuple[str, Protection]]) -> dict[str, Any]:
+    """Dotted paths as a tree: member name -> subtree, or the protection at a leaf."""
+    tree: dict[str, Any] = {}
+    for path, protection in paths:
+        *parents, leaf = path.split(".")
+        node = tree
+        for name in parents:
+            node = node.setdefault(name, {})
+        node[leaf] = protection
+    return tree
+
+
+def _members_sql(
+    members: str, tree: Mapping[str, Any], key: ProtectionKey | None, depth: int
+) -> str:
+    k, v = f"_dk{depth}", f"_dv{depth}"
+    cases = []
+    for name, node in tree.items():
+        if isinstance(node, Protection):
+            value = f"CAST({protect_sql(node, f'CAST({v} AS STRING)', key)} AS VARIANT)"
+        else:
+            inner = f"from_json(to_json({v}), 'map<string,variant>')"
+            # A member that is not an object holds no field of the path: kept as it is.
+            value = f"coalesce(to_variant_object({_members_sql(inner, node, key, depth + 1)}), {v})"
+        cases.append(f"WHEN {k} = {literal(name)} THEN {value}")
+    return f"transform_values({members}, ({k}, {v}) -> CASE {' '.join(cases)} ELSE {v} END)"
+
+
+def document_sql(
+    text: str, paths: Sequence[tuple[str, Protection]], key: ProtectionKey | None
+) -> str:
+    """``text`` (a JSON document) with the value at each dotted path protected (a member
+    that is an object or array is protected as its compact JSON). A document that is not an
+    object, or a path it does not have, is kept as it is. The document is written again from
+    Spark's variant: nested objects list their members by name, numbers may be spelled
+    otherwise."""
+    members = f"from_json({text}, 'map<string,variant>')"
+    rewritten = f"to_json({_members_sql(members, _path_tree(paths), key, 0)})"
+    return f"CASE WHEN {text} IS NOT NULL THEN coalesce({rewritten}, {text}) END"
+
+
 def _base64(binary: str) -> str:
     # Spark's base64 breaks lines every 76 characters (MIME): one line, as Python writes it.
     return f"translate(base64({binary}), '\\r\\n', '')"
@@ -148,34 +191,21 @@ def protected_form_sql(protection: Protection, value: str) -> str:
 
 
 def render_protection_audit(
-    table: str,
-    columns: Mapping[str, Protection],
-    image_fields: Mapping[str, Protection] | None = None,
-    dropped: Collection[str] = (),
+    table: str, values: Sequence[tuple[str, Protection]], dropped: Collection[str] = ()
 ) -> str:
-    """One row of counts over ``table``: ``rows``; per column (sink name -> protection)
-    ``plain__<column>`` (values not in their protected form) and ``keys__<column>`` (the key ids
-    of keyed values); with ``image_fields`` (field name -> protection), the same for the row
-    image ``_row_json`` as ``plain_image__<field>``, and ``dropped_in_image`` (images holding a
-    field of ``dropped``). Counts only: a value never leaves the query."""
+    """One row of counts over ``table``: ``rows``; per entry ``i`` of ``values`` (a STRING
+    expression over the table's columns, and the protection its values must be in the form
+    of) ``plain_i`` (values not in that form) and, for keyed protections, ``keys_i`` (the key
+    ids of the values); with ``dropped``, ``dropped_in_image`` (row images ``_row_json``
+    holding such a field). Counts only: a value never leaves the query."""
     parts = ["count(*) AS `rows`"]
-    for name, protection in columns.items():
-        col = f"`{name}`"
-        parts.append(
-            f"count_if({col} IS NOT NULL AND NOT ({protected_form_sql(protection, col)})) "
-            f"AS `plain__{name}`"
-        )
+    for i, (value, protection) in enumerate(values):
+        form = protected_form_sql(protection, value)
+        parts.append(f"count_if({value} IS NOT NULL AND NOT ({form})) AS `plain_{i}`")
         if protection.keyed:
             parts.append(
-                f"collect_set(CASE WHEN {protected_form_sql(protection, col)} "
-                f"THEN split_part({col}, ':', 2) END) AS `keys__{name}`"
+                f"collect_set(CASE WHEN {form} THEN split_part({value}, ':', 2) END) AS `keys_{i}`"
             )
-    for field, protection in (image_fields or {}).items():
-        value = f"get_json_object(_row_json, {literal('$.' + field)})"
-        parts.append(
-            f"count_if({value} IS NOT NULL AND NOT ({protected_form_sql(protection, value)})) "
-            f"AS `plain_image__{field}`"
-        )
     if dropped:
         names = ", ".join(literal(n) for n in sorted(dropped))
         parts.append(
@@ -266,6 +296,42 @@ def protect_text(protection: Protection, text: str | None, key: ProtectionKey | 
     if key is None:
         raise ValueError(f"{protection.value} needs a protection key")
     return hash_text(text, key) if protection is Protection.HASH else encrypt_text(text, key)
+
+
+def _json_text(value: Any) -> str:
+    """A JSON value's text as Spark's variant casts it to a string."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict | list):
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+    return str(value)
+
+
+def protect_document(
+    text: str | None, paths: Sequence[tuple[str, Protection]], key: ProtectionKey | None
+) -> Any:
+    """The Python twin of `document_sql`, as the parsed document (compare documents parsed:
+    Spark and Python spell JSON differently)."""
+    if text is None:
+        return None
+    doc = json.loads(text)
+
+    def walk(node: Any, tree: Mapping[str, Any]) -> None:
+        if not isinstance(node, dict):
+            return
+        for name, sub in tree.items():
+            if name not in node:
+                continue
+            if isinstance(sub, Protection):
+                value = node[name]
+                node[name] = None if value is None else protect_text(sub, _json_text(value), key)
+            else:
+                walk(node[name], sub)
+
+    walk(doc, _path_tree(paths))
+    return doc
 
 
 def decrypt_text(value: str, key: ProtectionKey) -> str:

@@ -39,7 +39,14 @@ from cdc_assets.sensors.new_offsets import current_hour_key
 from cdc_assets.settings import ENV_PROTECTION_KEY, ENV_PROTECTION_KEY_ID, Settings
 from cdc_assets.spec.models import Protection, TableSpec
 from cdc_assets.sql.ddl import literal, table_identifier
-from cdc_assets.sql.protect import decrypt_text, image_sql, protect_sql, protect_text, value_text
+from cdc_assets.sql.protect import (
+    decrypt_text,
+    image_sql,
+    protect_document,
+    protect_sql,
+    protect_text,
+    value_text,
+)
 from cdc_assets_tests.integration.test_ingest import isolated, read_table
 from cdc_assets_tests.integration.test_upsert import expected_base, ingest, upsert
 
@@ -61,6 +68,11 @@ columns:
   - {id: 9, name: login_count, type: int}
   - {id: 11, name: pin, type: int, sensitive: true, protect: hash}
   - {id: 12, name: born, type: date, sensitive: true, protect: encrypt}
+  - id: 13
+    name: settings
+    type: json
+    sensitive: true
+    protect_paths: {secret.pin: hash, contact.email: mask_email, contact.phone: encrypt}
 primary_key: [id]
 pipeline: {sensitive: true, drop_fields: [ssn]}
 sink: {namespace: crm}
@@ -100,6 +112,13 @@ def _row(rng: random.Random, key: int, plaintexts: set[str]) -> dict[str, Any]:
         "pin": rng.randrange(10**7, 10**8),
         "born": date(1950, 1, 1) + timedelta(days=rng.randrange(20000)),
         "ssn": f"{rng.randrange(10**3):03d}-{tag[:2]}-{tag[2:6]}",
+        "settings": json.dumps(
+            {
+                "theme": rng.choice(["dark", "light"]),
+                "secret": {"pin": f"pin2-{tag}", "tries": rng.randrange(5)},
+                "contact": {"email": f"alt.{tag}@example.net", "phone": f"+1 555 {tag[:7]}"},
+            }
+        ),
     }
     # What must never be found: each value whole, and the parts a mask hides.
     plaintexts.update(
@@ -115,6 +134,9 @@ def _row(rng: random.Random, key: int, plaintexts: set[str]) -> dict[str, Any]:
             tag,
             row["ssn"],
             str(row["pin"]),
+            f"pin2-{tag}",
+            f"alt.{tag}",
+            f"+1 555 {tag[:7]}",
             row["born"].isoformat(),
         }
     )
@@ -151,12 +173,15 @@ def _expected(spec: TableSpec, source: TableSpec, kafka: KafkaResource) -> dict[
     twin (HMAC from ``hmac``, AES-GCM from ``cryptography``, the masks by hand)."""
     key = configured_key()
     protections = {c.name: c.protect for c in spec.columns if c.protect}
+    documents = {c.name: sorted(c.protect_paths.items()) for c in spec.columns if c.protect_paths}
     out = {}
     for k, row in expected_base(source, kafka).items():
         row.pop("ssn")
         for name, protect in protections.items():
             value = row[name]
             row[name] = None if value is None else protect_text(protect, value_text(value), key)
+        for name, paths in documents.items():
+            row[name] = protect_document(row[name], paths, key)
         out[k] = row
     return out
 
@@ -169,12 +194,17 @@ def _assert_base(
     layout = base_layout(spec)
     actual = {(r["id"],): r for r in read_table(iceberg, layout.namespace, layout.name)}
     assert sorted(actual) == sorted(expected)
+    documents = {c.sink_name for c in spec.columns if c.protect_paths}
+    for row in actual.values():
+        for name in documents:
+            row[name] = None if row[name] is None else json.loads(row[name])
     diffs = [
         f"{k} {name}: oracle {value!r} base {actual[k][name]!r}"
         for k, want in expected.items()
         for name, value in want.items()
         if not name.startswith("_") and actual[k][name] != value
     ]
+    assert all(r["settings"]["secret"]["pin"].startswith("hmac:") for r in actual.values())
     assert not diffs, "\n".join(diffs[:20])
     # Reversible with the key alone, outside Spark.
     names = {decrypt_text(r["display_name"], key) for r in actual.values()}

@@ -231,3 +231,48 @@ def test_the_protection_verdict_fails_on_plain_values_and_names_places_not_value
     assert bad.severity == "ERROR"
     assert bad.metadata["unprotected_values"] == {"_row_json.email": 1, "email": 3}
     assert "2 row images hold a field of drop_fields" in bad.summary
+
+
+def test_paths_protect_fields_inside_a_json_document() -> None:
+    from cdc_assets.sql.protect import protect_document
+
+    paths = {"secret.pin": "hash", "contact.email": "mask_email"}
+    s = spec(col(2, "doc", "json", sensitive=True, protect_paths=paths))
+    plan = plan_fields(s)[1]
+    assert plan.protect_paths == (
+        ("contact.email", Protection.MASK_EMAIL),
+        ("secret.pin", Protection.HASH),
+    )
+    assert s.protects
+    doc = '{"secret": {"pin": 1234, "keep": true}, "contact": {"email": "a@b.org"}, "x": [1]}'
+    out = protect_document(doc, plan.protect_paths, KEY)
+    assert out == {
+        "secret": {"pin": hash_text("1234", KEY), "keep": True},
+        "contact": {"email": "***@b.org"},
+        "x": [1],
+    }
+    # a document without the path, or not an object, is kept as it is
+    assert protect_document('{"secret": "flat"}', plan.protect_paths, KEY) == {"secret": "flat"}
+    assert protect_document("[1, 2]", plan.protect_paths, KEY) == [1, 2]
+    assert protect_document(None, plan.protect_paths, KEY) is None
+
+
+@pytest.mark.parametrize(
+    ("column", "message"),
+    [
+        (col(2, "doc", "json", protect_paths={"a": "hash"}), "needs sensitive: true"),
+        (col(2, "name", sensitive=True, protect_paths={"a": "hash"}), "JSON column"),
+        (
+            col(2, "doc", "json", sensitive=True, protect="hash", protect_paths={"a": "hash"}),
+            "not both",
+        ),
+        (
+            col(2, "doc", "json", sensitive=True, protect_paths={"a": "hash", "a.b": "hash"}),
+            "inside 'a'",
+        ),
+        (col(2, "doc", "json", sensitive=True, protect_paths={"a[0]": "hash"}), "pattern"),
+    ],
+)
+def test_refused_paths_say_why(column: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        spec(column)
