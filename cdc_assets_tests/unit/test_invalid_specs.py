@@ -74,7 +74,8 @@ CASES = [
         "unknown column key",
         _set("columns.1.nulable", True),
         "columns[1].nulable: unknown field; valid fields here: backfill_default, comment, "
-        "default, dropped, former_names, id, name, nullable, protect, sensitive, sink, type",
+        "default, dropped, former_names, id, name, nullable, protect, protect_paths, sensitive, "
+        "sink, type",
     ),
     (
         "missing topic",
