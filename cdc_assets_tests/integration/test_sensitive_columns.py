@@ -247,6 +247,7 @@ def test_no_plaintext_anywhere_after_ingest_upsert_history_redrive_and_maintenan
     iceberg: IcebergCatalogResource,
     kafka: KafkaResource,
     resources: dict[str, Any],
+    tmp_path: Path,
 ) -> None:
     spec, source = _specs(kafka)
     ensure_tables(spark, "lake", spec)
@@ -257,7 +258,11 @@ def test_no_plaintext_anywhere_after_ingest_upsert_history_redrive_and_maintenan
     produce(records, spec.source.topic, kafka.resolved_bootstrap())
 
     defs = build_defs(specs=[spec], settings=it_settings, resource_overrides=resources)
-    instance = dg.DagsterInstance.ephemeral()
+    # A Dagster home on disk, as a deployment has: its event log and the runs' captured
+    # stdout/stderr (compute logs) are files the scan reads.
+    dagster_home = tmp_path / "dagster"
+    dagster_home.mkdir()
+    instance = dg.DagsterInstance.local_temp(tempdir=str(dagster_home))
     ingest = defs.resolve_job_def("ingest_ledgers").execute_in_process(
         instance=instance, partition_key=current_hour_key(datetime.now(UTC))
     )
@@ -320,6 +325,9 @@ def test_no_plaintext_anywhere_after_ingest_upsert_history_redrive_and_maintenan
             hits += _hits(
                 dg.serialize_value(event), plaintexts, f"event {event.dagster_event_type}"
             )
+    logged, dagster_files = _scan_files(dagster_home, plaintexts)
+    assert dagster_files >= 3  # the instance's storage and the runs' captured logs
+    hits += logged
     for row in dead:
         hits += _hits(base64.b64decode(row["payload_b64"].split(":", 2)[2]), plaintexts, "dlt")
     assert not hits, "\n".join(sorted(hits)[:20])
