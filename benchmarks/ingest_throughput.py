@@ -13,7 +13,10 @@ both before anything is timed; measured repeats alternate between the cases):
   Parquet", which a ledger that can backfill from its own row images must do at least;
 - cdc_ingest: our ingest_incremental into an empty users ledger (+ dead letters);
 - cdc_ingest_sql_reader: the same with the envelope read by Spark's from_json instead of the
-  project's JVM function (spark.cdcassets.envelopeReader=sql): what the function buys.
+  project's JVM function (spark.cdcassets.envelopeReader=sql): what the function buys;
+- cdc_ingest_protected: cdc_ingest with the users spec's email hashed, display name encrypted
+  and country masked (docs/sensitive-data.md): what protecting sensitive columns costs (the
+  HMACs, the encryption and the row image written again).
 
 It also measures the produce-to-visible latency of a 1,000-event batch, samples the peak RSS of
 the driver JVM and of this Python process, checks every count, prints a table and writes JSON and
@@ -66,8 +69,32 @@ BASELINE, BASELINE_IMAGE, OURS = "spark_parse_parquet", "spark_parse_image_parqu
 # The same ingest with Spark's own functions reading the envelope instead of the project's
 # function (what a session without cdc-assets-udf.jar runs).
 OURS_SQL = "cdc_ingest_sql_reader"
-CASES = (BASELINE, BASELINE_IMAGE, OURS, OURS_SQL)
-READERS = {OURS: "jvm", OURS_SQL: "sql"}
+OURS_PROTECTED = "cdc_ingest_protected"
+CASES = (BASELINE, BASELINE_IMAGE, OURS, OURS_SQL, OURS_PROTECTED)
+READERS = {OURS: "jvm", OURS_SQL: "sql", OURS_PROTECTED: "jvm"}
+# The key of the protected case: a benchmark's, not a secret.
+BENCH_PROTECTION_KEY = "benchmark protection key, not a secret"
+
+
+def protected_spec(spec: Any) -> Any:
+    """The users spec with its email hashed, display name encrypted and country masked."""
+    from cdc_assets.spec.models import Protection
+
+    protections = {"email": "hash", "display_name": "encrypt", "country": "mask_shape"}
+    columns = [
+        c.model_copy(update={"sensitive": True, "protect": Protection(protections[c.name])})
+        if c.name in protections
+        else c
+        for c in spec.columns
+    ]
+    return type(spec).model_validate(
+        {
+            **spec.model_dump(by_alias=True),
+            "columns": [c.model_dump(by_alias=True) for c in columns],
+        }
+    )
+
+
 BASELINES = (BASELINE, BASELINE_IMAGE)
 # An id no random value of the users row contains: every template is cut at it and the real id
 # is spliced in, so a few thousand encoded envelopes serve a million events.
@@ -595,13 +622,15 @@ class Bench:
         shutil.rmtree(out, ignore_errors=True)
         return m
 
-    def prepare_ledger(self, topic: str) -> Any:
-        """The users spec on ``topic`` with a fresh namespace, so its ledger starts empty."""
+    def prepare_ledger(self, topic: str, *, protected: bool = False) -> Any:
+        """The users spec (``protected``: with protected columns) on ``topic`` with a fresh
+        namespace, so its ledger starts empty."""
         from cdc_assets.pipeline.tables import ensure_tables
 
         if self.dead is not None:
             raise JvmDiedError(self.dead)
-        spec = isolated(self.spec, topic, f"bench_{uuid.uuid4().hex[:8]}")
+        chosen = protected_spec(self.spec) if protected else self.spec
+        spec = isolated(chosen, topic, f"bench_{uuid.uuid4().hex[:8]}")
         ensure_tables(self.spark, self.catalog_name, spec)
         return spec
 
@@ -619,7 +648,7 @@ class Bench:
 
         if self.dead is not None:
             return Measurement(case, error=f"skipped: {self.dead}")
-        spec = self.prepare_ledger(topic)
+        spec = self.prepare_ledger(topic, protected=case == OURS_PROTECTED)
 
         def action(m: Measurement) -> None:
             with session_conf(self.spark, {READER_CONF: READERS[case]}):
@@ -1035,7 +1064,13 @@ def write_plot(
     fig, ax = plt.subplots(figsize=(9, 4.5))
     labels = [r["case"] for r in rows]
     values = [r["events_per_s"] or 0 for r in rows]
-    colors = {BASELINE: "#888888", BASELINE_IMAGE: "#bbbbbb", OURS: "#1f77b4", OURS_SQL: "#9ecae1"}
+    colors = {
+        BASELINE: "#888888",
+        BASELINE_IMAGE: "#bbbbbb",
+        OURS: "#1f77b4",
+        OURS_SQL: "#9ecae1",
+        OURS_PROTECTED: "#d62728",
+    }
     bars = ax.bar(labels, values, color=[colors[r["case"]] for r in rows])
     top = max([*values, 1])
     for bar, r in zip(bars, rows, strict=True):
@@ -1120,6 +1155,9 @@ def main() -> None:
     # someone commits while the benchmark runs.
     info: dict[str, Any] = {"code": code_version(), "load_average_before": os.getloadavg()}
     importlib.import_module("cdc_assets.pipeline.ingest")
+    from cdc_assets.settings import ENV_PROTECTION_KEY
+
+    os.environ.setdefault(ENV_PROTECTION_KEY, BENCH_PROTECTION_KEY)
     measured: dict[str, list[Measurement]] = {case: [] for case in args.cases}
     phases: list[Measurement] = []
     latency = None
@@ -1147,12 +1185,13 @@ def main() -> None:
         bench.start_spark()
         info["spark_start_s"] = time.perf_counter() - began
         began = time.perf_counter()
-        warmups = (
-            bench.baseline(warm_topic, "warmup baseline"),
-            bench.baseline(warm_topic, "warmup baseline with image", BASELINE_IMAGE),
-            bench.cdc_ingest(warm_topic, "warmup cdc_ingest"),
-            bench.cdc_ingest(warm_topic, "warmup cdc_ingest_sql_reader", OURS_SQL),
-        )
+        # Every case the run measures, so the JIT has compiled each one's code first.
+        warmups = [
+            bench.cdc_ingest(warm_topic, f"warmup {case}", case)
+            if case in READERS
+            else bench.baseline(warm_topic, f"warmup {case}", case)
+            for case in args.cases
+        ]
         for warm in warmups:
             if warm.error is not None:
                 raise RuntimeError(f"warm-up {warm.name} failed: {warm.error}")
@@ -1209,6 +1248,11 @@ def main() -> None:
         # What the project's envelope function buys over Spark's own functions (< 1: faster).
         ratios["jvm_reader_vs_sql_reader_cpu_ratio"] = ours["own_cpu_s"] / spark_only["own_cpu_s"]
         ratios["jvm_reader_vs_sql_reader_time_ratio"] = ours["seconds"] / spark_only["seconds"]
+    protected = by_case.get(OURS_PROTECTED, {})
+    if protected.get("own_cpu_s") and ours.get("own_cpu_s"):
+        # What protecting three columns costs over the same ingest without (> 1: slower).
+        ratios["protected_vs_plain_cpu_ratio"] = protected["own_cpu_s"] / ours["own_cpu_s"]
+        ratios["protected_vs_plain_time_ratio"] = protected["seconds"] / ours["seconds"]
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / "ingest_throughput.json"
     document = {
