@@ -183,7 +183,14 @@ def prepare(classified: Any, spec: TableSpec) -> Any:
     A spec that protects values (`sql.protect`) has them protected here, in the same query: the
     typed columns, ``_row_json``, ``_before_json`` and the dead letters' payloads."""
     key = key_for(spec)
-    ledger = [f"{expr} AS {quote(name)}" for name, expr in _ledger_exprs(spec, key).items()]
+    protected = _protected_values(spec, key)
+    if protected:
+        # A projection of their own, read by the typed column and the row image alike: in one
+        # projection the image's lambda would compute each HMAC and encryption a second time.
+        classified = classified.selectExpr(
+            "*", *(f"{expr} AS {quote(name)}" for name, expr in protected.items())
+        )
+    ledger = [f"{expr} AS {quote(name)}" for name, expr in _ledger_exprs(spec).items()]
     payload = "base64(value_bin)" if key is None else sealed_payload_sql("value_bin", key)
     return classified.selectExpr(
         *ledger,
@@ -196,7 +203,24 @@ def prepare(classified: Any, spec: TableSpec) -> Any:
     )
 
 
-def _ledger_exprs(spec: TableSpec, key: ProtectionKey | None = None) -> dict[str, str]:
+def _protected_name(sink_name: str) -> str:
+    return f"_protected_{sink_name}"
+
+
+def _protected_values(spec: TableSpec, key: ProtectionKey | None) -> dict[str, str]:
+    """The protected value of each protected column (`sql.protect`), by `_protected_name`."""
+    out = {}
+    for plan in plan_fields(spec):
+        value = ledger_value(plan, json_has_field("image"))
+        if plan.protect is not None:
+            out[_protected_name(plan.sink_name)] = protect_sql(plan.protect, value, key)
+        elif plan.protect_paths:
+            out[_protected_name(plan.sink_name)] = document_sql(value, plan.protect_paths, key)
+    return out
+
+
+def _ledger_exprs(spec: TableSpec) -> dict[str, str]:
+    """The ledger's columns over the classified records (and `_protected_values`)."""
     plans = {p.sink_name: p for p in plan_fields(spec)}
     # `image`: the row image's JSON text (an image older than a column with a default lacks it)
     exprs = {name: ledger_value(plan, json_has_field("image")) for name, plan in plans.items()}
@@ -206,12 +230,9 @@ def _ledger_exprs(spec: TableSpec, key: ProtectionKey | None = None) -> dict[str
         # send stays one); the before image, read for its key alone, loses the field.
         stored: dict[str, str] = {}
         for name, plan in plans.items():
-            if plan.protect is not None:
-                exprs[name] = protect_sql(plan.protect, exprs[name], key)
-            elif plan.protect_paths:
-                exprs[name] = document_sql(exprs[name], plan.protect_paths, key)
-            else:
+            if plan.protect is None and not plan.protect_paths:
                 continue
+            exprs[name] = quote(_protected_name(name))
             kept = f"CASE WHEN {is_unavailable(plan)} THEN {raw(plan)} ELSE {exprs[name]} END"
             stored.update({field: kept for field in (plan.name, *plan.aliases)})
         dropped = set(spec.pipeline.drop_fields)
