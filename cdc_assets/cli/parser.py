@@ -121,6 +121,14 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("--schema", help="PostgreSQL schema, when the DDL does not qualify the table")
     imp.add_argument("--sensitive", help="comma-separated columns to mark sensitive")
     imp.add_argument(
+        "--protect",
+        help="comma-separated COLUMN=PROTECTION (hash, encrypt, mask_email, mask_last4, "
+        "mask_shape): protected at ingest (docs/sensitive-data.md)",
+    )
+    imp.add_argument(
+        "--drop-fields", help="comma-separated source columns never stored (pipeline.drop_fields)"
+    )
+    imp.add_argument(
         "--buckets", type=int, help="base's bucket count of a new spec (default 16: no size known)"
     )
     imp.add_argument("--spec", help="existing spec: write its next version for the changed DDL")
@@ -156,6 +164,14 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--name", help="spec name (default: the table name)")
     src.add_argument("--sensitive", help="comma-separated columns to mark sensitive")
     src.add_argument(
+        "--protect",
+        help="comma-separated COLUMN=PROTECTION (hash, encrypt, mask_email, mask_last4, "
+        "mask_shape): protected at ingest (docs/sensitive-data.md)",
+    )
+    src.add_argument(
+        "--drop-fields", help="comma-separated source columns never stored (pipeline.drop_fields)"
+    )
+    src.add_argument(
         "--buckets",
         type=int,
         help="base's bucket count (default: from the table's size, one per 512 MiB of it on the "
@@ -180,6 +196,14 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("--namespace", help="Iceberg namespace (default: the database)")
     rec.add_argument("--name", help="spec name (default: the table name)")
     rec.add_argument("--sensitive", help="comma-separated columns to mark sensitive")
+    rec.add_argument(
+        "--protect",
+        help="comma-separated COLUMN=PROTECTION (hash, encrypt, mask_email, mask_last4, "
+        "mask_shape): protected at ingest (docs/sensitive-data.md)",
+    )
+    rec.add_argument(
+        "--drop-fields", help="comma-separated source columns never stored (pipeline.drop_fields)"
+    )
     rec.add_argument("--buckets", type=int, help="base's bucket count (default 16: no size known)")
     rec.add_argument("--out", help="write the spec here (validated; not over another spec)")
     diff = specs_sub.add_parser(

@@ -13,6 +13,7 @@ from rich.table import Table
 from cdc_assets.cli.common import console, print_plain, read_text
 from cdc_assets.errors import CdcAssetsError
 from cdc_assets.settings import Settings
+from cdc_assets.spec.models import TableSpec
 
 
 def cmd_specs(settings: Settings, args: argparse.Namespace) -> int:
@@ -56,6 +57,11 @@ def _specs_import_ddl(args: argparse.Namespace) -> int:
     ddl = read_text(args.file)
     sensitive = [c.strip() for c in (args.sensitive or "").split(",") if c.strip()]
     if args.spec:
+        if args.protect or args.drop_fields:
+            raise CdcAssetsError(
+                "--protect and --drop-fields are for a new spec: protecting a column of an "
+                "existing table is refused (docs/sensitive-data.md#changing-protections)"
+            )
         if args.buckets is not None:
             raise CdcAssetsError(
                 "--buckets is for a new spec: an existing table keeps its bucket count"
@@ -90,6 +96,7 @@ def _specs_import_ddl(args: argparse.Namespace) -> int:
             sensitive=sensitive,
             buckets=args.buckets,
         )
+        spec = _protected(spec, args)
     header = f"{spec.name} version {spec.spec_version}, from DDL by `cdc-assets specs import-ddl`."
     text = render_spec_yaml(spec, header)
     if args.out:
@@ -134,6 +141,7 @@ def _specs_import_schema_record(settings: Settings, args: argparse.Namespace) ->
     spec = spec.model_copy(
         update={"source": spec.source.model_copy(update={"schema_change_topic": args.schema_topic})}
     )
+    spec = _protected(spec, args)
     header = (
         f"{spec.name} version 1, from the schema-change record {seen.run_key} by "
         "`cdc-assets specs import-schema-record`."
@@ -225,6 +233,7 @@ def _specs_import_source(settings: Settings, args: argparse.Namespace) -> int:
         sensitive=sensitive,
         buckets=buckets,
     )
+    spec = _protected(spec, args)
     header = (
         f"{spec.name} version {spec.spec_version}: {source.qualified()} in {args.connector} "
         f"database {args.database},\nread from its information_schema by "
@@ -354,3 +363,19 @@ def _specs_export(settings: Settings, args: argparse.Namespace) -> int:
         f"`cdc-assets specs diff --git <base> {branch}`"
     )
     return 0
+
+
+def _protected(spec: TableSpec, args: argparse.Namespace) -> TableSpec:
+    """``spec`` with the protections of ``--protect`` and the fields of ``--drop-fields``."""
+    from cdc_assets.spec.ddl_import import with_protections
+
+    protect = {}
+    for item in (args.protect or "").split(","):
+        if not item.strip():
+            continue
+        column, sep, protection = item.partition("=")
+        if not sep or not column.strip() or not protection.strip():
+            raise CdcAssetsError(f"--protect {item!r}: give COLUMN=PROTECTION")
+        protect[column.strip()] = protection.strip()
+    drop = [c.strip() for c in (args.drop_fields or "").split(",") if c.strip()]
+    return with_protections(spec, protect, drop)

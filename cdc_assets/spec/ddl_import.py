@@ -10,7 +10,7 @@ audit trail (``RENAME COLUMN``, MySQL ``CHANGE COLUMN``) proves one.
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -480,6 +480,36 @@ def _type_key(text: str, connector: str) -> tuple[object, ...]:
     # the source is a change of the column's type (its sink type stays string).
     element = _type_key(t.element.text, connector) if t.element is not None else None
     return (t.kind, t.length, t.precision, t.scale, t.values, element)
+
+
+def with_protections(
+    spec: TableSpec, protect: Mapping[str, str], drop_fields: Sequence[str] = ()
+) -> TableSpec:
+    """A new spec with columns protected (name -> protection: they become sensitive) and source
+    columns left out as ``pipeline.drop_fields``: a protection is part of a table from its first
+    version (docs/sensitive-data.md)."""
+    if not protect and not drop_fields:
+        return spec
+    names = {c.name for c in spec.columns}
+    unknown = sorted((set(protect) | set(drop_fields)) - names)
+    if unknown:
+        raise SpecError(f"{spec.name}: {unknown} are not columns of the table")
+    keyed = sorted(set(drop_fields) & set(spec.primary_key))
+    if keyed:
+        raise SpecError(f"{spec.name}: key column(s) {keyed} cannot be dropped")
+    data = spec.model_dump(mode="json", by_alias=True)
+    columns = []
+    for column in data["columns"]:
+        if column["name"] in drop_fields:
+            continue
+        if column["name"] in protect:
+            column.update(sensitive=True, protect=protect[column["name"]])
+        columns.append(column)
+    data["columns"] = columns
+    data["pipeline"].update(
+        sensitive=True, drop_fields=[*data["pipeline"].get("drop_fields", []), *drop_fields]
+    )
+    return _validated(data, f"spec {spec.name}")
 
 
 def _validated(data: dict[str, Any], source: str) -> TableSpec:

@@ -220,3 +220,28 @@ def test_import_ddl_needs_the_onboarding_flags(
     ddl = write(tmp_path / "users.sql", MYSQL_DDL)
     assert main(["specs", "import-ddl", ddl, "--connector", "mysql"]) == 2
     assert "needs --database, --topic, --namespace" in output(capsys)
+
+
+def test_import_ddl_protects_and_drops_columns_of_a_new_spec(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ddl = write(tmp_path / "users.sql", MYSQL_DDL)
+    out = tmp_path / "users.yaml"
+    args = ["specs", "import-ddl", ddl, "--connector", "mysql", "--database", "app"]
+    args += ["--topic", "app.app.users", "--namespace", "app"]
+    protect = ["--protect", "email=hash", "--drop-fields", "display_name"]
+    assert main([*args, *protect, "--out", str(out)]) == 0
+    spec = load_spec(out)
+    assert [(c.name, c.sensitive, c.protect) for c in spec.columns] == [
+        ("id", False, None),
+        ("email", True, "hash"),
+    ]
+    assert spec.pipeline.sensitive
+    assert spec.pipeline.drop_fields == ["display_name"]
+    capsys.readouterr()
+    assert main([*args, "--protect", "email"]) == 2
+    assert "give COLUMN=PROTECTION" in output(capsys)
+    assert main([*args, "--protect", "id=hash"]) == 2
+    assert "part of the key" in output(capsys)
+    assert main(["specs", "import-ddl", ddl, "--spec", str(out), "--protect", "email=hash"]) == 2
+    assert "are for a new spec" in output(capsys)
