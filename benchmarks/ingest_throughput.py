@@ -78,20 +78,10 @@ BENCH_PROTECTION_KEY = "benchmark protection key, not a secret"
 
 def protected_spec(spec: Any) -> Any:
     """The users spec with its email hashed, display name encrypted and country masked."""
-    from cdc_assets.spec.models import Protection
+    from cdc_assets.spec.ddl_import import with_protections
 
-    protections = {"email": "hash", "display_name": "encrypt", "country": "mask_shape"}
-    columns = [
-        c.model_copy(update={"sensitive": True, "protect": Protection(protections[c.name])})
-        if c.name in protections
-        else c
-        for c in spec.columns
-    ]
-    return type(spec).model_validate(
-        {
-            **spec.model_dump(by_alias=True),
-            "columns": [c.model_dump(by_alias=True) for c in columns],
-        }
+    return with_protections(
+        spec, {"email": "hash", "display_name": "encrypt", "country": "mask_shape"}
     )
 
 
