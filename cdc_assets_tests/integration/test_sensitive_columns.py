@@ -97,6 +97,14 @@ def _specs(kafka: KafkaResource) -> tuple[TableSpec, TableSpec]:
     return spec, source
 
 
+def _country_nullable(spec: TableSpec) -> TableSpec:
+    """The fix of the dead letters these tests redrive: country may be null."""
+    columns = [
+        c.model_copy(update={"nullable": True}) if c.name == "country" else c for c in spec.columns
+    ]
+    return spec.model_copy(update={"columns": columns})
+
+
 def _row(rng: random.Random, key: int, plaintexts: set[str]) -> dict[str, Any]:
     tag = uuid.UUID(int=rng.getrandbits(128)).hex[:12]
     row = {
@@ -273,14 +281,7 @@ def test_no_plaintext_anywhere_after_ingest_upsert_history_redrive_and_maintenan
 
     # The spec is fixed (country may be null): the sealed dead letter redrives and is protected
     # on its way to the ledger like any record; the record that is not JSON stays dead.
-    fixed = spec.model_copy(
-        update={
-            "columns": [
-                c.model_copy(update={"nullable": True}) if c.name == "country" else c
-                for c in spec.columns
-            ]
-        }
-    )
+    fixed = _country_nullable(spec)
     result = redrive(spark, "lake", fixed, schemas=None)
     assert (result.to_ledger, result.still_dead) == (1, 1)
     defs = build_defs(specs=[fixed], settings=it_settings, resource_overrides=resources)
@@ -299,14 +300,7 @@ def test_no_plaintext_anywhere_after_ingest_upsert_history_redrive_and_maintenan
     assert maintenance.success
 
     # Correct: base is the oracle's replay with the protections applied in Python.
-    source_fixed = source.model_copy(
-        update={
-            "columns": [
-                c.model_copy(update={"nullable": True}) if c.name == "country" else c
-                for c in source.columns
-            ]
-        }
-    )
+    source_fixed = _country_nullable(source)
     _assert_base(spec, iceberg, _expected(spec, source_fixed, kafka))
 
     # Dropped: ssn is in no table's schema and no stored row image.
@@ -455,26 +449,12 @@ def test_a_rotated_key_keeps_older_values_and_dead_letters_readable(
     dead = read_table(iceberg, *_name(dead_letter_layout(spec)))
     assert sorted(r["payload_b64"].split(":")[1] for r in dead) == ["k1", "k2"]
 
-    fixed = spec.model_copy(
-        update={
-            "columns": [
-                c.model_copy(update={"nullable": True}) if c.name == "country" else c
-                for c in spec.columns
-            ]
-        }
-    )
+    fixed = _country_nullable(spec)
     assert redrive(spark, "lake", fixed).to_ledger == 2
     upsert(spark, iceberg, fixed)
 
     keys = {k.key_id: k for k in (old, new)}
-    plain_source = source.model_copy(
-        update={
-            "columns": [
-                c.model_copy(update={"nullable": True}) if c.name == "country" else c
-                for c in source.columns
-            ]
-        }
-    )
+    plain_source = _country_nullable(source)
     expected = expected_base(plain_source, kafka)
     actual = {(r["id"],): r for r in read_table(iceberg, *_name(base_layout(spec)))}
     assert sorted(actual) == sorted(expected)
