@@ -14,6 +14,7 @@ from cdc_assets.assets.views import build_refresh_job, build_view_definitions, b
 from cdc_assets.checks.table_checks import build_table_checks
 from cdc_assets.jobs.artifacts import build_artifacts_job
 from cdc_assets.jobs.checks import build_check_job, build_check_schedules
+from cdc_assets.jobs.continuous import build_continuous_job, build_workers_sensor
 from cdc_assets.jobs.evolve import (
     build_drift_job,
     build_drift_schedule,
@@ -77,6 +78,7 @@ def build_defs(
     sync_job = build_sync_job()
     maintenance_job = build_maintenance_job(specs)
     evolve_job = build_evolve_job()
+    continuous_job = build_continuous_job(settings.specs_dir)
     # The drift job reads every reachable source's information_schema: each shard's.
     source_urls = {s.name: settings.server_source_urls(s.source) for s in specs}
     drift_job = build_drift_job(specs, settings.specs_dir, source_urls)
@@ -121,6 +123,7 @@ def build_defs(
             drift_job,
             refresh_job,
             build_artifacts_job(settings.specs_dir, settings.views_dir),
+            continuous_job,
         ],
         schedules=[
             build_maintenance_schedule(specs, maintenance_job),
@@ -143,6 +146,7 @@ def build_defs(
             ),
             build_drift_sensor(drift_job, evolve_job, maintenance_job),
             build_views_sensor(specs, views, evolve_job, refresh_job),
+            build_workers_sensor(specs, continuous_job),
         ],
         resources=resources,
     )

@@ -32,6 +32,30 @@ def history_metadata(results: list[HistoryResult]) -> dict[str, Any]:
     }
 
 
+def history_table(
+    spec: TableSpec, session: Any, catalog_name: str, catalog: Any, log: Any
+) -> dict[str, Any]:
+    """Bring ``spec``'s history up to its ledger: the history asset's body and its metadata,
+    shared with the continuous worker."""
+    # A sharded table's history takes each shard's ledger in turn (keys lead with the shard).
+    results = [update_history(session, catalog_name, catalog, view) for view in spec.shard_specs()]
+    meta = history_metadata(results)
+    log.info(f"{spec.name}: history {meta['mode']} ({meta['reason']})")
+    table = load_table(catalog, history_layout(spec))
+    meta.update(commit_metadata(table))
+    meta["summary"] = markdown_summary(
+        f"history of {spec.name}",
+        {
+            "mode": meta["mode"],
+            "why": meta["reason"] or "-",
+            "keys recomputed": "all" if meta["touched_keys"] < 0 else meta["touched_keys"],
+            "versions in the table": meta.get("dagster/row_count", "-"),
+            "seconds": meta["seconds"],
+        },
+    )
+    return meta
+
+
 def build_history_asset(spec: TableSpec, args: dict[str, Any]) -> dg.AssetsDefinition:
     # After base in a run: a micro-batch's base is what its freshness is measured by.
     args = {**args, "op_tags": {"dagster/priority": "1"}}
@@ -40,25 +64,8 @@ def build_history_asset(spec: TableSpec, args: dict[str, Any]) -> dg.AssetsDefin
     def history(
         context: dg.AssetExecutionContext, spark: SparkResource, iceberg: IcebergCatalogResource
     ) -> dg.MaterializeResult:  # type: ignore[type-arg]
-        catalog = iceberg.load_catalog()
-        # A sharded table's history takes each shard's ledger in turn (keys lead with the shard).
-        results = [
-            update_history(spark.get_session(), spark.catalog.name, catalog, view)
-            for view in spec.shard_specs()
-        ]
-        meta = history_metadata(results)
-        context.log.info(f"{spec.name}: history {meta['mode']} ({meta['reason']})")
-        table = load_table(catalog, history_layout(spec))
-        meta.update(commit_metadata(table))
-        meta["summary"] = markdown_summary(
-            f"history of {spec.name}",
-            {
-                "mode": meta["mode"],
-                "why": meta["reason"] or "-",
-                "keys recomputed": "all" if meta["touched_keys"] < 0 else meta["touched_keys"],
-                "versions in the table": meta.get("dagster/row_count", "-"),
-                "seconds": meta["seconds"],
-            },
+        meta = history_table(
+            spec, spark.get_session(), spark.catalog.name, iceberg.load_catalog(), context.log
         )
         return dg.MaterializeResult(metadata=meta)
 

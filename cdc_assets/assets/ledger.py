@@ -103,42 +103,18 @@ def build_ledger_asset(
         key = context.partition_key
         started_at = datetime.now(UTC)
         mode = choose_mode(config.mode, key, started_at)
-        session = spark.get_session()
-        catalog = iceberg.load_catalog()
-        runs = []
-        # A sharded table has a ledger per shard: each is read from its own topic and offsets.
-        for view in spec.shard_specs():
-            layout = ledger_layout(view)
-            if not catalog.table_exists(f"{layout.namespace}.{layout.name}"):
-                # A spec (or shard) added to a running deployment: its first ingest onboards it
-                # (the same code as onboard_tables: evolution from an empty schema).
-                created = ensure_tables(session, spark.catalog.name, spec)
-                made = [o.identifier for o in created if o.created]
-                context.log.info(f"{spec.name}: onboarded on its first ingest: created {made}")
-            if mode == "rebuild":
-                result = rebuild_hour(session, spark.catalog.name, catalog, kafka, view, key)
-            else:
-                result = ingest_incremental(session, spark.catalog.name, catalog, kafka, view)
-            runs.append(
-                (
-                    view,
-                    result,
-                    _view_metadata(
-                        context,
-                        view,
-                        result,
-                        specs_dir,
-                        started_at,
-                        session,
-                        spark.catalog.name,
-                        catalog,
-                    ),
-                )
-            )
-        if len(runs) == 1:
-            _, result, metadata = runs[0]
-        else:
-            result, metadata = _sharded_metadata(spec, runs)
+        result, metadata = ingest_table(
+            spec,
+            specs_dir,
+            spark.get_session(),
+            spark.catalog.name,
+            iceberg.load_catalog(),
+            kafka,
+            mode=mode,
+            partition_key=key,
+            started_at=started_at,
+            log=context.log,
+        )
         for hour in result.hours:
             if hour != key:
                 context.log_event(
@@ -153,8 +129,48 @@ def build_ledger_asset(
     return cdc  # type: ignore[no-any-return]
 
 
+def ingest_table(
+    spec: TableSpec,
+    specs_dir: Path,
+    session: Any,
+    catalog_name: str,
+    catalog: Any,
+    kafka: KafkaResource,
+    *,
+    mode: str,
+    partition_key: str,
+    started_at: datetime,
+    log: Any,
+) -> tuple[IngestResult, dict[str, Any]]:
+    """One ingest of ``spec``'s ledger (each shard's in turn) and its materialization metadata:
+    the cdc asset's body, shared with the continuous worker (``jobs/continuous.py``). ``log``
+    has ``info`` and ``warning`` (a Dagster log manager or a ``logging.Logger``)."""
+    runs = []
+    # A sharded table has a ledger per shard: each is read from its own topic and offsets.
+    for view in spec.shard_specs():
+        layout = ledger_layout(view)
+        if not catalog.table_exists(f"{layout.namespace}.{layout.name}"):
+            # A spec (or shard) added to a running deployment: its first ingest onboards it
+            # (the same code as onboard_tables: evolution from an empty schema).
+            created = ensure_tables(session, catalog_name, spec)
+            made = [o.identifier for o in created if o.created]
+            log.info(f"{spec.name}: onboarded on its first ingest: created {made}")
+        if mode == "rebuild":
+            result = rebuild_hour(session, catalog_name, catalog, kafka, view, partition_key)
+        else:
+            result = ingest_incremental(session, catalog_name, catalog, kafka, view)
+        meta = _view_metadata(
+            log, view, result, specs_dir, started_at, session, catalog_name, catalog
+        )
+        runs.append((view, result, meta))
+    if len(runs) == 1:
+        _, result, metadata = runs[0]
+        return result, metadata
+    return _sharded_metadata(spec, runs)
+
+
 def _view_metadata(
-    context: dg.AssetExecutionContext,
+    log: Any,
     spec: TableSpec,
     result: IngestResult,
     specs_dir: Path,
@@ -171,8 +187,8 @@ def _view_metadata(
         # rows and dead letters get the newer version's values (pipeline.catch_up).
         caught = catch_up.after_ingest(session, catalog_name, catalog, spec, specs_dir, started_at)
         if caught is not None:
-            log = context.log.warning if caught.changed else context.log.info
-            log(f"{spec.name}: {caught.reason}; caught up {caught.metadata()}")
+            say = log.warning if caught.changed else log.info
+            say(f"{spec.name}: {caught.reason}; caught up {caught.metadata()}")
             metadata.update(caught.metadata())
     ledger = catalog.load_table(f"{spec.sink.namespace}.{ledger_layout(spec).name}")
     metadata.update(commit_metadata(ledger, result.snapshot_id))
@@ -193,7 +209,7 @@ def _view_metadata(
         },
     )
     if result.unknown_fields:
-        context.log.warning(
+        log.warning(
             f"{spec.name}: fields not in spec v{spec.spec_version} kept in _row_json: "
             f"{result.unknown_fields}"
         )

@@ -17,7 +17,7 @@ from cdc_assets.pipeline.upsert import (
     MergeResult,
     build_bucketed,
     load_table,
-    merge_base,
+    merge_base_again,
 )
 from cdc_assets.pipeline.watermark import UpsertState
 from cdc_assets.resources.iceberg import IcebergCatalogResource
@@ -70,6 +70,8 @@ def merge_metadata(result: MergeResult) -> dict[str, Any]:
         ),
         "snapshot_id": str(result.snapshot_id or ""),
         "commit_attempts": result.attempts,
+        # Times the changes were built again because another upsert had moved base.
+        "changes_rebuilt": result.rebuilt,
         # How many key ranges pruned the files the MERGEs read (0: they read all of base).
         "key_ranges": result.key_ranges or 0,
         "watermark_before": _state(result.from_state),
@@ -119,44 +121,8 @@ def build_upsert_assets(
     def bucketed(
         context: dg.AssetExecutionContext, spark: SparkResource, iceberg: IcebergCatalogResource
     ) -> dg.MaterializeResult:  # type: ignore[type-arg]
-        # A sharded table has a bucketed table per shard, built from that shard's ledger.
-        results = [
-            build_bucketed(spark.get_session(), spark.catalog.name, iceberg.load_catalog(), view)
-            for view in spec.shard_specs()
-        ]
-        if all(r.up_to_date for r in results):
-            context.log.info(f"{spec.name}: base has applied everything in the ledger")
-        rows, deletes = sum(r.rows for r in results), sum(r.deletes for r in results)
-        seconds = round(sum(r.seconds for r in results), 2)
-        if len(results) == 1:
-            meta = bucketed_metadata(results[0])
-        else:
-            meta = {
-                "up_to_date": all(r.up_to_date for r in results),
-                "changed_keys": rows,
-                "deletes": deletes,
-                "shards": dg.MetadataValue.json(
-                    {
-                        _shard(v): bucketed_metadata(r)
-                        for v, r in zip(spec.shard_specs(), results, strict=True)
-                    }
-                ),
-                "truncate_at": ", ".join(
-                    f"{_shard(v)}: {r.truncate.text()}"
-                    for v, r in zip(spec.shard_specs(), results, strict=True)
-                    if r.truncate
-                ),
-                "seconds": seconds,
-            }
-        meta["dagster/row_count"] = rows
-        meta["summary"] = markdown_summary(
-            f"changes of {spec.name} for the next MERGE",
-            {
-                "changed keys": rows,
-                "deletes": deletes,
-                "truncate at": meta["truncate_at"] or "-",
-                "seconds": seconds,
-            },
+        meta = bucketed_table(
+            spec, spark.get_session(), spark.catalog.name, iceberg.load_catalog(), context.log
         )
         return dg.MaterializeResult(metadata=meta)
 
@@ -164,36 +130,95 @@ def build_upsert_assets(
     def base(
         context: dg.AssetExecutionContext, spark: SparkResource, iceberg: IcebergCatalogResource
     ) -> dg.MaterializeResult:  # type: ignore[type-arg]
-        catalog = iceberg.load_catalog()
-        metas = {}
-        # One MERGE per shard, in turn: each applies its shard's bucketed table and state.
-        for view in spec.shard_specs():
-            metas[_shard(view)] = _merge_view(context, spark, catalog, view, specs_dir)
-        if len(metas) == 1:
-            meta = next(iter(metas.values()))
-        else:
-            last = list(metas.values())[-1]
-            meta = {
-                "applied": any(m["applied"] for m in metas.values()),
-                "up_to_date": all(m["up_to_date"] for m in metas.values()),
-                "storage_partitioned_join": last["storage_partitioned_join"],
-                "snapshot_id": last["snapshot_id"],
-                "commit_attempts": sum(m["commit_attempts"] for m in metas.values()),
-                "watermark_before": {"kafka_ts": "", "offsets": "", "floor": ""},
-                "watermark_after": {"kafka_ts": "", "offsets": "", "floor": ""},
-                "seconds": round(sum(m["seconds"] for m in metas.values()), 2),
-                "shards": dg.MetadataValue.json(metas),
-            }
-            for name in ("rows_inserted", "rows_updated", "rows_deleted"):
-                meta[name] = sum(m.get(name, 0) for m in metas.values())
-            if "base_rows" in last:
-                meta["base_rows"] = last["base_rows"]
-        table = load_table(catalog, base_layout(spec))
-        meta.update({k: v for k, v in commit_metadata(table).items() if k.startswith("dagster/")})
-        meta["summary"] = _merge_summary(spec, meta)
+        meta = base_table(
+            spec,
+            specs_dir,
+            spark.get_session(),
+            spark.catalog.name,
+            iceberg.load_catalog(),
+            context.log,
+        )
         return dg.MaterializeResult(metadata=meta)
 
     return [bucketed, base]
+
+
+def bucketed_table(
+    spec: TableSpec, session: Any, catalog_name: str, catalog: Any, log: Any
+) -> dict[str, Any]:
+    """Build ``spec``'s bucketed table(s) from the ledger: the bucketed asset's body and its
+    metadata, shared with the continuous worker (``jobs/continuous.py``)."""
+    # A sharded table has a bucketed table per shard, built from that shard's ledger.
+    results = [build_bucketed(session, catalog_name, catalog, view) for view in spec.shard_specs()]
+    if all(r.up_to_date for r in results):
+        log.info(f"{spec.name}: base has applied everything in the ledger")
+    rows, deletes = sum(r.rows for r in results), sum(r.deletes for r in results)
+    seconds = round(sum(r.seconds for r in results), 2)
+    if len(results) == 1:
+        meta = bucketed_metadata(results[0])
+    else:
+        meta = {
+            "up_to_date": all(r.up_to_date for r in results),
+            "changed_keys": rows,
+            "deletes": deletes,
+            "shards": dg.MetadataValue.json(
+                {
+                    _shard(v): bucketed_metadata(r)
+                    for v, r in zip(spec.shard_specs(), results, strict=True)
+                }
+            ),
+            "truncate_at": ", ".join(
+                f"{_shard(v)}: {r.truncate.text()}"
+                for v, r in zip(spec.shard_specs(), results, strict=True)
+                if r.truncate
+            ),
+            "seconds": seconds,
+        }
+    meta["dagster/row_count"] = rows
+    meta["summary"] = markdown_summary(
+        f"changes of {spec.name} for the next MERGE",
+        {
+            "changed keys": rows,
+            "deletes": deletes,
+            "truncate at": meta["truncate_at"] or "-",
+            "seconds": seconds,
+        },
+    )
+    return meta
+
+
+def base_table(
+    spec: TableSpec, specs_dir: Path, session: Any, catalog_name: str, catalog: Any, log: Any
+) -> dict[str, Any]:
+    """MERGE ``spec``'s bucketed table(s) into base: the base asset's body and its metadata,
+    shared with the continuous worker."""
+    metas = {}
+    # One MERGE per shard, in turn: each applies its shard's bucketed table and state.
+    for view in spec.shard_specs():
+        metas[_shard(view)] = _merge_view(log, session, catalog_name, catalog, view, specs_dir)
+    if len(metas) == 1:
+        meta = next(iter(metas.values()))
+    else:
+        last = list(metas.values())[-1]
+        meta = {
+            "applied": any(m["applied"] for m in metas.values()),
+            "up_to_date": all(m["up_to_date"] for m in metas.values()),
+            "storage_partitioned_join": last["storage_partitioned_join"],
+            "snapshot_id": last["snapshot_id"],
+            "commit_attempts": sum(m["commit_attempts"] for m in metas.values()),
+            "watermark_before": {"kafka_ts": "", "offsets": "", "floor": ""},
+            "watermark_after": {"kafka_ts": "", "offsets": "", "floor": ""},
+            "seconds": round(sum(m["seconds"] for m in metas.values()), 2),
+            "shards": dg.MetadataValue.json(metas),
+        }
+        for name in ("rows_inserted", "rows_updated", "rows_deleted"):
+            meta[name] = sum(m.get(name, 0) for m in metas.values())
+        if "base_rows" in last:
+            meta["base_rows"] = last["base_rows"]
+    table = load_table(catalog, base_layout(spec))
+    meta.update({k: v for k, v in commit_metadata(table).items() if k.startswith("dagster/")})
+    meta["summary"] = _merge_summary(spec, meta)
+    return meta
 
 
 def _shard(view: TableSpec) -> str:
@@ -201,16 +226,22 @@ def _shard(view: TableSpec) -> str:
 
 
 def _merge_view(
-    context: dg.AssetExecutionContext,
-    spark: SparkResource,
+    log: Any,
+    session: Any,
+    catalog_name: str,
     catalog: Any,
     spec: TableSpec,
     specs_dir: Path,
 ) -> dict[str, Any]:
     """MERGE one bucketed table (the table's, or one shard's) into base: its metadata."""
-    result = merge_base(spark.get_session(), spark.catalog.name, catalog, spec)
+    result = merge_base_again(session, catalog_name, catalog, spec)
+    if result.rebuilt:
+        log.info(
+            f"{spec.name}: built the changes again {result.rebuilt} time(s): another upsert "
+            "had moved base"
+        )
     if result.applied and result.storage_partitioned is False:
-        context.log.warning(
+        log.warning(
             f"{spec.name}: the MERGE shuffled base (no storage-partitioned join); "
             "expected only while base is empty"
         )
@@ -219,8 +250,8 @@ def _merge_view(
         # Rows decoded under an older spec than the file's now (an evolution ran meanwhile):
         # carry their recovered values to base (pipeline.catch_up says why that is safe).
         caught = catch_up.after_upsert(
-            spark.get_session(),
-            spark.catalog.name,
+            session,
+            catalog_name,
             catalog,
             spec,
             specs_dir,
@@ -229,7 +260,7 @@ def _merge_view(
             result.built_with,
         )
         if caught is not None:
-            log = context.log.warning if caught.changed else context.log.info
-            log(f"{spec.name}: {caught.reason}; caught up {caught.metadata()}")
+            say = log.warning if caught.changed else log.info
+            say(f"{spec.name}: {caught.reason}; caught up {caught.metadata()}")
             meta.update(caught.metadata())
     return meta

@@ -36,9 +36,12 @@ def fail_once(name: str) -> None:
     from pathlib import Path
 
     marker = Path(directory) / f"{name}.failed"
-    if marker.exists():
+    # Created exclusively: of two processes passing the point at once only one fails.
+    try:
+        with marker.open("x", encoding="utf-8") as out:
+            out.write(str(os.getpid()))
+    except FileExistsError:
         return
-    marker.write_text(str(os.getpid()), encoding="utf-8")
     raise InjectedFailureError(f"injected failure at {name} (test hook {FAIL_ONCE_ENV})")
 
 

@@ -15,6 +15,7 @@ change is applied only when newer than the stored row, so a second application i
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -81,6 +82,8 @@ from cdc_assets.sql.upsert import (
     render_window_probe,
 )
 
+log = logging.getLogger(__name__)
+
 COMMIT_RETRIES = 5
 # Iceberg's session override of the tables' write.*.distribution-mode.
 DISTRIBUTION_MODE_CONF = "spark.sql.iceberg.distribution-mode"
@@ -141,6 +144,9 @@ class MergeResult:
     key_ranges: int | None = None  # ranges the MERGEs pruned base and tombstones by, if any
     # The spec version the bucketed rows were built with (None: built before it was recorded).
     built_with: int | None = None
+    # How often the changes were built again because another upsert had moved base
+    # (``merge_base_again``).
+    rebuilt: int = 0
 
 
 def _redriven_files(ledger: Any, after_sequence: int) -> list[str]:
@@ -487,6 +493,30 @@ def merge_base(
             )
     finally:
         spark.catalog.dropTempView(bucketed)
+
+
+STALE_REBUILDS = 3  # times merge_base_again builds the changes again before it gives up
+
+
+def merge_base_again(
+    spark: Any, catalog: str, iceberg_catalog: Any, spec: TableSpec, *, prune: bool = True
+) -> MergeResult:
+    """``merge_base``, building the bucketed changes again from base's state when another upsert
+    of the table moved base since they were built (or while this one merged): what is applied is
+    always derived from the ledger and base as they are, so losing that race is no failure. Up
+    to ``STALE_REBUILDS`` times, then the ``StaleChangesError`` stands."""
+    for rebuilt in range(STALE_REBUILDS + 1):
+        try:
+            result = merge_base(spark, catalog, iceberg_catalog, spec, prune=prune)
+        except StaleChangesError as exc:
+            if rebuilt == STALE_REBUILDS:
+                raise
+            log.info("%s; building the changes again from base's state", exc)
+            build_bucketed(spark, catalog, iceberg_catalog, spec)
+            continue
+        result.rebuilt = rebuilt
+        return result
+    raise AssertionError("unreachable")
 
 
 def _pinned_changes(spark: Any, catalog: str, table: Any, layout: TableLayout) -> str:

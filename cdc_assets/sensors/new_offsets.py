@@ -20,6 +20,7 @@ import dagster as dg
 from cdc_assets.assets.keys import asset_key
 from cdc_assets.checks.accounting import ACCOUNTING_CHECK
 from cdc_assets.jobs.asset_job import AssetJob
+from cdc_assets.jobs.continuous import live_worker_tables
 from cdc_assets.jobs.ingest import INGEST_JOB
 from cdc_assets.jobs.sync import sync_selection
 from cdc_assets.resources.kafka import KafkaResource
@@ -69,6 +70,9 @@ def build_new_offsets_sensor(specs: list[TableSpec], job: AssetJob) -> dg.Sensor
         # A table being read by a micro-batch, or by an ingest started by hand or a backfill.
         busy = tables_in_runs(context.instance, job.name, "cdc", IN_FLIGHT)
         busy |= tables_in_runs(context.instance, INGEST_JOB, "cdc", IN_FLIGHT)
+        # A table whose continuous worker is alive: the worker reads it within seconds. A dead
+        # worker's tables fall back to these runs until the continuous_workers sensor replaces it.
+        busy |= live_worker_tables(context.instance)
         grown: dict[str, dict[str, int]] = {}
         for topic, offsets in sorted(latest.items()):
             current = {str(p): o for p, o in sorted(offsets.items())}

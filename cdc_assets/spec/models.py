@@ -351,6 +351,9 @@ class PipelineSpec(_Strict):
     # Source fields never stored: removed from every row image at ingest, before anything is
     # written, and never proposed as columns. Not columns: the mirror has no place for them.
     drop_fields: list[SourceName] = []
+    # The continuous worker that keeps this table fresh (jobs/continuous.py): tables naming the
+    # same worker share one long-running run. None: the sensors' micro-batch runs.
+    worker: Identifier | None = None
 
 
 class SinkSpec(_Strict):
@@ -775,6 +778,14 @@ def _check_consistency(spec: TableSpec) -> None:
         raise ValueError(
             "consistency: a sharded table's shards write separate transaction streams; "
             "a consistency group reads one server's transactions"
+        )
+    # The group's views are cut by the micro-batch runs of all its tables at once; a worker
+    # commits one table at a time and would leave the group's views behind.
+    if spec.pipeline.worker is not None:
+        raise ValueError(
+            f"pipeline.worker {spec.pipeline.worker!r}: a table of consistency group "
+            f"{spec.consistency.group!r} is kept fresh by the group's micro-batch runs, not a "
+            "continuous worker"
         )
 
 

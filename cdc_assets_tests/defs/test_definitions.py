@@ -91,6 +91,7 @@ def test_jobs_do_not_grow_with_tables(defs: dg.Definitions) -> None:
     assert sorted(j for j in repo.job_names if not j.startswith("__")) == [
         "check_schema_drift",
         "check_tables",
+        "continuous_tables",
         "evolve_schemas",
         "ingest_ledgers",
         "maintain_tables",
@@ -101,6 +102,7 @@ def test_jobs_do_not_grow_with_tables(defs: dg.Definitions) -> None:
         "upsert_bases",
     ]
     assert sorted(s.name for s in repo.sensor_defs) == [
+        "continuous_workers",
         "ledger_updated",
         "new_kafka_offsets",
         "schema_changes",

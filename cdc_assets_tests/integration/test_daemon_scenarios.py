@@ -153,6 +153,8 @@ def test_a_seeded_scenario_converges_through_the_daemon(
         states = [(r.job_name, r.status.value, r.tags.get("cdc/trigger")) for r in runs]
         assert not left, f"{s}: base still differs: {left[:10]}\nruns: {states}"
     failures = [r for r in runs if r.status != dg.DagsterRunStatus.SUCCESS]
+    for run in failures:  # in full in the captured output (an assertion message is cut short)
+        print(_failure(instance, run))
     # Only the injected failure may have failed a run; it was retried.
     assert len(failures) <= (1 if s.fail_once else 0), (
         str(s),

@@ -1,0 +1,330 @@
+"""Continuous mode: one long-running run per worker that ingests and upserts its tables in a loop
+on one warm Spark session (``pipeline.worker`` in a spec names the worker).
+
+A sensor's micro-batch pays a run's launch (a process, the definitions, a Spark driver) before
+each batch; the worker pays it once and then commits every few seconds. It is a Dagster run of
+the ``continuous_tables`` op job, so the UI shows it, stops it (terminate the run) and starts it;
+each commit is reported as a materialization of the table's cdc, bucketed, base (and history)
+asset with the metadata a run's step reports, from the same functions.
+
+Nothing here is needed for correctness against the other runs: every commit it makes is the one
+a run would make (ledger offsets checked at commit, base refusing a bucketed table built from
+another state), so a worker and a run on the same table never lose or double a record; the
+``new_kafka_offsets`` sensor only leaves a table to its live worker to avoid wasted work. Each
+cycle reads the table's newest spec (an evolution committed since is never decoded stale), and a
+cycle that fails is retried by the next; ``max_failures`` failed cycles in a row of one table end
+the run, which the ``continuous_workers`` sensor starts again.
+"""
+
+import time
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+from pydantic import Field
+
+from cdc_assets.assets.history import history_table
+from cdc_assets.assets.keys import asset_key
+from cdc_assets.assets.ledger import ingest_table
+from cdc_assets.assets.upsert import base_table, bucketed_table
+from cdc_assets.pipeline.spec_store import with_stored_versions
+from cdc_assets.resources.iceberg import IcebergCatalogResource
+from cdc_assets.resources.kafka import KafkaResource
+from cdc_assets.resources.spark import SparkResource, own_session_per_thread
+from cdc_assets.spec.load import load_spec
+from cdc_assets.spec.models import TableSpec
+
+CONTINUOUS_JOB = "continuous_tables"
+WORKER_OP = "run_worker"
+WORKER_TAG = "cdc/worker"
+HEARTBEAT_TAG = "cdc/heartbeat"  # epoch seconds of the worker's last finished cycle
+# A started worker whose heartbeat is older than this many heartbeat intervals is dead (a killed
+# process leaves its run STARTED); a new one has this long to start Spark before its first beat.
+STALE_BEATS = 6
+START_GRACE_S = 180.0
+
+
+class WorkerConfig(dg.Config):
+    worker: str = Field(description="the worker's name (pipeline.worker of its tables)")
+    tables: list[str] = Field(description="the tables it keeps fresh")
+    idle_seconds: float = Field(
+        default=1.0, ge=0, description="pause after a cycle that read nothing new"
+    )
+    heartbeat_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        description="how often it records that it is alive (and looks at the ledger for "
+        "changes it did not write: an evolution's backfill, a redrive)",
+    )
+    run_for_seconds: float = Field(
+        default=0.0, ge=0, description="stop after this long (0: until the run is terminated)"
+    )
+    max_failures: int = Field(
+        default=3, ge=1, description="failed cycles in a row of one table that end the run"
+    )
+
+
+def worker_run_config(worker: str, tables: Sequence[str], **config: Any) -> dict[str, Any]:
+    return {"ops": {WORKER_OP: {"config": {"worker": worker, "tables": list(tables), **config}}}}
+
+
+def workers_of(specs: Sequence[TableSpec]) -> dict[str, list[str]]:
+    """Worker name -> its tables, from the specs' ``pipeline.worker``."""
+    out: dict[str, list[str]] = {}
+    for spec in sorted(specs, key=lambda s: s.name):
+        if spec.pipeline.worker is not None:
+            out.setdefault(spec.pipeline.worker, []).append(spec.name)
+    return out
+
+
+def heartbeat_age(run: dg.DagsterRun, started: float | None, now: float) -> float:
+    """Seconds since the worker's last heartbeat (or, before its first, since the run started)."""
+    beat = run.tags.get(HEARTBEAT_TAG)
+    since = float(beat) if beat else started if started is not None else now
+    return now - since
+
+
+def is_stale(run: dg.DagsterRun, started: float | None, now: float) -> bool:
+    """Whether a started worker run stopped beating (its process died without ending the run)."""
+    if run.status != dg.DagsterRunStatus.STARTED:
+        return False
+    ops: Any = run.run_config.get("ops", {})
+    config = ops.get(WORKER_OP, {}).get("config", {})
+    interval = float(config.get("heartbeat_seconds", 10.0))
+    limit = STALE_BEATS * interval if run.tags.get(HEARTBEAT_TAG) else START_GRACE_S
+    return heartbeat_age(run, started, now) > limit
+
+
+def live_worker_tables(instance: dg.DagsterInstance, now: float | None = None) -> set[str]:
+    """Tables that a worker run which is alive (queued, starting, or beating) keeps fresh."""
+    now = time.time() if now is None else now
+    records = instance.get_run_records(
+        filters=dg.RunsFilter(
+            job_name=CONTINUOUS_JOB,
+            statuses=[
+                dg.DagsterRunStatus.QUEUED,
+                dg.DagsterRunStatus.NOT_STARTED,
+                dg.DagsterRunStatus.STARTING,
+                dg.DagsterRunStatus.STARTED,
+            ],
+        ),
+        limit=100,
+    )
+    tables: set[str] = set()
+    for record in records:
+        run = record.dagster_run
+        started = record.start_time or record.create_timestamp.timestamp()
+        if not is_stale(run, started, now):
+            tables.update(worker_tables_of(run.tags))
+    return tables
+
+
+def worker_tables_of(run_tags: Mapping[str, str]) -> list[str]:
+    return [t for t in run_tags.get("cdc/tables", "").split(",") if t]
+
+
+def _current_specs(tables: Sequence[str], specs_dir: Path, catalog: Any) -> list[TableSpec]:
+    """The specs the tables run with now: each file, or its stored version where newer."""
+    return with_stored_versions([load_spec(specs_dir / f"{t}.yaml") for t in tables], catalog)
+
+
+def _hour(now: datetime) -> str:
+    return now.astimezone(UTC).strftime("%Y-%m-%d-%H:00")
+
+
+class _Cycle:
+    """One table's share of a cycle: ingest, then the upsert (and history) when there is
+    something to apply. Yields the materializations; ``read`` says whether it found records."""
+
+    def __init__(self, spec: TableSpec, look_at_ledger: bool) -> None:
+        self.spec = spec
+        self.look_at_ledger = look_at_ledger
+        self.read = 0
+
+    def run(
+        self,
+        log: Any,
+        specs_dir: Path,
+        session: Any,
+        catalog_name: str,
+        catalog: Any,
+        kafka: KafkaResource,
+    ) -> Iterator[dg.AssetMaterialization]:
+        spec = self.spec
+        started = datetime.now(UTC)
+        hour = _hour(started)
+        result, meta = ingest_table(
+            spec,
+            specs_dir,
+            session,
+            catalog_name,
+            catalog,
+            kafka,
+            mode="incremental",
+            partition_key=hour,
+            started_at=started,
+            log=log,
+        )
+        self.read = result.read
+        if result.read:
+            for partition in sorted({hour, *result.hours}):
+                yield dg.AssetMaterialization(
+                    asset_key=asset_key("cdc", spec.name), partition=partition, metadata=meta
+                )
+        if not (result.read or self.look_at_ledger):
+            return
+        bucketed = bucketed_table(spec, session, catalog_name, catalog, log)
+        if bucketed["up_to_date"]:
+            return
+        yield dg.AssetMaterialization(asset_key=asset_key("bucketed", spec.name), metadata=bucketed)
+        base = base_table(spec, specs_dir, session, catalog_name, catalog, log)
+        yield dg.AssetMaterialization(asset_key=asset_key("base", spec.name), metadata=base)
+        if spec.history.enabled:
+            history = history_table(spec, session, catalog_name, catalog, log)
+            yield dg.AssetMaterialization(
+                asset_key=asset_key("history", spec.name), metadata=history
+            )
+
+
+def _stopping(context: dg.OpExecutionContext) -> bool:
+    """Whether the run is being terminated (the UI's Terminate, or a deployment scaling in)."""
+    run = context.instance.get_run_by_id(context.run_id)
+    return run is not None and run.status in (
+        dg.DagsterRunStatus.CANCELING,
+        dg.DagsterRunStatus.CANCELED,
+    )
+
+
+def build_continuous_job(specs_dir: Path) -> dg.JobDefinition:
+    @dg.op(name=WORKER_OP, tags={"kind": "spark"})
+    def run_worker(
+        context: dg.OpExecutionContext,
+        config: WorkerConfig,
+        spark: SparkResource,
+        iceberg: IcebergCatalogResource,
+        kafka: KafkaResource,
+    ) -> Iterator[Any]:
+        # Its commits' snapshot properties are session state: a session of its own, whatever
+        # else runs in this process (a run's other steps, a test's own runs).
+        own_session_per_thread()
+        session = spark.get_session()
+        catalog = iceberg.load_catalog()
+        began = time.monotonic()
+        failures: Counter[str] = Counter()
+        cycles = records = 0
+        last_beat = 0.0
+        while True:
+            look = time.monotonic() - last_beat >= config.heartbeat_seconds
+            read = 0
+            for spec in _current_specs(config.tables, specs_dir, catalog):
+                cycle = _Cycle(spec, look_at_ledger=look or cycles == 0)
+                try:
+                    yield from cycle.run(
+                        context.log, specs_dir, session, spark.catalog.name, catalog, kafka
+                    )
+                except Exception as exc:
+                    # The next cycle starts from what is committed: nothing of this one is half
+                    # written (each commit is atomic), so trying again is safe.
+                    failures[spec.name] += 1
+                    context.log.warning(
+                        f"{spec.name}: cycle failed ({failures[spec.name]} in a row): "
+                        f"{type(exc).__name__}: {exc}"
+                    )
+                    if failures[spec.name] >= config.max_failures:
+                        raise
+                    continue
+                failures[spec.name] = 0
+                read += cycle.read
+            cycles += 1
+            records += read
+            if look:
+                last_beat = time.monotonic()
+                context.instance.add_run_tags(context.run_id, {HEARTBEAT_TAG: f"{time.time():.0f}"})
+                if _stopping(context):
+                    break
+            if config.run_for_seconds and time.monotonic() - began >= config.run_for_seconds:
+                break
+            if not read:
+                time.sleep(config.idle_seconds)
+        context.log.info(f"worker {config.worker}: {cycles} cycles, {records} records")
+        yield dg.Output({"cycles": cycles, "records": records})
+
+    @dg.job(
+        name=CONTINUOUS_JOB,
+        description=(
+            "A continuous worker (run config names it and its tables): ingests and upserts its "
+            "tables in a loop on one Spark session until the run is terminated; each commit is "
+            "a materialization of the table's assets. Started by the continuous_workers sensor."
+        ),
+        tags={"cdc/job": "continuous"},
+    )
+    def continuous_tables() -> None:
+        run_worker()
+
+    return continuous_tables
+
+
+def build_workers_sensor(specs: Sequence[TableSpec], job: dg.JobDefinition) -> dg.SensorDefinition:
+    """Keeps one live run per worker the specs name: starts a missing one, and fails a started
+    one whose heartbeat stopped (its process died) so that the next tick replaces it."""
+    workers = workers_of(specs)
+
+    @dg.sensor(
+        name="continuous_workers",
+        job=job,
+        minimum_interval_seconds=15,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description="Keeps a run of continuous_tables alive for each pipeline.worker the specs "
+        "name; a worker whose heartbeat stopped is marked failed and started again.",
+    )
+    def continuous_workers(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+        if not workers:
+            return dg.SensorResult(skip_reason="no spec names a pipeline.worker")
+        now = time.time()
+        requests, notes = [], []
+        for name, tables in workers.items():
+            state = _worker_state(context.instance, name, now)
+            if state == "alive":
+                continue
+            if state == "waiting":
+                notes.append(f"{name}: failed less than {RESTART_DELAY_S:.0f} s ago")
+                continue
+            requests.append(
+                dg.RunRequest(
+                    run_config=worker_run_config(name, tables),
+                    tags={WORKER_TAG: name, "cdc/tables": ",".join(tables)},
+                )
+            )
+        if not requests:
+            return dg.SensorResult(skip_reason="; ".join(notes) or "every worker is alive")
+        return dg.SensorResult(run_requests=requests)
+
+    return continuous_workers
+
+
+RESTART_DELAY_S = 60.0  # after a worker run failed, before the sensor starts it again
+
+
+def _worker_state(instance: dg.DagsterInstance, name: str, now: float) -> str:
+    """``alive``, ``waiting`` (it failed a moment ago) or ``missing`` (start one)."""
+    records = instance.get_run_records(
+        filters=dg.RunsFilter(job_name=CONTINUOUS_JOB, tags={WORKER_TAG: name}), limit=5
+    )
+    for record in records:  # newest first
+        run = record.dagster_run
+        started = record.start_time or record.create_timestamp.timestamp()
+        if run.is_finished:
+            continue
+        if not is_stale(run, started, now):
+            return "alive"
+        instance.report_run_failed(
+            run, f"worker {name}: no heartbeat for {heartbeat_age(run, started, now):.0f} s"
+        )
+    if records and records[0].dagster_run.status == dg.DagsterRunStatus.FAILURE:
+        ended = records[0].end_time or records[0].update_timestamp.timestamp()
+        if now - ended < RESTART_DELAY_S:
+            return "waiting"
+    return "missing"
