@@ -63,6 +63,10 @@ CLUSTER_CATALOGS = ("rest", "jdbc")
 # How many steps (tables) of a run execute at once in its process, each on a Spark session of
 # its own (jobs/executor.py); a run's config may set it too (execution.config.tables_at_once).
 ENV_TABLES_AT_ONCE = "CDC_ASSETS_TABLES_AT_ONCE"
+# How often a continuous worker beats (jobs/continuous.py): one that misses six beats is
+# replaced, so this is also about a sixth of how long a killed worker's tables wait.
+ENV_WORKER_HEARTBEAT_S = "CDC_ASSETS_WORKER_HEARTBEAT_S"
+DEFAULT_WORKER_HEARTBEAT_S = 10.0
 # Three: on a 2-core machine, busy cycles of 30 small tables with the widths taking turns on one
 # warm driver took 0.88x the time per table with three at once as with two, and four no less
 # than three (benchmarks/fleet_widths.py, docs/benchmarks.md): a small table's steps mostly wait
@@ -125,6 +129,7 @@ class Settings:
     cluster_catalog: str = "rest"  # its catalog: "rest" or "jdbc" (ENV_CLUSTER_CATALOG)
     catalog_properties: dict[str, str] = field(default_factory=dict)
     tables_at_once: int = DEFAULT_TABLES_AT_ONCE  # steps of a run at once (jobs/executor.py)
+    worker_heartbeat_s: float = DEFAULT_WORKER_HEARTBEAT_S  # continuous workers' heartbeat
     metrics_token: str | None = None  # bearer token `fleet --serve` requires (None: none)
     # How Kafka clients authenticate and encrypt (CDC_ASSETS_KAFKA_SECURITY_PROTOCOL, ...).
     kafka_security: KafkaSecurity = field(default_factory=KafkaSecurity)
@@ -244,6 +249,7 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         cluster_catalog=_cluster_catalog(env.get(ENV_CLUSTER_CATALOG, "")),
         catalog_properties=_catalog_properties(env.get(ENV_CATALOG_PROPERTIES, "")),
         tables_at_once=_tables_at_once(env.get(ENV_TABLES_AT_ONCE, "")),
+        worker_heartbeat_s=_worker_heartbeat(env),
         metrics_token=env.get(ENV_METRICS_TOKEN) or None,
         kafka_security=kafka_security(env),
         registry_auth=registry_auth(env),
@@ -258,6 +264,21 @@ def _tables_at_once(raw: str) -> int:
         value = 0
     if value < 1:
         raise ConfigError(f"{ENV_TABLES_AT_ONCE} must be a whole number of 1 or more, not {raw!r}")
+    return value
+
+
+def _worker_heartbeat(env: dict[str, str]) -> float:
+    """``CDC_ASSETS_WORKER_HEARTBEAT_S``: seconds over 0 (empty: the default)."""
+    name = ENV_WORKER_HEARTBEAT_S
+    raw = env.get(name, "").strip()
+    if not raw:
+        return DEFAULT_WORKER_HEARTBEAT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise ConfigError(f"{name} must be a number of seconds over 0, not {raw!r}")
     return value
 
 

@@ -267,9 +267,12 @@ def build_continuous_job(specs_dir: Path) -> dg.JobDefinition:
     return continuous_tables
 
 
-def build_workers_sensor(specs: Sequence[TableSpec], job: dg.JobDefinition) -> dg.SensorDefinition:
-    """Keeps one live run per worker the specs name: starts a missing one, and fails a started
-    one whose heartbeat stopped (its process died) so that the next tick replaces it."""
+def build_workers_sensor(
+    specs: Sequence[TableSpec], job: dg.JobDefinition, heartbeat_seconds: float = 10.0
+) -> dg.SensorDefinition:
+    """Keeps one live run per worker the specs name: starts a missing one (beating every
+    ``heartbeat_seconds``), and fails a started one whose heartbeat stopped (its process died)
+    so that the same tick replaces it."""
     workers = workers_of(specs)
 
     @dg.sensor(
@@ -294,7 +297,7 @@ def build_workers_sensor(specs: Sequence[TableSpec], job: dg.JobDefinition) -> d
                 continue
             requests.append(
                 dg.RunRequest(
-                    run_config=worker_run_config(name, tables),
+                    run_config=worker_run_config(name, tables, heartbeat_seconds=heartbeat_seconds),
                     tags={WORKER_TAG: name, "cdc/tables": ",".join(tables)},
                 )
             )

@@ -8,6 +8,7 @@ import dagster as dg
 import pytest
 
 from cdc_assets.definitions import build_defs
+from cdc_assets.errors import ConfigError
 from cdc_assets.jobs.continuous import (
     CONTINUOUS_JOB,
     HEARTBEAT_TAG,
@@ -127,3 +128,18 @@ def test_a_worker_and_a_consistency_group_are_refused_together() -> None:
     data["pipeline"]["worker"] = "hot"
     with pytest.raises(ValueError, match="continuous worker"):
         TableSpec.model_validate(data)
+
+
+def test_the_heartbeat_setting_reaches_the_workers_the_sensor_starts(tmp_path: Any) -> None:
+    env = {"CDC_ASSETS_HOME": str(tmp_path), "CDC_ASSETS_SPECS": str(PROJECT_ROOT / "table_specs")}
+    assert load_settings(env).worker_heartbeat_s == 10.0
+    settings = load_settings({**env, "CDC_ASSETS_WORKER_HEARTBEAT_S": "2.5"})
+    specs = [_with_worker(s, "w") for s in load_specs(settings.specs_dir) if s.consistency is None]
+    defs = build_defs(specs=specs, settings=settings)
+    with dg.instance_for_test() as instance:
+        [request] = _tick(defs, instance).run_requests or []
+    config: Any = request.run_config
+    assert config["ops"]["run_worker"]["config"]["heartbeat_seconds"] == 2.5
+    for bad in ("0", "-1", "soon"):
+        with pytest.raises(ConfigError, match="CDC_ASSETS_WORKER_HEARTBEAT_S"):
+            load_settings({**env, "CDC_ASSETS_WORKER_HEARTBEAT_S": bad})

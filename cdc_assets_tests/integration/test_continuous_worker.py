@@ -4,7 +4,9 @@ time. Base must equal the replay of the topic and the ledger hold every record o
 commits are materializations of the table's assets, it beats, and it stops when its run is
 terminated."""
 
+import os
 import random
+import signal
 import threading
 import time
 from dataclasses import replace
@@ -28,6 +30,7 @@ from cdc_assets.jobs.continuous import (
 from cdc_assets.jobs.sync import SYNC_JOB, sync_selection
 from cdc_assets.pipeline.tables import ensure_tables
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
+from cdc_assets.run_launcher import PID_TAG
 from cdc_assets.sensors.new_offsets import current_hour_key
 from cdc_assets.settings import Settings
 from cdc_assets.spec.versions import write_spec
@@ -38,6 +41,7 @@ from cdc_assets_tests.integration.test_upsert import (
     example_spec,
     expected_base,
 )
+from cdc_assets_tests.support.daemon import dagster_home, running_daemon, wait_until
 
 CATCH_UP_S = 240.0
 
@@ -50,10 +54,7 @@ def test_a_worker_and_micro_batch_runs_at_once_lose_and_double_nothing(
     resources: dict[str, Any],
     tmp_path: Path,
 ) -> None:
-    plain = isolated(example_spec(it_settings, "orders"), partitions=2, kafka=kafka)
-    spec = plain.model_copy(
-        update={"pipeline": plain.pipeline.model_copy(update={"worker": "hot"})}
-    )
+    spec = _worker_spec(it_settings, kafka, "hot")
     specs_dir = tmp_path / "specs"
     specs_dir.mkdir()
     write_spec(spec, specs_dir / f"{spec.name}.yaml")
@@ -133,3 +134,89 @@ def test_a_worker_and_micro_batch_runs_at_once_lose_and_double_nothing(
     assert {asset_key(layer, spec.name) for layer in ("cdc", "bucketed", "base")} <= materialized
     cycles = result.output_for_node("run_worker")
     assert cycles["records"] > 0, cycles
+
+
+def _worker_spec(settings: Settings, kafka: KafkaResource, worker: str) -> Any:
+    plain = isolated(example_spec(settings, "orders"), partitions=2, kafka=kafka)
+    return plain.model_copy(
+        update={"pipeline": plain.pipeline.model_copy(update={"worker": worker})}
+    )
+
+
+def _until_base_matches(spec: Any, iceberg: IcebergCatalogResource, want: Any, alive: Any) -> None:
+    deadline = time.monotonic() + CATCH_UP_S
+    while True:
+        alive()
+        try:
+            assert_base_matches(spec, iceberg, want)
+            return
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(2)
+
+
+def test_the_daemon_keeps_a_worker_alive_and_replaces_a_killed_one_losing_nothing(
+    it_settings: Settings,
+    iceberg: IcebergCatalogResource,
+    kafka: KafkaResource,
+    tmp_path: Path,
+) -> None:
+    """Through a real dagster-daemon: the continuous_workers sensor starts the worker of a new
+    spec (which onboards its table), the worker brings base to the replay; SIGKILL of its process
+    mid-stream leaves its run STARTED, the sensor fails it when its heartbeat stops and starts
+    another, and base again equals the replay with every record in the ledger once."""
+    spec = _worker_spec(it_settings, kafka, "w1")
+    specs_dir = tmp_path / "specs"
+    specs_dir.mkdir()
+    write_spec(spec, specs_dir / f"{spec.name}.yaml")
+    bootstrap = kafka.resolved_bootstrap()
+    events = workload(spec, random.Random(158), keys=120, events=1800)
+    env = {
+        "CDC_ASSETS_HOME": str(it_settings.home),
+        "CDC_ASSETS_SPECS": str(specs_dir),
+        "CDC_ASSETS_WORKER_HEARTBEAT_S": "2",
+    }
+    home = dagster_home(tmp_path)
+    log = tmp_path / "daemon.log"
+    instance = dg.DagsterInstance.from_config(str(home))
+
+    def beating(runs: list[Any]) -> list[Any]:
+        return [
+            r
+            for r in runs
+            if r.job_name == CONTINUOUS_JOB
+            and r.status == dg.DagsterRunStatus.STARTED
+            and HEARTBEAT_TAG in r.tags
+        ]
+
+    produce(events[:600], spec.source.topic, bootstrap)
+    with running_daemon(home, env, log) as daemon:
+
+        def alive() -> None:
+            assert daemon.poll() is None, log.read_text()[-4000:]
+
+        [first] = wait_until(
+            instance, daemon, log, lambda runs: bool(beating(runs)), "a beating worker", 300
+        )
+        assert first.tags[WORKER_TAG] == "w1"
+        _until_base_matches(spec, iceberg, expected_base(spec, kafka), alive)
+        produce(events[600:1200], spec.source.topic, bootstrap)
+        time.sleep(1.5)  # mid-stream: the worker is reading or committing this slice
+        os.kill(int(first.tags[PID_TAG]), signal.SIGKILL)
+        produce(events[1200:], spec.source.topic, bootstrap)
+        wait_until(
+            instance,
+            daemon,
+            log,
+            lambda runs: any(r.run_id != first.run_id for r in beating(runs)),
+            "a second worker",
+            300,
+        )
+        _until_base_matches(spec, iceberg, expected_base(spec, kafka), alive)
+        killed = instance.get_run_by_id(first.run_id)
+        assert killed is not None
+        assert killed.status == dg.DagsterRunStatus.FAILURE
+        states = [(r.job_name, r.status.value) for r in instance.get_runs()]
+    assert_ledger_exact(spec, iceberg, kafka)
+    print(states)
