@@ -21,11 +21,17 @@ once), each loading the N specs' definitions. A hot event's freshness is then th
 the first base snapshot whose watermark covers it, minus its send time. The runs' launch (queue,
 process start, definitions load) and step times are reported per job.
 
+``--worker`` (with ``--daemon``) measures each fleet size twice in the same script, on fresh
+tables each time: the hot table kept by the micro-batch runs (the baseline), then by a continuous
+worker (its spec names ``pipeline.worker``; the ``continuous_workers`` sensor starts it), and
+reports both latencies and the machine's CPU seconds per hot event in each (``/proc/stat``: the
+daemon, its runs and the Spark Connect server all count), as a ratio.
+
 Prints a table, writes ``benchmarks/results/fleet_freshness.json`` and ``.png`` (with
-``--daemon``: ``fleet_freshness_daemon.*``).
+``--daemon``: ``fleet_freshness_daemon.*``; with ``--worker``: ``fleet_freshness_worker.*``).
 
     python benchmarks/fleet_freshness.py [--tables 1,100,1000] [--seconds 300] [--hot-rate 2]
-        [--interval 60] [--buckets 1] [--daemon]
+        [--interval 60] [--buckets 1] [--daemon [--worker]]
 """
 
 from __future__ import annotations
@@ -259,10 +265,18 @@ def measure(
     }
 
 
+def machine_cpu_s() -> float:
+    """CPU seconds every core of this machine spent busy since boot (``/proc/stat``)."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
 def measure_daemon(
     settings: Any, specs: list[Any], bootstrap: str, args: argparse.Namespace, tmp: Path
 ) -> dict[str, Any]:
-    """``measure`` through ``dagster-daemon run``: the sensors start the runs, each a process."""
+    """``measure`` through ``dagster-daemon run``: the sensors start the runs, each a process
+    (and, when the hot spec names a ``pipeline.worker``, the worker that keeps it)."""
     import dagster as dg
     from source_freshness import base_watermarks, run_summary
 
@@ -275,7 +289,7 @@ def measure_daemon(
     feeder = Feeder(
         specs, bootstrap, args.hot_rate, others / (args.interval * 60.0) if others else 0.0
     )
-    dagster_home = tmp / f"dagster_{n}"
+    dagster_home = tmp / f"dagster_{settings.specs_dir.name}"
     dagster_home.mkdir()
     (dagster_home / "dagster.yaml").write_text(DAGSTER_YAML)
     env = {
@@ -288,7 +302,7 @@ def measure_daemon(
     catalog = build_resources(settings)["iceberg"].load_catalog()
     hot = specs[0]
     wall_offset = time.time() - time.perf_counter()
-    log_path = tmp / f"daemon_{n}.log"
+    log_path = tmp / f"daemon_{settings.specs_dir.name}.log"
     daemon = None
     with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
         started = time.perf_counter()
@@ -323,6 +337,7 @@ def measure_daemon(
             wait_applied(max(feeder.sent_at), args.settle)
             feeder.sent_at.clear()
             since = time.time()
+            cpu_before = machine_cpu_s()
             feeder.start()
             phase_start = time.perf_counter()
             while time.perf_counter() - phase_start < args.seconds:
@@ -335,6 +350,7 @@ def measure_daemon(
             feeder.stop()
             wall = time.perf_counter() - phase_start
             wait_applied(max(feeder.sent_at), args.settle)
+            cpu_s = machine_cpu_s() - cpu_before
             marks = base_watermarks(catalog, hot)
             latencies = []
             for offset, sent in sorted(feeder.sent_at.items()):
@@ -361,6 +377,8 @@ def measure_daemon(
         "trickle_events": feeder.trickle_events,
         "trickled_tables": len(feeder.trickled),
         "phase_s": wall,
+        "cpu_s": round(cpu_s, 1),
+        "cpu_ms_per_hot_event": round(1000 * cpu_s / max(1, len(feeder.sent_at)), 1),
         "runs": runs,
         "p50_s": percentile(latencies, 0.50),
         "p95_s": percentile(latencies, 0.95),
@@ -390,13 +408,21 @@ def main() -> None:
     parser.add_argument(
         "--settle", type=float, default=900.0, help="max wait for the hot base (--daemon)"
     )
+    parser.add_argument(
+        "--worker",
+        action="store_true",
+        help="with --daemon: each size by runs, then with the hot table on a continuous worker",
+    )
     args = parser.parse_args()
+    if args.worker and not args.daemon:
+        parser.error("--worker measures through the daemon: add --daemon")
     counts = sorted({int(n) for n in args.tables.split(",") if n})
 
     from cdc_assets.spec import load_specs
     from cdc_assets.stack.local_stack import stack_down, stack_up
 
     rows: dict[int, dict[str, Any]] = {}
+    worker_rows: dict[int, dict[str, dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         base = make_home(Path(tmp))
         if args.daemon:
@@ -406,6 +432,12 @@ def main() -> None:
         state = stack_up(base, spark_connect=args.daemon)
         try:
             for n in counts:
+                if args.worker:
+                    worker_rows[n] = {
+                        mode: measure_mode(n, mode, base, state.bootstrap_servers, args, tmp)
+                        for mode in ("runs", "worker")
+                    }
+                    continue
                 spec_dir = Path(tmp) / f"specs_{n}"
                 generate_specs(
                     n, spec_dir, prefix=f"fresh{n}", namespace=f"fresh{n}", buckets=args.buckets
@@ -422,7 +454,88 @@ def main() -> None:
                 print(f"  {n}: { {k: v for k, v in rows[n].items() if k != 'latencies'} }")
         finally:
             stack_down(base, purge=True)
+    if args.worker:
+        report_worker(worker_rows, args)
+        return
     report(rows, args)
+
+
+def measure_mode(
+    n: int, mode: str, base: Any, bootstrap: str, args: argparse.Namespace, tmp: str
+) -> dict[str, Any]:
+    """One fleet size on tables of its own, the hot one kept by runs or by a worker."""
+    import yaml
+
+    from cdc_assets.spec import load_specs
+
+    tag = f"{mode[0]}{n}"
+    spec_dir = Path(tmp) / f"specs_{tag}"
+    names = generate_specs(
+        n, spec_dir, prefix=f"fresh{tag}", namespace=f"fresh{tag}", buckets=args.buckets
+    )
+    if mode == "worker":
+        hot = spec_dir / f"{sorted(names)[0]}.yaml"
+        data = yaml.safe_load(hot.read_text())
+        data["pipeline"] = {**data.get("pipeline", {}), "worker": "hot"}
+        hot.write_text(yaml.safe_dump(data, sort_keys=False))
+    specs = sorted(load_specs(spec_dir), key=lambda s: s.name)  # hot: the first
+    create_topics(specs, bootstrap)
+    row = measure_daemon(replace(base, specs_dir=spec_dir), specs, bootstrap, args, Path(tmp))
+    print(f"  {n} ({mode}): { {k: v for k, v in row.items() if k != 'latencies'} }")
+    return row
+
+
+def report_worker(rows: dict[int, dict[str, dict[str, Any]]], args: argparse.Namespace) -> None:
+    """The runs-against-worker table, JSON and plot."""
+    print(
+        f"\nFreshness of one hot table ({args.hot_rate:g} events/s), by micro-batch runs and by a "
+        f"continuous worker, through dagster-daemon; {args.seconds:g} s each"
+    )
+    print(
+        f"  {'tables':>6} {'mode':>7} {'p50':>7} {'p95':>7} {'max':>7} {'p95 ratio':>9} "
+        f"{'CPU ms/event':>12} {'CPU ratio':>9}"
+    )
+    for n, modes in sorted(rows.items()):
+        runs = modes["runs"]
+        for mode, r in modes.items():
+            print(
+                f"  {n:>6} {mode:>7} {r['p50_s']:>6.1f}s {r['p95_s']:>6.1f}s {r['max_s']:>6.1f}s "
+                f"{r['p95_s'] / runs['p95_s']:>9.2f} {r['cpu_ms_per_hot_event']:>12.0f} "
+                f"{r['cpu_ms_per_hot_event'] / runs['cpu_ms_per_hot_event']:>9.2f}"
+            )
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "code": code_version(),
+        "mode": "dagster-daemon: micro-batch runs, then a continuous worker",
+        "hot_rate": args.hot_rate,
+        "interval_minutes": args.interval,
+        "seconds": args.seconds,
+        "buckets": args.buckets,
+        "rows": {str(n): modes for n, modes in sorted(rows.items())},
+    }
+    (RESULTS / "fleet_freshness_worker.json").write_text(json.dumps(payload, indent=2))
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for n, modes in sorted(rows.items()):
+        for mode, r in modes.items():
+            values = sorted(r["latencies"])
+            if values:
+                ax.plot(
+                    values, [(i + 1) / len(values) for i in range(len(values))], label=f"{n} {mode}"
+                )
+    ax.axhline(0.95, ls=":", c="grey")
+    ax.set(
+        title="hot table freshness (CDF): runs against a continuous worker",
+        xlabel="send to visible in base (s)",
+        ylabel="share of hot events",
+    )
+    ax.legend(title="tables, mode")
+    fig.tight_layout()
+    fig.savefig(RESULTS / "fleet_freshness_worker.png", dpi=110)
 
 
 def report(measured: dict[int, dict[str, Any]], args: argparse.Namespace) -> None:

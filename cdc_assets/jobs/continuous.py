@@ -45,6 +45,12 @@ HEARTBEAT_TAG = "cdc/heartbeat"  # epoch seconds of the worker's last finished c
 # process leaves its run STARTED); a new one has this long to start Spark before its first beat.
 STALE_BEATS = 6
 START_GRACE_S = 180.0
+_UNFINISHED = [
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+]
 
 
 class WorkerConfig(dg.Config):
@@ -102,16 +108,7 @@ def live_worker_tables(instance: dg.DagsterInstance, now: float | None = None) -
     """Tables that a worker run which is alive (queued, starting, or beating) keeps fresh."""
     now = time.time() if now is None else now
     records = instance.get_run_records(
-        filters=dg.RunsFilter(
-            job_name=CONTINUOUS_JOB,
-            statuses=[
-                dg.DagsterRunStatus.QUEUED,
-                dg.DagsterRunStatus.NOT_STARTED,
-                dg.DagsterRunStatus.STARTING,
-                dg.DagsterRunStatus.STARTED,
-            ],
-        ),
-        limit=100,
+        filters=dg.RunsFilter(job_name=CONTINUOUS_JOB, statuses=_UNFINISHED), limit=100
     )
     tables: set[str] = set()
     for record in records:
@@ -271,8 +268,9 @@ def build_workers_sensor(
     specs: Sequence[TableSpec], job: dg.JobDefinition, heartbeat_seconds: float = 10.0
 ) -> dg.SensorDefinition:
     """Keeps one live run per worker the specs name: starts a missing one (beating every
-    ``heartbeat_seconds``), and fails a started one whose heartbeat stopped (its process died)
-    so that the same tick replaces it."""
+    ``heartbeat_seconds``), fails a started one whose heartbeat stopped (its process died) so
+    that the same tick replaces it, and stops the runs of workers the specs no longer name or
+    name with other tables."""
     workers = workers_of(specs)
 
     @dg.sensor(
@@ -281,15 +279,22 @@ def build_workers_sensor(
         minimum_interval_seconds=15,
         default_status=dg.DefaultSensorStatus.RUNNING,
         description="Keeps a run of continuous_tables alive for each pipeline.worker the specs "
-        "name; a worker whose heartbeat stopped is marked failed and started again.",
+        "name; a worker whose heartbeat stopped is marked failed and started again, one the "
+        "specs no longer name (or name with other tables) is stopped.",
     )
     def continuous_workers(context: dg.SensorEvaluationContext) -> dg.SensorResult:
-        if not workers:
-            return dg.SensorResult(skip_reason="no spec names a pipeline.worker")
         now = time.time()
-        requests, notes = [], []
+        # Runs of workers the specs no longer name, or name with other tables: stopped (the
+        # worker ends at its next heartbeat), and the changed ones started anew below.
+        stopped = _stop_unnamed(context.instance, workers)
+        if not workers:
+            reason = "no spec names a pipeline.worker"
+            return dg.SensorResult(
+                skip_reason=f"{reason}; stopped {stopped}" if stopped else reason
+            )
+        requests, notes = [], [f"stopped {', '.join(stopped)}"] if stopped else []
         for name, tables in workers.items():
-            state = _worker_state(context.instance, name, now)
+            state = _worker_state(context.instance, name, tables, now)
             if state == "alive":
                 continue
             if state == "waiting":
@@ -308,18 +313,43 @@ def build_workers_sensor(
     return continuous_workers
 
 
+def _stop_unnamed(instance: dg.DagsterInstance, workers: Mapping[str, list[str]]) -> list[str]:
+    """Cancel the unfinished worker runs whose worker the specs no longer name, or name with
+    other tables (as the UI's Terminate does); their names."""
+    stopped = []
+    records = instance.get_run_records(
+        filters=dg.RunsFilter(job_name=CONTINUOUS_JOB, statuses=_UNFINISHED), limit=100
+    )
+    for record in records:
+        run = record.dagster_run
+        name = run.tags.get(WORKER_TAG, "")
+        if worker_tables_of(run.tags) != workers.get(name):
+            # A run not launched yet has no process to stop: marked canceled outright.
+            if not instance.run_coordinator.cancel_run(run.run_id) and run.status != (
+                dg.DagsterRunStatus.STARTED
+            ):
+                instance.report_run_canceled(run, f"worker {name}: the specs changed")
+            stopped.append(name)
+    return stopped
+
+
 RESTART_DELAY_S = 60.0  # after a worker run failed, before the sensor starts it again
 
 
-def _worker_state(instance: dg.DagsterInstance, name: str, now: float) -> str:
-    """``alive``, ``waiting`` (it failed a moment ago) or ``missing`` (start one)."""
+def _worker_state(instance: dg.DagsterInstance, name: str, tables: list[str], now: float) -> str:
+    """``alive``, ``waiting`` (it failed a moment ago) or ``missing`` (start one). A run of the
+    worker with other tables (being stopped) does not count."""
     records = instance.get_run_records(
         filters=dg.RunsFilter(job_name=CONTINUOUS_JOB, tags={WORKER_TAG: name}), limit=5
     )
     for record in records:  # newest first
         run = record.dagster_run
         started = record.start_time or record.create_timestamp.timestamp()
-        if run.is_finished:
+        if (
+            run.is_finished
+            or run.status == dg.DagsterRunStatus.CANCELING
+            or worker_tables_of(run.tags) != tables
+        ):
             continue
         if not is_stale(run, started, now):
             return "alive"

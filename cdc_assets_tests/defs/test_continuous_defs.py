@@ -143,3 +143,28 @@ def test_the_heartbeat_setting_reaches_the_workers_the_sensor_starts(tmp_path: A
     for bad in ("0", "-1", "soon"):
         with pytest.raises(ConfigError, match="CDC_ASSETS_WORKER_HEARTBEAT_S"):
             load_settings({**env, "CDC_ASSETS_WORKER_HEARTBEAT_S": bad})
+
+
+def test_a_worker_the_specs_no_longer_name_or_name_with_other_tables_is_stopped(
+    defs: dg.Definitions,
+) -> None:
+    with dg.instance_for_test() as instance:
+        job = defs.resolve_job_def(CONTINUOUS_JOB)
+        changed = instance.create_run_for_job(
+            job,
+            run_config=worker_run_config("hot", ["orders"]),
+            status=dg.DagsterRunStatus.NOT_STARTED,
+            tags={WORKER_TAG: "hot", "cdc/tables": "orders"},  # users was added since
+        )
+        gone = instance.create_run_for_job(
+            job,
+            run_config=worker_run_config("cold", ["users"]),
+            status=dg.DagsterRunStatus.NOT_STARTED,
+            tags={WORKER_TAG: "cold", "cdc/tables": "users"},  # no spec names it now
+        )
+        [request] = _tick(defs, instance).run_requests or []
+        assert request.tags["cdc/tables"] == "orders,users"
+        for run in (changed, gone):
+            ended = instance.get_run_by_id(run.run_id)
+            assert ended is not None
+            assert ended.status == dg.DagsterRunStatus.CANCELED
