@@ -11,6 +11,7 @@ import dagster as dg
 
 from cdc_assets.assets.keys import asset_key, table_of
 from cdc_assets.jobs.asset_job import AssetJob
+from cdc_assets.jobs.continuous import live_worker_tables
 from cdc_assets.sensors.runs import MICRO_BATCH_RETRIES, WAITING, table_tags, tables_in_runs
 
 # The run queue starts an upsert before the ingests queued with it: the upsert finishes what an
@@ -78,6 +79,8 @@ def build_ledger_updated_sensor(
         covered = tables_in_runs(context.instance, upsert_job.name, "base", WAITING)
         if sync_job is not None:
             covered |= tables_in_runs(context.instance, sync_job.name, "base", WAITING)
+        # A live continuous worker looks at its tables' ledgers at every heartbeat.
+        covered |= live_worker_tables(context.instance)
         requests = []
         for record in records:
             run = runs.get(record.run_id)

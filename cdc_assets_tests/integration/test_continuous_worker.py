@@ -62,7 +62,7 @@ def test_a_worker_and_micro_batch_runs_at_once_lose_and_double_nothing(
     defs = build_defs(specs=[spec], settings=settings, resource_overrides=resources)
     ensure_tables(spark, "lake", spec)
     bootstrap = kafka.resolved_bootstrap()
-    events = workload(spec, random.Random(58), keys=150, events=2400)
+    events = workload(spec, random.Random(58), keys=150, events=1600)
     slices = [events[i : i + 400] for i in range(0, len(events), 400)]
 
     with dg.instance_for_test() as instance:

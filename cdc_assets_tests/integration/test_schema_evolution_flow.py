@@ -98,6 +98,12 @@ class Table:
         self.settings = replace(settings, specs_dir=self.specs_dir)
         self.kafka = kafka
 
+    def keep_with_worker(self, worker: str) -> None:
+        """The table kept fresh by a continuous worker (``pipeline.worker``) instead of runs."""
+        pipeline = self.v1.pipeline.model_copy(update={"worker": worker})
+        self.v1 = self.v1.model_copy(update={"pipeline": pipeline})
+        write_spec(self.v1, self.specs_dir / "users.yaml")
+
     def spec(self) -> TableSpec:
         return load_spec(self.specs_dir / "users.yaml")
 

@@ -19,6 +19,9 @@ STARTS = ("new spec", "onboarded")
 DELIVERIES = ("at once", "in slices")
 # Where a run fails once (CDC_ASSETS_FAIL_ONCE), or nowhere.
 FAILURES = (None, "evolve_start", "ingest_before_commit", "merge_before_commit")
+# What keeps the table fresh: the sensors' micro-batch runs, or a continuous worker
+# (pipeline.worker, issue 58) beside the evolution runs. Drawn last: older seeds keep the rest.
+KEEPERS = ("runs", "worker")
 
 
 @dataclass(frozen=True)
@@ -31,10 +34,12 @@ class Scenario:
     keys: int
     events: int
     pauses: tuple[float, ...]  # seconds between slices when delivered in slices
+    keeper: str = "runs"
 
     def __str__(self) -> str:
         fail = f", fails once at {self.fail_once}" if self.fail_once else ""
-        return f"seed {self.seed}: {self.start}, {self.change}, {self.delivery}{fail}"
+        kept = ", kept by a continuous worker" if self.keeper == "worker" else ""
+        return f"seed {self.seed}: {self.start}, {self.change}, {self.delivery}{fail}{kept}"
 
 
 def scenario(seed: int) -> Scenario:
@@ -48,6 +53,7 @@ def scenario(seed: int) -> Scenario:
         keys=rng.randint(8, 30),
         events=rng.randint(20, 90),
         pauses=tuple(round(rng.uniform(0.0, 8.0), 1) for _ in range(2)),
+        keeper=rng.choice(KEEPERS),
     )
 
 
