@@ -59,6 +59,13 @@ class WorkerConfig(dg.Config):
     idle_seconds: float = Field(
         default=1.0, ge=0, description="pause after a cycle that read nothing new"
     )
+    commit_interval_seconds: float = Field(
+        default=0.0,
+        ge=0,
+        description="least time from the start of a cycle that read something to the start of "
+        "the next: at most one commit per table per interval, so fewer and larger files "
+        "(0: the next cycle starts at once)",
+    )
     heartbeat_seconds: float = Field(
         default=10.0,
         gt=0,
@@ -230,7 +237,8 @@ def build_continuous_job(specs_dir: Path) -> dg.JobDefinition:
         cycles = records = 0
         last_beat = 0.0
         while True:
-            look = time.monotonic() - last_beat >= config.heartbeat_seconds
+            cycle_started = time.monotonic()
+            look = cycle_started - last_beat >= config.heartbeat_seconds
             read = 0
             for spec in _current_specs(config.tables, specs_dir, catalog):
                 cycle = _Cycle(spec, look_at_ledger=look or cycles == 0)
@@ -262,6 +270,8 @@ def build_continuous_job(specs_dir: Path) -> dg.JobDefinition:
                 break
             if not read:
                 time.sleep(config.idle_seconds)
+            elif (wait := cycle_started + config.commit_interval_seconds - time.monotonic()) > 0:
+                time.sleep(wait)
         context.log.info(f"worker {config.worker}: {cycles} cycles, {records} records")
         yield dg.Output({"cycles": cycles, "records": records})
 

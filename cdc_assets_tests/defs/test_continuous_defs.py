@@ -79,6 +79,9 @@ def test_the_sensor_starts_a_missing_worker_with_a_valid_run_config(defs: dg.Def
         assert request.tags == {WORKER_TAG: "hot", "cdc/tables": "orders,users"}
         job = defs.resolve_job_def(CONTINUOUS_JOB)
         assert dg.validate_run_config(job, request.run_config)
+        assert dg.validate_run_config(
+            job, worker_run_config("hot", ["orders"], commit_interval_seconds=5, idle_seconds=0)
+        )
         # A run not started yet is alive: no second one; new_offsets leaves its tables to it.
         _run(defs, instance, dg.DagsterRunStatus.NOT_STARTED)
         result = _tick(defs, instance)

@@ -72,7 +72,11 @@ def test_a_worker_and_micro_batch_runs_at_once_lose_and_double_nothing(
             outcome["result"] = defs.resolve_job_def(CONTINUOUS_JOB).execute_in_process(
                 instance=instance,
                 run_config=worker_run_config(
-                    "hot", [spec.name], idle_seconds=0.2, heartbeat_seconds=2
+                    "hot",
+                    [spec.name],
+                    idle_seconds=0.2,
+                    heartbeat_seconds=2,
+                    commit_interval_seconds=1.0,
                 ),
                 tags={WORKER_TAG: "hot", "cdc/tables": spec.name},
                 raise_on_error=False,
