@@ -103,16 +103,11 @@ def test_a_worker_and_micro_batch_runs_at_once_lose_and_double_nothing(
         tail = workload(spec, random.Random(59), keys=150, events=300)
         produce(tail, spec.source.topic, bootstrap)
         want = expected_base(spec, kafka)
-        deadline = time.monotonic() + CATCH_UP_S
-        while True:
+
+        def alive() -> None:
             assert worker.is_alive(), outcome
-            try:
-                assert_base_matches(spec, iceberg, want)
-                break
-            except AssertionError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(2)
+
+        _until_base_matches(spec, iceberg, want, alive)
         [record] = instance.get_run_records(dg.RunsFilter(job_name=CONTINUOUS_JOB))
         run = record.dagster_run
         assert HEARTBEAT_TAG in instance.get_run_by_id(run.run_id).tags  # type: ignore[union-attr]
