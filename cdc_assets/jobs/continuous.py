@@ -30,6 +30,7 @@ from cdc_assets.assets.history import history_table
 from cdc_assets.assets.keys import asset_key
 from cdc_assets.assets.ledger import ingest_table
 from cdc_assets.assets.upsert import base_table, bucketed_table
+from cdc_assets.pipeline.pause import Pause, table_pause
 from cdc_assets.pipeline.spec_store import with_stored_versions
 from cdc_assets.resources.iceberg import IcebergCatalogResource
 from cdc_assets.resources.kafka import KafkaResource
@@ -147,6 +148,7 @@ class _Cycle:
         self.spec = spec
         self.look_at_ledger = look_at_ledger
         self.read = 0
+        self.paused: Pause | None = None
 
     def run(
         self,
@@ -158,6 +160,11 @@ class _Cycle:
         kafka: KafkaResource,
     ) -> Iterator[dg.AssetMaterialization]:
         spec = self.spec
+        # An evolution or a maintenance run is committing: left alone until it has (its commits
+        # would win anyway, at the cost of a retry on either side).
+        self.paused = table_pause(catalog, spec)
+        if self.paused is not None:
+            return
         started = datetime.now(UTC)
         hour = _hour(started)
         result, meta = ingest_table(
@@ -209,6 +216,16 @@ class _WarningsOnly:
         self._log.warning(message)
 
 
+def _say_pause(log: Any, table: str, pause: Pause | None, paused: set[str]) -> None:
+    """Log when a table's pause starts and ends (not every cycle of it)."""
+    if pause is not None and table not in paused:
+        paused.add(table)
+        log.info(f"{table}: {pause.describe(time.time())}; left alone until then")
+    elif pause is None and table in paused:
+        paused.discard(table)
+        log.info(f"{table}: the pause ended; resumed")
+
+
 def _stopping(context: dg.OpExecutionContext) -> bool:
     """Whether the run is being terminated (the UI's Terminate, or a deployment scaling in)."""
     run = context.instance.get_run_by_id(context.run_id)
@@ -234,6 +251,7 @@ def build_continuous_job(specs_dir: Path) -> dg.JobDefinition:
         catalog = iceberg.load_catalog()
         began = time.monotonic()
         failures: Counter[str] = Counter()
+        paused: set[str] = set()
         cycles = records = 0
         last_beat = 0.0
         while True:
@@ -259,6 +277,7 @@ def build_continuous_job(specs_dir: Path) -> dg.JobDefinition:
                     continue
                 failures[spec.name] = 0
                 read += cycle.read
+                _say_pause(context.log, spec.name, cycle.paused, paused)
             cycles += 1
             records += read
             if look:

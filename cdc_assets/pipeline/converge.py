@@ -27,6 +27,7 @@ from cdc_assets.pipeline.evolve import (
 )
 from cdc_assets.pipeline.failpoint import fail_once
 from cdc_assets.pipeline.offsets import table_offsets
+from cdc_assets.pipeline.pause import table_paused
 from cdc_assets.pipeline.spec_store import current_spec, record_spec
 from cdc_assets.pipeline.tables import ensure_tables, missing_tables
 from cdc_assets.schema.changes import (
@@ -184,57 +185,60 @@ def converge(
     seconds: dict[str, float] = {}
     started = time.monotonic()
     fail_once("evolve_start")
-    evolved = apply_plan(current, plan)
-    # Onboarding is evolution from nothing: a table whose first ingest has not run yet (a new
-    # spec, the sensor quicker than the ingest) is created at the current version here, then
-    # evolved like any other, so the order of the first ingest and the first evolution never
-    # matters.
-    missing = missing_tables(iceberg_catalog, current)
-    if missing:
-        log.info(f"{table}: creating {', '.join(missing)} before evolving them")
-        ensure_tables(spark(), catalog, current)
-    seconds["onboard"] = round(time.monotonic() - started, 2)
-    started = time.monotonic()
-    schema_ids = evolve_iceberg(iceberg_catalog, current, evolved, plan)
-    seconds["iceberg"] = round(time.monotonic() - started, 2)
+    # A continuous worker leaves the table alone until this evolution has committed.
+    with table_paused(iceberg_catalog, current, "evolution"):
+        evolved = apply_plan(current, plan)
+        # Onboarding is evolution from nothing: a table whose first ingest has not run yet (a new
+        # spec, the sensor quicker than the ingest) is created at the current version here, then
+        # evolved like any other, so the order of the first ingest and the first evolution never
+        # matters.
+        missing = missing_tables(iceberg_catalog, current)
+        if missing:
+            log.info(f"{table}: creating {', '.join(missing)} before evolving them")
+            ensure_tables(spark(), catalog, current)
+        seconds["onboard"] = round(time.monotonic() - started, 2)
+        started = time.monotonic()
+        schema_ids = evolve_iceberg(iceberg_catalog, current, evolved, plan)
+        seconds["iceberg"] = round(time.monotonic() - started, 2)
 
-    started = time.monotonic()
-    # The stored version is the one every process reads; the file is this checkout's copy.
-    record_spec(iceberg_catalog, evolved, specs_dir)
-    try:
-        write_spec(evolved, path)
-    except OSError as exc:  # a read-only checkout: the stored version is what counts
-        log.warning(f"{table}: v{evolved.spec_version} stored, but {path} not written: {exc}")
-    seconds["spec"] = round(time.monotonic() - started, 2)
+        started = time.monotonic()
+        # The stored version is the one every process reads; the file is this checkout's copy.
+        record_spec(iceberg_catalog, evolved, specs_dir)
+        try:
+            write_spec(evolved, path)
+        except OSError as exc:  # a read-only checkout: the stored version is what counts
+            log.warning(f"{table}: v{evolved.spec_version} stored, but {path} not written: {exc}")
+        seconds["spec"] = round(time.monotonic() - started, 2)
 
-    started = time.monotonic()
-    columns = _backfill_columns(plan, evolved)
-    backfill = None
-    if columns:
-        # A column added with a default the source gave its older rows: every ledger row,
-        # not only those since the change, decodes to it (their images lack the field). A
-        # retyped column's new one likewise: every older image holds a value that may convert.
-        defaulted = any(
-            (isinstance(c, AddColumn) and c.column.backfill_default) or isinstance(c, RetireColumn)
-            for c in plan.changes
-        )
-        backfill = backfill_from_ledger(
-            spark(),
-            catalog,
-            iceberg_catalog,
-            evolved,
-            columns,
-            since=None if defaulted else detected_at,
-            from_spec=current,
-            change_position=change_position,
-        )
-    else:
-        # Nothing to recover from the row images, but a NOT NULL column the source dropped
-        # turned every row sent without it into a dead letter: those decode now.
-        reasons = dead_letter_reasons(current, evolved, [])
-        if reasons:
-            redrive_refused(spark(), catalog, iceberg_catalog, evolved, reasons)
-    seconds["backfill"] = round(time.monotonic() - started, 2)
+        started = time.monotonic()
+        columns = _backfill_columns(plan, evolved)
+        backfill = None
+        if columns:
+            # A column added with a default the source gave its older rows: every ledger row,
+            # not only those since the change, decodes to it (their images lack the field). A
+            # retyped column's new one likewise: every older image holds a value that may convert.
+            defaulted = any(
+                (isinstance(c, AddColumn) and c.column.backfill_default)
+                or isinstance(c, RetireColumn)
+                for c in plan.changes
+            )
+            backfill = backfill_from_ledger(
+                spark(),
+                catalog,
+                iceberg_catalog,
+                evolved,
+                columns,
+                since=None if defaulted else detected_at,
+                from_spec=current,
+                change_position=change_position,
+            )
+        else:
+            # Nothing to recover from the row images, but a NOT NULL column the source dropped
+            # turned every row sent without it into a dead letter: those decode now.
+            reasons = dead_letter_reasons(current, evolved, [])
+            if reasons:
+                redrive_refused(spark(), catalog, iceberg_catalog, evolved, reasons)
+        seconds["backfill"] = round(time.monotonic() - started, 2)
     history(
         "partial" if refused else "applied",
         evolved.spec_version,

@@ -23,6 +23,7 @@ from cdc_assets.errors import CdcAssetsError
 from cdc_assets.pipeline.history import STATE_PROPERTY as HISTORY_STATE
 from cdc_assets.pipeline.history import history_state
 from cdc_assets.pipeline.offsets import OFFSETS_PROPERTY
+from cdc_assets.pipeline.pause import table_paused
 from cdc_assets.pipeline.upsert import spark_identifier
 from cdc_assets.pipeline.watermark import WATERMARK, base_state, is_commit_conflict, state_key
 from cdc_assets.schema.layers import TableLayout, all_layouts
@@ -418,7 +419,14 @@ def maintain_table(
         location = iceberg_catalog.load_table(f"{layout.namespace}.{layout.name}").location()
         orphans = render_remove_orphan_files(catalog, ident[layer], orphans_before, location)
         plan.append(("remove_orphan_files", layer, partial(_remove_orphans, session, orphans)))
-    for step, layer, action in plan:
+    # The rewrites compete with a continuous worker's commits (a commit every few seconds
+    # could make a compaction lose its race again and again): the worker leaves the table
+    # alone while they run. Expiring snapshots and removing orphans do not compete.
+    tidy = ("expire_snapshots", "remove_orphan_files")
+    with table_paused(iceberg_catalog, spec, "maintenance"):
+        for step, layer, action in (p for p in plan if p[0] not in tidy):
+            runner.step(step, layer, ident[layer], action)
+    for step, layer, action in (p for p in plan if p[0] in tidy):
         runner.step(step, layer, ident[layer], action)
     result.seconds = time.monotonic() - started
     if result.failed:

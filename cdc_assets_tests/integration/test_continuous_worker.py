@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
+from pyiceberg.table import StaticTable
 
 from cdc_assets.assets.keys import asset_key
 from cdc_assets.definitions import build_defs
@@ -28,13 +29,19 @@ from cdc_assets.jobs.continuous import (
     worker_run_config,
 )
 from cdc_assets.jobs.sync import SYNC_JOB, sync_selection
+from cdc_assets.pipeline.converge import converge
+from cdc_assets.pipeline.maintenance import maintain_table
+from cdc_assets.pipeline.pause import PAUSED_BY, table_pause, table_paused
 from cdc_assets.pipeline.tables import ensure_tables
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.run_launcher import PID_TAG
+from cdc_assets.schema.layers import base_layout, ledger_layout
 from cdc_assets.sensors.new_offsets import current_hour_key
 from cdc_assets.settings import Settings
-from cdc_assets.spec.versions import write_spec
+from cdc_assets.spec.models import ColumnSpec
+from cdc_assets.spec.versions import render_spec_yaml, write_spec
 from cdc_assets_tests.integration.test_ingest import isolated
+from cdc_assets_tests.integration.test_schema_evolution_flow import with_column
 from cdc_assets_tests.integration.test_spark_cluster import assert_ledger_exact
 from cdc_assets_tests.integration.test_upsert import (
     assert_base_matches,
@@ -133,6 +140,129 @@ def test_a_worker_and_micro_batch_runs_at_once_lose_and_double_nothing(
     assert {asset_key(layer, spec.name) for layer in ("cdc", "bucketed", "base")} <= materialized
     cycles = result.output_for_node("run_worker")
     assert cycles["records"] > 0, cycles
+
+
+def test_a_worker_leaves_a_table_alone_while_maintenance_or_an_evolution_holds_its_pause(
+    it_settings: Settings,
+    spark: Any,
+    iceberg: IcebergCatalogResource,
+    kafka: KafkaResource,
+    resources: dict[str, Any],
+    tmp_path: Path,
+) -> None:
+    """A pause on the table (as an evolution or maintenance takes it): the worker commits
+    nothing to it until it ends, then catches up. Maintenance holds it over its rewrites (not
+    over expiry and orphan removal), an evolution over its commits, and both give it back."""
+    spec = _worker_spec(it_settings, kafka, "calm")
+    specs_dir = tmp_path / "specs"
+    specs_dir.mkdir()
+    write_spec(spec, specs_dir / f"{spec.name}.yaml")
+    settings = replace(it_settings, specs_dir=specs_dir)
+    defs = build_defs(specs=[spec], settings=settings, resource_overrides=resources)
+    ensure_tables(spark, "lake", spec)
+    bootstrap = kafka.resolved_bootstrap()
+    catalog = iceberg.load_catalog()
+    ledger, base = ledger_layout(spec), base_layout(spec)
+
+    def snapshots() -> tuple[Any, Any]:
+        return tuple(  # type: ignore[return-value]
+            catalog.load_table(f"{t.namespace}.{t.name}").current_snapshot() for t in (ledger, base)
+        )
+
+    with dg.instance_for_test() as instance:
+        outcome: dict[str, Any] = {}
+
+        def work() -> None:
+            outcome["result"] = defs.resolve_job_def(CONTINUOUS_JOB).execute_in_process(
+                instance=instance,
+                run_config=worker_run_config(
+                    "calm", [spec.name], idle_seconds=0.2, heartbeat_seconds=1
+                ),
+                tags={WORKER_TAG: "calm", "cdc/tables": spec.name},
+                raise_on_error=False,
+            )
+
+        worker = threading.Thread(target=work, name="worker")
+        worker.start()
+
+        def alive() -> None:
+            assert worker.is_alive(), outcome
+
+        produce(
+            workload(spec, random.Random(61), keys=80, events=300), spec.source.topic, bootstrap
+        )
+        _until_base_matches(spec, iceberg, expected_base(spec, kafka), alive)
+
+        # Paused: new changes wait in the topic, ledger and base stay where they are.
+        with table_paused(catalog, spec, "maintenance"):
+            before = snapshots()
+            produce(
+                workload(spec, random.Random(62), keys=80, events=300), spec.source.topic, bootstrap
+            )
+            time.sleep(6)  # many cycles and heartbeats of the worker
+            assert [s.snapshot_id for s in snapshots()] == [s.snapshot_id for s in before]
+            alive()
+        _until_base_matches(spec, iceberg, expected_base(spec, kafka), alive)
+        assert table_pause(catalog, spec) is None
+
+        # Maintenance while the worker runs: the rewrites under the pause, the rest not.
+        produce(
+            workload(spec, random.Random(63), keys=80, events=300), spec.source.topic, bootstrap
+        )
+        held: list[tuple[str, str | None]] = []
+
+        def seen(message: str) -> None:
+            pause = table_pause(catalog, spec)
+            held.append((message, pause.by if pause else None))
+
+        maintain_table(spark, "lake", catalog, spec, log=seen)
+        rewrites = [by for m, by in held if "rewrite_data_files" in m or "purge_tombstones" in m]
+        tidy = [by for m, by in held if "expire_snapshots" in m or "remove_orphan_files" in m]
+        assert rewrites, held
+        assert all(by and by.startswith("maintenance ") for by in rewrites), held
+        assert tidy, held
+        assert not any(tidy), held
+        assert table_pause(catalog, spec) is None
+
+        # An evolution while the worker runs: its commits under a pause it gives back.
+        extra = ColumnSpec(id=max(c.id for c in spec.columns) + 1, name="coupon", type="text")
+        evolved = with_column(spec, extra, spec.columns[-1].name)
+        converge(
+            lambda: spark,
+            "lake",
+            catalog,
+            specs_dir,
+            spec.name,
+            proposed_yaml=render_spec_yaml(evolved),
+        )
+        assert table_pause(catalog, spec) is None
+        assert any(by.startswith("evolution ") for by in _pauses_in_history(catalog, spec))
+        produce(
+            workload(spec, random.Random(64), keys=80, events=300), spec.source.topic, bootstrap
+        )
+        _until_base_matches(evolved, iceberg, expected_base(evolved, kafka), alive)
+
+        [record] = instance.get_run_records(dg.RunsFilter(job_name=CONTINUOUS_JOB))
+        messages = [e.user_message for e in instance.all_logs(record.dagster_run.run_id)]
+        assert any("paused by maintenance" in m for m in messages), messages[-20:]
+        assert any("the pause ended; resumed" in m for m in messages), messages[-20:]
+        instance.report_run_canceling(record.dagster_run)
+        worker.join(120)
+        assert not worker.is_alive()
+    assert outcome["result"].success
+    assert_ledger_exact(evolved, iceberg, kafka)
+
+
+def _pauses_in_history(catalog: Any, spec: Any) -> list[str]:
+    """The holders of the pauses that base's earlier metadata versions show, oldest first."""
+    layout = base_layout(spec)
+    table = catalog.load_table(f"{layout.namespace}.{layout.name}")
+    holders: list[str] = []
+    for entry in table.metadata.metadata_log:
+        by = StaticTable.from_metadata(entry.metadata_file).properties.get(PAUSED_BY)
+        if by and by not in holders:
+            holders.append(by)
+    return holders
 
 
 def _worker_spec(settings: Settings, kafka: KafkaResource, worker: str) -> Any:
