@@ -117,6 +117,10 @@ class ReadSide:
 
     def cycle(self, changes: int) -> dict[str, float]:
         """Updates of keys among the newest HOT_KEYS of the live keys, and inserts."""
+        return self.produce_and_upsert(self.changes(changes))
+
+    def changes(self, changes: int) -> list[Any]:
+        """The events of one cycle (the live rows follow them)."""
         hot_from = int(self.next_key * (1 - HOT_KEYS))
         records = []
         for _ in range(changes):
@@ -130,7 +134,7 @@ class ReadSide:
                 before, after = self.live[n], self._row(n)
                 self.live[n] = after
                 records.append(self.factory.update(before, after))
-        return self.produce_and_upsert(records)
+        return records
 
     def measure(self, label: str, upserts: int) -> dict[str, Any]:
         sql = self.spark.sql

@@ -141,10 +141,12 @@ def ingest_table(
     partition_key: str,
     started_at: datetime,
     log: Any,
+    files_per_commit: int = 0,
 ) -> tuple[IngestResult, dict[str, Any]]:
     """One ingest of ``spec``'s ledger (each shard's in turn) and its materialization metadata:
     the cdc asset's body, shared with the continuous worker (``jobs/continuous.py``). ``log``
-    has ``info`` and ``warning`` (a Dagster log manager or a ``logging.Logger``)."""
+    has ``info`` and ``warning`` (a Dagster log manager or a ``logging.Logger``);
+    ``files_per_commit``: the incremental ingest's ledger files per hour (0: as read)."""
     runs = []
     # A sharded table has a ledger per shard: each is read from its own topic and offsets.
     for view in spec.shard_specs():
@@ -158,7 +160,9 @@ def ingest_table(
         if mode == "rebuild":
             result = rebuild_hour(session, catalog_name, catalog, kafka, view, partition_key)
         else:
-            result = ingest_incremental(session, catalog_name, catalog, kafka, view)
+            result = ingest_incremental(
+                session, catalog_name, catalog, kafka, view, files=files_per_commit
+            )
         meta = _view_metadata(
             log, view, result, specs_dir, started_at, session, catalog_name, catalog
         )

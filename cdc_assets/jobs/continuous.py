@@ -12,8 +12,11 @@ a run would make (ledger offsets checked at commit, base refusing a bucketed tab
 another state), so a worker and a run on the same table never lose or double a record; the
 ``new_kafka_offsets`` sensor only leaves a table to its live worker to avoid wasted work. Each
 cycle reads the table's newest spec (an evolution committed since is never decoded stale), and a
-cycle that fails is retried by the next; ``max_failures`` failed cycles in a row of one table end
-the run, which the ``continuous_workers`` sensor starts again.
+cycle that fails is retried by the next, after a backoff; ``max_failures`` failed cycles in a row
+of one table end the run, which the ``continuous_workers`` sensor starts again. A table whose
+pause an evolution or maintenance holds (``pipeline.pause``) is left alone until it ends; base is
+compacted here once it holds more than ``base.maintenance.compact_files_per_bucket`` files per
+bucket, since a commit every few seconds adds files faster than a daily maintenance removes them.
 """
 
 import time
@@ -30,11 +33,19 @@ from cdc_assets.assets.history import history_table
 from cdc_assets.assets.keys import asset_key
 from cdc_assets.assets.ledger import ingest_table
 from cdc_assets.assets.upsert import base_table, bucketed_table
+from cdc_assets.pipeline.maintenance import (
+    FILE_TOTALS,
+    MaintenanceConflictError,
+    compact_tables,
+    needs_compaction,
+    summary_count,
+)
 from cdc_assets.pipeline.pause import Pause, table_pause
 from cdc_assets.pipeline.spec_store import with_stored_versions
 from cdc_assets.resources.iceberg import IcebergCatalogResource
 from cdc_assets.resources.kafka import KafkaResource
 from cdc_assets.resources.spark import SparkResource, own_session_per_thread
+from cdc_assets.schema.layers import base_layout
 from cdc_assets.spec.load import load_spec
 from cdc_assets.spec.models import TableSpec
 
@@ -46,6 +57,9 @@ HEARTBEAT_TAG = "cdc/heartbeat"  # epoch seconds of the worker's last finished c
 # process leaves its run STARTED); a new one has this long to start Spark before its first beat.
 STALE_BEATS = 6
 START_GRACE_S = 180.0
+# After a failed cycle: 1, 2, 4... seconds before the next, at most RETRY_MAX_S.
+RETRY_BASE_S = 1.0
+RETRY_MAX_S = 30.0
 _UNFINISHED = [
     dg.DagsterRunStatus.QUEUED,
     dg.DagsterRunStatus.NOT_STARTED,
@@ -67,6 +81,13 @@ class WorkerConfig(dg.Config):
         "the next: at most one commit per table per interval, so fewer and larger files "
         "(0: the next cycle starts at once)",
     )
+    ledger_files_per_commit: int = Field(
+        default=1,
+        ge=0,
+        description="most ledger data files a commit writes per hour partition (0: one per "
+        "Kafka partition read, as runs write); base's MERGE writes one per bucket it touches, "
+        "bounded by base.maintenance.compact_files_per_bucket",
+    )
     heartbeat_seconds: float = Field(
         default=10.0,
         gt=0,
@@ -77,7 +98,11 @@ class WorkerConfig(dg.Config):
         default=0.0, ge=0, description="stop after this long (0: until the run is terminated)"
     )
     max_failures: int = Field(
-        default=3, ge=1, description="failed cycles in a row of one table that end the run"
+        default=6,
+        ge=1,
+        description="failed cycles in a row of one table that end the run; after a failed "
+        "cycle the next waits 1, 2, 4... seconds (at most 30), so the default rides out about "
+        "half a minute of a broker or catalog outage",
     )
 
 
@@ -144,9 +169,10 @@ class _Cycle:
     """One table's share of a cycle: ingest, then the upsert (and history) when there is
     something to apply. Yields the materializations; ``read`` says whether it found records."""
 
-    def __init__(self, spec: TableSpec, look_at_ledger: bool) -> None:
+    def __init__(self, spec: TableSpec, look_at_ledger: bool, files: int = 0) -> None:
         self.spec = spec
         self.look_at_ledger = look_at_ledger
+        self.files = files
         self.read = 0
         self.paused: Pause | None = None
 
@@ -158,7 +184,7 @@ class _Cycle:
         catalog_name: str,
         catalog: Any,
         kafka: KafkaResource,
-    ) -> Iterator[dg.AssetMaterialization]:
+    ) -> Iterator[dg.AssetMaterialization | dg.AssetObservation]:
         spec = self.spec
         # An evolution or a maintenance run is committing: left alone until it has (its commits
         # would win anyway, at the cost of a retry on either side).
@@ -178,6 +204,7 @@ class _Cycle:
             partition_key=hour,
             started_at=started,
             log=log,
+            files_per_commit=self.files,
         )
         self.read = result.read
         if result.read:
@@ -196,11 +223,47 @@ class _Cycle:
         yield dg.AssetMaterialization(asset_key=asset_key("bucketed", spec.name), metadata=bucketed)
         base = base_table(spec, specs_dir, session, catalog_name, catalog, log)
         yield dg.AssetMaterialization(asset_key=asset_key("base", spec.name), metadata=base)
+        compacted = _compact_if_due(spec, session, catalog_name, catalog, log)
+        if compacted is not None:
+            yield dg.AssetObservation(asset_key=asset_key("base", spec.name), metadata=compacted)
         if spec.history.enabled:
             history = history_table(spec, session, catalog_name, catalog, log)
             yield dg.AssetMaterialization(
                 asset_key=asset_key("history", spec.name), metadata=history
             )
+
+
+def _compact_if_due(
+    spec: TableSpec, session: Any, catalog_name: str, catalog: Any, log: Any
+) -> dict[str, Any] | None:
+    """Compact base and its tombstones when base holds more files per bucket than the spec's
+    ``base.maintenance.compact_files_per_bucket``: the maintenance rewrites, in this worker's
+    thread (its own commits cannot race them); the compaction's numbers, or None."""
+    layout = base_layout(spec)
+    snapshot = catalog.load_table(f"{layout.namespace}.{layout.name}").current_snapshot()
+    summary = snapshot.summary if snapshot is not None else {}
+    bound = spec.base.maintenance.compact_files_per_bucket
+    if not needs_compaction(summary, spec.base.buckets, bound):
+        return None
+    before = [summary_count(summary, k) for k in FILE_TOTALS]
+    try:
+        result = compact_tables(session, catalog_name, catalog, spec, log=log.info)
+    except MaintenanceConflictError as exc:
+        # Another writer (a run, maintenance) kept winning: the next cycle tries again, and the
+        # commits of this one stand.
+        log.warning(str(exc))
+        result = exc.result
+    log.info(
+        f"{spec.name}: compacted base at {before[0]} data and {before[1]} delete files "
+        f"(over {bound} per bucket) in {result.seconds:.1f}s"
+    )
+    return {
+        "compaction": "continuous worker",
+        "data_files_before": before[0],
+        "delete_files_before": before[1],
+        **result.totals(),
+        "seconds": round(result.seconds, 2),
+    }
 
 
 class _WarningsOnly:
@@ -259,7 +322,9 @@ def build_continuous_job(specs_dir: Path) -> dg.JobDefinition:
             look = cycle_started - last_beat >= config.heartbeat_seconds
             read = 0
             for spec in _current_specs(config.tables, specs_dir, catalog):
-                cycle = _Cycle(spec, look_at_ledger=look or cycles == 0)
+                cycle = _Cycle(
+                    spec, look_at_ledger=look or cycles == 0, files=config.ledger_files_per_commit
+                )
                 try:
                     yield from cycle.run(
                         context.log, specs_dir, session, spark.catalog.name, catalog, kafka
@@ -280,6 +345,10 @@ def build_continuous_job(specs_dir: Path) -> dg.JobDefinition:
                 _say_pause(context.log, spec.name, cycle.paused, paused)
             cycles += 1
             records += read
+            if failing := max(failures.values(), default=0):
+                # A broker or catalog away: back off, rather than spending the failures the
+                # run may take in a second.
+                time.sleep(min(RETRY_BASE_S * 2 ** (failing - 1), RETRY_MAX_S))
             if look:
                 last_beat = time.monotonic()
                 context.instance.add_run_tags(context.run_id, {HEARTBEAT_TAG: f"{time.time():.0f}"})

@@ -394,19 +394,26 @@ def plan_offsets(
 
 
 def ingest_incremental(
-    spark: Any, catalog: str, iceberg_catalog: Any, kafka: KafkaResource, spec: TableSpec
+    spark: Any,
+    catalog: str,
+    iceberg_catalog: Any,
+    kafka: KafkaResource,
+    spec: TableSpec,
+    *,
+    files: int = 0,
 ) -> IngestResult:
     """Consume everything new on the spec's topic into its ledger and dead-letter tables.
 
     Exactly once without a lock (``pipeline.ledger_commit``): the ledger commit is published
     only if nothing reached the ledger since this run read its offsets; otherwise the run starts
-    over from the offsets committed then."""
+    over from the offsets committed then. ``files``: at most this many ledger files per hour
+    partition per commit (0: one per Kafka partition read), for a writer that commits often."""
     # Kafka's credentials and certificates first (resources/preflight): a refused one fails
     # here naming its setting, before the ledger gets even its empty first snapshot.
     kafka.client_conf()
     for attempt in range(1, MOVED_RETRIES + 1):
         try:
-            return _ingest_once(spark, catalog, iceberg_catalog, kafka, spec)
+            return _ingest_once(spark, catalog, iceberg_catalog, kafka, spec, files)
         except LedgerMovedError:
             if attempt == MOVED_RETRIES:
                 raise
@@ -415,7 +422,12 @@ def ingest_incremental(
 
 
 def _ingest_once(
-    spark: Any, catalog: str, iceberg_catalog: Any, kafka: KafkaResource, spec: TableSpec
+    spark: Any,
+    catalog: str,
+    iceberg_catalog: Any,
+    kafka: KafkaResource,
+    spec: TableSpec,
+    files: int = 0,
 ) -> IngestResult:
     started = time.monotonic()
     layout = ledger_layout(spec)
@@ -459,6 +471,10 @@ def _ingest_once(
         rows = fill_gtid_floor(
             spark, spec, ledger_rows(classified, spec), ledger_identifier(catalog, spec)
         )
+        if files > 0:
+            # Each task writes a file per hour it holds: fewer tasks, fewer (larger) files. The
+            # batch is decoded and cached by now, so only the write itself runs on fewer tasks.
+            rows = rows.coalesce(files)
         if armed("during_ledger_write"):
             rows = _kill_during_write(rows)
 

@@ -382,7 +382,7 @@ def maintain_table(
     orphan_age = max(timedelta(hours=maintenance.orphan_file_age_hours), MIN_ORPHAN_AGE)
     # Never younger than a day before the real clock, whatever ``now`` says.
     orphans_before = min(epoch_ms(now - orphan_age), epoch_ms(datetime.now(UTC) - MIN_ORPHAN_AGE))
-    plan: list[tuple[str, str, Callable[[StepResult], None]]] = [
+    plan: list[Step] = [
         (
             "purge_tombstones",
             "tombstones",
@@ -390,16 +390,9 @@ def maintain_table(
         )
     ]
     # The history layer only where the spec keeps one.
-    for layer in (c for c in COMPACTED_LAYERS if c in layouts):
-        layout = layouts[layer]
-        table = iceberg_catalog.load_table(f"{layout.namespace}.{layout.name}")
-        sort = _ensure_write_order(session, catalog, table, layout)
-        rewrite_data = render_rewrite_data_files(catalog, ident[layer], sort=sort)
-        rewrite_deletes = render_rewrite_position_deletes(catalog, ident[layer])
-        plan.append(("rewrite_data_files", layer, partial(_procedure, session, rewrite_data)))
-        plan.append(
-            ("rewrite_position_delete_files", layer, partial(_procedure, session, rewrite_deletes))
-        )
+    plan += _rewrites(
+        session, catalog, iceberg_catalog, layouts, [c for c in COMPACTED_LAYERS if c in layouts]
+    )
     # A sharded table's ledger, bucketed and dead-letter tables are one per shard (cdc:<shard>).
     tables = [k for layer in ALL_LAYERS for k in layouts if k.split(":")[0] == layer]
     for layer in tables:
@@ -437,6 +430,77 @@ def maintain_table(
             "upserts run.",
             result,
         )
+    return result
+
+
+Step = tuple[str, str, Callable[[StepResult], None]]
+
+
+def _rewrites(
+    session: Any,
+    catalog: str,
+    iceberg_catalog: Any,
+    layouts: Mapping[str, TableLayout],
+    layers: Sequence[str],
+) -> list[Step]:
+    """Compaction of each layer: its data files (deletes applied), then its position deletes."""
+    steps: list[Step] = []
+    for layer in layers:
+        layout = layouts[layer]
+        ident = spark_identifier(catalog, layout)
+        table = iceberg_catalog.load_table(f"{layout.namespace}.{layout.name}")
+        sort = _ensure_write_order(session, catalog, table, layout)
+        rewrite_data = render_rewrite_data_files(catalog, ident, sort=sort)
+        rewrite_deletes = render_rewrite_position_deletes(catalog, ident)
+        steps.append(("rewrite_data_files", layer, partial(_procedure, session, rewrite_data)))
+        steps.append(
+            ("rewrite_position_delete_files", layer, partial(_procedure, session, rewrite_deletes))
+        )
+    return steps
+
+
+def needs_compaction(summary: Mapping[str, str], buckets: int, files_per_bucket: int) -> bool:
+    """Whether base holds more data and delete files than ``files_per_bucket`` per bucket (its
+    snapshot summary says; 0 never). Each MERGE adds a data file and a delete file to every bucket
+    it touches, and scans slow down with their number, not with the rows changed."""
+    if files_per_bucket <= 0:
+        return False
+    return sum(summary_count(summary, k) for k in FILE_TOTALS) > files_per_bucket * buckets
+
+
+FILE_TOTALS = ("total-data-files", "total-delete-files")
+
+
+def summary_count(summary: Mapping[str, str], key: str) -> int:
+    """A count of a snapshot summary; 0 when absent (pyiceberg's summary ignores get's default)."""
+    return int(summary.get(key) or 0)
+
+
+def compact_tables(
+    spark: Any,
+    catalog: str,
+    iceberg_catalog: Any,
+    spec: TableSpec,
+    *,
+    log: Callable[[str], None] | None = None,
+) -> MaintenanceResult:
+    """Only the compaction of base and its tombstones (maintenance's rewrites, nothing expired
+    or removed), for a writer that commits often: a continuous worker when base reaches
+    ``base.maintenance.compact_files_per_bucket``. Raises MaintenanceConflictError as
+    ``maintain_table`` does when a rewrite kept losing its commit race."""
+    started = time.monotonic()
+    layouts = all_layouts(spec)
+    session = _isolated_session(spark)
+    result = MaintenanceResult(spec.name)
+    runner = StepRunner(result, log or (lambda _message: None))
+    for step, layer, action in _rewrites(
+        session, catalog, iceberg_catalog, layouts, ("base", "tombstones")
+    ):
+        runner.step(step, layer, spark_identifier(catalog, layouts[layer]), action)
+    result.seconds = time.monotonic() - started
+    if result.failed:
+        failed = "; ".join(f"{s.step} on {s.layer}: {s.error}" for s in result.failed)
+        raise MaintenanceConflictError(f"{spec.name}: compaction failed: {failed}", result)
     return result
 
 

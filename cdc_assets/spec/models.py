@@ -369,6 +369,10 @@ class MaintenanceSpec(_Strict):
     snapshot_retention_hours: int = Field(default=168, ge=1)
     retain_last_snapshots: int = Field(default=10, ge=1)
     orphan_file_age_hours: int = Field(default=72, ge=1)
+    # A continuous worker commits every few seconds, and each MERGE adds a data file and a delete
+    # file to every bucket it touches: it compacts base (and tombstones) itself once base holds
+    # more than this many files per bucket. 0: only the scheduled maintenance compacts.
+    compact_files_per_bucket: int = Field(default=24, ge=0)
 
 
 class BaseTableSpec(_Strict):

@@ -51,6 +51,17 @@ def it_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     return make_home(tmp_path_factory.mktemp("it") / "home")
 
 
+@pytest.fixture
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
+    """A stack of the test's own, for its broker to be killed (the session's stays up)."""
+    home = make_home(tmp_path_factory.mktemp("broker") / "home")
+    stack_up(home)
+    try:
+        yield home
+    finally:
+        stack_down(home, purge=True)
+
+
 @pytest.fixture(scope="session")
 def stack(it_settings: Settings) -> Iterator[StackState]:
     state = stack_up(it_settings)

@@ -22,7 +22,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +35,8 @@ from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.settings import ENV_KAFKA_BOOTSTRAP, Settings
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.stack import local_process
-from cdc_assets.stack.local_stack import StackState, stack_down, stack_up
+from cdc_assets.stack.local_stack import StackState, stack_up
 from cdc_assets_tests.conftest import PROJECT_ROOT
-from cdc_assets_tests.integration.conftest import make_home
 from cdc_assets_tests.integration.test_evolve import later
 from cdc_assets_tests.integration.test_ingest import isolated
 from cdc_assets_tests.integration.test_ingest_recovery import oracle_check
@@ -61,16 +59,6 @@ spark = res["spark"].model_copy(update={"master": "local[1]"}).get_session()
 result = ingest_incremental(spark, "lake", res["iceberg"].load_catalog(), res["kafka"], spec)
 print(f"INGESTED {result.read}", flush=True)
 """
-
-
-@pytest.fixture
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
-    home = make_home(tmp_path_factory.mktemp("broker") / "home")
-    stack_up(home)
-    try:
-        yield home
-    finally:
-        stack_down(home, purge=True)
 
 
 def held_ingest(

@@ -1,8 +1,8 @@
 """The continuous worker (issue 58): a long-running run of ``continuous_tables`` that ingests and
-upserts its table in a loop, while ordinary micro-batch runs of the same table run at the same
-time. Base must equal the replay of the topic and the ledger hold every record once; the worker's
-commits are materializations of the table's assets, it beats, and it stops when its run is
-terminated."""
+upserts its table in a loop (and compacts base when it holds too many files), while ordinary
+micro-batch runs of the same table run at the same time. Base must equal the replay of the
+topic and the ledger hold every record once; the worker's commits are materializations of the
+table's assets, it beats, and it stops when its run is terminated."""
 
 import os
 import random
@@ -30,7 +30,8 @@ from cdc_assets.jobs.continuous import (
 )
 from cdc_assets.jobs.sync import SYNC_JOB, sync_selection
 from cdc_assets.pipeline.converge import converge
-from cdc_assets.pipeline.maintenance import maintain_table
+from cdc_assets.pipeline.maintenance import maintain_table, summary_count
+from cdc_assets.pipeline.offsets import KIND_PROPERTY
 from cdc_assets.pipeline.pause import PAUSED_BY, table_pause, table_paused
 from cdc_assets.pipeline.tables import ensure_tables
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
@@ -40,6 +41,8 @@ from cdc_assets.sensors.new_offsets import current_hour_key
 from cdc_assets.settings import Settings
 from cdc_assets.spec.models import ColumnSpec
 from cdc_assets.spec.versions import render_spec_yaml, write_spec
+from cdc_assets.stack.local_stack import stack_up
+from cdc_assets_tests.integration.test_broker_restart import kill_broker
 from cdc_assets_tests.integration.test_ingest import isolated
 from cdc_assets_tests.integration.test_schema_evolution_flow import with_column
 from cdc_assets_tests.integration.test_spark_cluster import assert_ledger_exact
@@ -61,7 +64,10 @@ def test_a_worker_and_micro_batch_runs_at_once_lose_and_double_nothing(
     resources: dict[str, Any],
     tmp_path: Path,
 ) -> None:
-    spec = _worker_spec(it_settings, kafka, "hot")
+    hot = _worker_spec(it_settings, kafka, "hot")
+    # A low bound: the worker also compacts base while the runs race it.
+    maintenance = hot.base.maintenance.model_copy(update={"compact_files_per_bucket": 2})
+    spec = hot.model_copy(update={"base": hot.base.model_copy(update={"maintenance": maintenance})})
     specs_dir = tmp_path / "specs"
     specs_dir.mkdir()
     write_spec(spec, specs_dir / f"{spec.name}.yaml")
@@ -140,6 +146,13 @@ def test_a_worker_and_micro_batch_runs_at_once_lose_and_double_nothing(
     assert {asset_key(layer, spec.name) for layer in ("cdc", "bucketed", "base")} <= materialized
     cycles = result.output_for_node("run_worker")
     assert cycles["records"] > 0, cycles
+    compactions = [
+        e.event_specific_data.asset_observation.metadata  # type: ignore[union-attr]
+        for e in result.all_events
+        if e.event_type == dg.DagsterEventType.ASSET_OBSERVATION
+    ]
+    assert compactions, "base went over 2 files per bucket: the worker should have compacted it"
+    assert all(m["compaction"].value == "continuous worker" for m in compactions)
 
 
 def test_a_worker_leaves_a_table_alone_while_maintenance_or_an_evolution_holds_its_pause(
@@ -251,6 +264,84 @@ def test_a_worker_leaves_a_table_alone_while_maintenance_or_an_evolution_holds_i
         assert not worker.is_alive()
     assert outcome["result"].success
     assert_ledger_exact(evolved, iceberg, kafka)
+    # Its ledger commits wrote one file each (ledger_files_per_commit: 1) though the topic has
+    # two partitions; one commit may cross an hour and write two.
+    ledger_table = catalog.load_table(f"{ledger.namespace}.{ledger.name}")
+    added = [
+        summary_count(s.summary, "added-data-files")
+        for s in ledger_table.snapshots()
+        if s.summary.get(KIND_PROPERTY) == "incremental"
+    ]
+    assert len(added) >= 4, added
+    assert sum(1 for n in added if n > 1) <= 1, added
+
+
+def test_a_broker_killed_under_a_worker_and_started_again_loses_and_doubles_nothing(
+    it_settings: Settings,
+    spark: Any,
+    iceberg: IcebergCatalogResource,
+    resources: dict[str, Any],
+    broker: Settings,
+    tmp_path: Path,
+) -> None:
+    """The worker's broker (this test's own; the session's catalog) is killed with SIGKILL in
+    the middle of a stream and started again 8 s later on the same port and data. The worker's
+    cycles fail while it is away and back off; the run survives, and base equals the replay of
+    the topic with the ledger holding every record once."""
+    state = stack_up(broker)
+    kafka = KafkaResource(bootstrap_servers=state.bootstrap_servers, home=str(broker.home))
+    spec = _worker_spec(it_settings, kafka, "steady")
+    specs_dir = tmp_path / "specs"
+    specs_dir.mkdir()
+    write_spec(spec, specs_dir / f"{spec.name}.yaml")
+    defs = build_defs(
+        specs=[spec],
+        settings=replace(it_settings, specs_dir=specs_dir),
+        resource_overrides={**resources, "kafka": kafka},
+    )
+    ensure_tables(spark, "lake", spec)
+    events = workload(spec, random.Random(65), keys=120, events=1200)
+    slices = [events[i : i + 200] for i in range(0, len(events), 200)]
+
+    with dg.instance_for_test() as instance:
+        outcome: dict[str, Any] = {}
+
+        def work() -> None:
+            outcome["result"] = defs.resolve_job_def(CONTINUOUS_JOB).execute_in_process(
+                instance=instance,
+                run_config=worker_run_config(
+                    "steady", [spec.name], idle_seconds=0.2, heartbeat_seconds=2
+                ),
+                tags={WORKER_TAG: "steady", "cdc/tables": spec.name},
+                raise_on_error=False,
+            )
+
+        worker = threading.Thread(target=work, name="worker")
+        worker.start()
+
+        def alive() -> None:
+            assert worker.is_alive(), outcome
+
+        for part in slices[:3]:
+            produce(part, spec.source.topic, state.bootstrap_servers)
+            time.sleep(1.0)
+        kill_broker(state)  # mid-stream: the worker is reading or committing a slice
+        time.sleep(8)
+        alive()
+        back = stack_up(broker)
+        assert back.bootstrap_servers == state.bootstrap_servers  # same port, same data
+        for part in slices[3:]:
+            produce(part, spec.source.topic, back.bootstrap_servers)
+        _until_base_matches(spec, iceberg, expected_base(spec, kafka), alive)
+        [record] = instance.get_run_records(dg.RunsFilter(job_name=CONTINUOUS_JOB))
+        messages = [e.user_message for e in instance.all_logs(record.dagster_run.run_id)]
+        instance.report_run_canceling(record.dagster_run)
+        worker.join(120)
+        assert not worker.is_alive()
+    assert outcome["result"].success
+    assert_ledger_exact(spec, iceberg, kafka)
+    # Shown with -s: how the outage looked from the worker.
+    print("\n".join(m for m in messages if "cycle failed" in m))
 
 
 def _pauses_in_history(catalog: Any, spec: Any) -> list[str]:
