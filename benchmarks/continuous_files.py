@@ -5,19 +5,21 @@ For each mode one users table of ``--rows`` rows is loaded through the product's
 snapshot reads in Kafka, ingest, upsert), then a continuous worker (the ``continuous_tables``
 job, in this process) keeps it for ``--seconds`` while changes arrive at ``--rate`` events a
 second (90% updates of keys among the newest 10%, 10% inserts), committing at most every
-``--interval`` seconds. One mode per ``--bounds``
-value of ``base.maintenance.compact_files_per_bucket``: 0 (``schedule``) leaves base to the
-scheduled maintenance (daily by default), i.e. uncompacted within the run; any other bound has
-the worker compact base when it holds more files per bucket (``worker-24``: the default).
+``--interval`` seconds. One mode per ``--bounds`` value of
+``base.maintenance.compact_files_per_bucket``: 0 (``schedule``) leaves base to the scheduled
+maintenance (daily by default), i.e. uncompacted within the run; any other bound has the worker
+compact base when it holds more files per bucket.
 
-Every 15 s it samples base's data and delete files (snapshot summary) and its commits. When the
-worker has caught up it is stopped and the reader's queries are timed in the same session as
-``upsert_read_side.py`` does (full scan, median of 3; 20 point lookups), against the table right
-after the load (the baseline, same script and data). Base must hold exactly the live keys.
-Prints a table, writes ``benchmarks/results/continuous_files.json`` and ``.png``.
+Every 15 s it samples base's data and delete files (snapshot summary) and its upsert commits
+(compactions not counted). When the changes stop it times how long the worker takes to catch up
+(base holding every live key); then it is stopped and the reader's queries are timed in the
+same session as ``upsert_read_side.py`` does (full scan, median of 3; 20 point lookups),
+against the table right after the load (the baseline, same script and data). Base must hold
+exactly the live keys. Prints a table, writes ``benchmarks/results/continuous_files.json``
+and ``.png``.
 
     python benchmarks/continuous_files.py [--rows 50000] [--seconds 300] [--rate 50]
-        [--interval 2]
+        [--interval 2] [--bounds 0,24,8,4]
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--rate", type=float, default=50.0, help="change events per second")
     parser.add_argument("--interval", type=float, default=2.0, help="commit_interval_seconds")
     parser.add_argument(
-        "--bounds", default="0,24,8", help="compact_files_per_bucket of each mode (0: schedule)"
+        "--bounds", default="0,24,8,4", help="compact_files_per_bucket of each mode (0: schedule)"
     )
     parser.add_argument("--seed", type=int, default=58)
     parser.add_argument("--results-dir", type=Path, default=RESULTS)
@@ -64,7 +66,8 @@ def mode_name(bound: int) -> str:
 
 
 def base_files(catalog: Any, spec: Any) -> tuple[int, int, int]:
-    """(data files, delete files, snapshots) of base now."""
+    """(data files, delete files, upsert commits) of base now: every snapshot but the
+    compactions' (``replace``)."""
     from cdc_assets.pipeline.maintenance import summary_count
     from cdc_assets.schema.layers import base_layout
 
@@ -74,7 +77,7 @@ def base_files(catalog: Any, spec: Any) -> tuple[int, int, int]:
     return (
         summary_count(summary, "total-data-files"),
         summary_count(summary, "total-delete-files"),
-        len(table.snapshots()),
+        sum(1 for s in table.snapshots() if s.summary.operation.value != "replace"),
     )
 
 
@@ -170,13 +173,15 @@ def run_mode(
                 raise RuntimeError(f"{mode}: the worker stopped: {outcome}")
             time.sleep(0.5)
         # Caught up: base holds every live key (updates are checked by count and by the scans).
-        deadline = time.monotonic() + 300
+        stopped = time.monotonic()
+        deadline = stopped + 300
         while table.spark.sql(f"SELECT count(*) AS n FROM {table.base}").collect()[0]["n"] != len(
             table.live
         ):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{mode}: the worker did not catch up in 300 s")
             time.sleep(2)
+        catch_up_s = time.monotonic() - stopped
         time.sleep(3 * args.interval)  # the last updates of keys it already had
         [record] = instance.get_run_records(dg.RunsFilter(job_name=CONTINUOUS_JOB))
         instance.report_run_canceling(record.dagster_run)
@@ -200,6 +205,7 @@ def run_mode(
         "events": sent,
         "cycles": cycles["cycles"],
         "commits": snapshots - snapshots_at_start,
+        "catch_up_s": round(catch_up_s, 1),
         "compactions": len(compactions),
         "compaction_s": round(sum(float(m["seconds"].value) for m in compactions), 1),
         "max_files": max(s["data_files"] + s["delete_files"] for s in samples),
@@ -212,14 +218,16 @@ def print_report(results: list[dict[str, Any]], args: argparse.Namespace) -> Non
     print(
         f"\n{args.rows:,} rows, {args.seconds:.0f} s at {args.rate:g} events/s, commits at most "
         f"every {args.interval:g} s\n"
-        f"{'mode':>9} {'commits':>7} {'compactions':>11} {'compacting s':>12} {'max files':>9} "
+        f"{'mode':>9} {'commits':>7} {'catch-up s':>10} {'compactions':>11} "
+        f"{'compacting s':>12} {'max files':>9} "
         f"{'data files':>10} {'delete files':>12} {'full scan s':>11} {'x loaded':>8} "
         f"{'lookup ms':>9} {'x loaded':>8}"
     )
     for r in results:
         first, last = r["points"]
         print(
-            f"{r['mode']:>9} {r['commits']:>7} {r['compactions']:>11} {r['compaction_s']:>12} "
+            f"{r['mode']:>9} {r['commits']:>7} {r['catch_up_s']:>10} {r['compactions']:>11} "
+            f"{r['compaction_s']:>12} "
             f"{r['max_files']:>9} {last['data_files']:>10} {last['delete_files']:>12} "
             f"{last['full_scan_s']:>11.2f} {last['full_scan_s'] / first['full_scan_s']:>8.2f} "
             f"{1000 * last['lookup_median_s']:>9.0f} "

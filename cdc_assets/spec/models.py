@@ -372,7 +372,7 @@ class MaintenanceSpec(_Strict):
     # A continuous worker commits every few seconds, and each MERGE adds a data file and a delete
     # file to every bucket it touches: it compacts base (and tombstones) itself once base holds
     # more than this many files per bucket. 0: only the scheduled maintenance compacts.
-    compact_files_per_bucket: int = Field(default=24, ge=0)
+    compact_files_per_bucket: int = Field(default=8, ge=0)
 
 
 class BaseTableSpec(_Strict):
