@@ -16,7 +16,13 @@ ts_ms). MariaDB stamps binlog events in whole seconds, so its figures are up to 
 table, writes JSON and a PNG plot to benchmarks/results/.
 
     python benchmarks/source_freshness.py [--seconds 180] [--batch 4] [--pause 2]
-        [--warmup 60] [--spark connect|driver]
+        [--warmup 60] [--spark connect|driver] [--keepers runs,worker]
+
+``--keepers runs,worker`` measures the same seeded workload twice in one script, each on a stack
+of its own: kept by the sensors' micro-batch runs, then by one continuous worker for every table
+(``pipeline.worker`` set in the copied specs; the ``continuous_workers`` sensor starts it). Each
+also records the machine's busy CPU from the workload's start until base caught up, per change
+event; the table compares both.
 
 A warm-up of the same workload runs first and is not measured (``--warmup 0`` measures a cold
 start): a deployment's Spark Connect server runs for days, and a fresh one spends its first
@@ -43,7 +49,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_common import code_version, make_home, start_daemon  # noqa: E402
+from bench_common import busy_cpu_s, code_version, make_home, start_daemon  # noqa: E402
 
 
 def topic_events(bootstrap: str, topic: str) -> list[dict[str, Any]]:
@@ -237,9 +243,63 @@ def main() -> int:
         default="connect",
         help="runs share the stack's Spark Connect server, or start a driver each",
     )
+    parser.add_argument(
+        "--keepers",
+        default="runs",
+        help="comma-separated: runs (the sensors' micro-batch runs) and/or worker (one "
+        "continuous worker keeps every table); each measured on a stack of its own, in turn",
+    )
     parser.add_argument("--out", default=None, help="JSON path (default: by --spark)")
     args = parser.parse_args()
+    keepers = [k.strip() for k in args.keepers.split(",") if k.strip()]
+    if not set(keepers) <= {"runs", "worker"}:
+        parser.error("--keepers takes runs and/or worker")
+    results = {}
+    for keeper in keepers:
+        result = measure(args, keeper)
+        if result is None:
+            return 1
+        results[keeper] = result
+    if len(results) == 1:
+        [(keeper, result)] = results.items()
+        name = "source_freshness" + ("" if args.spark == "connect" else "_driver")
+        if keeper == "worker":
+            name = "source_freshness_worker"
+    else:
+        name = "source_freshness_keepers"
+        result = {"benchmark": "source_freshness", "keepers": results}
+        compare(results)
+    out = Path(args.out or RESULTS / f"{name}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    plot(
+        {k: r["freshness_s"] for k, r in results.items()},
+        next(iter(results.values()))["debezium_s"],
+        out.with_suffix(".png"),
+    )
+    print(f"\nwrote {out} and {out.with_suffix('.png')}")
+    return 0
 
+
+def compare(results: dict[str, dict[str, Any]]) -> None:
+    """The keepers side by side: freshness of every table's events, and machine CPU per event."""
+    print(
+        f"\n{'keeper':<8} {'events':>7} {'median s':>9} {'p95 s':>7} {'CPU s/event':>12} "
+        f"{'x runs':>7}"
+    )
+    base = results.get("runs")
+    for keeper, r in results.items():
+        total = r["tables"][-1]
+        ratio = r["cpu_per_event_s"] / base["cpu_per_event_s"] if base else float("nan")
+        print(
+            f"{keeper:<8} {total['events']:>7} {total['median_s']:>9.1f} {total['p95_s']:>7.1f} "
+            f"{r['cpu_per_event_s']:>12.4f} {ratio:>7.2f}"
+        )
+
+
+def measure(args: argparse.Namespace, keeper: str) -> dict[str, Any] | None:
+    """One stack of its own, the workload, and its freshness with ``keeper`` keeping the tables
+    (None: base did not catch up)."""
     from cdc_assets.cli import ensure_dagster_home
     from cdc_assets.demo.live import Workload, next_key_base
     from cdc_assets.jobs.inprocess import PipelineDriver
@@ -256,6 +316,8 @@ def main() -> int:
         ensure_jars("connect", settings, quiet=True)
         specs_dir = tmp / "specs"
         shutil.copytree(ROOT / "table_specs", specs_dir)
+        if keeper == "worker":
+            _name_worker(specs_dir, "source")
         settings = replace(settings, specs_dir=specs_dir)
         print("stack up --sources ...", flush=True)
         state = stack_up(settings, sources=True, spark_connect=args.spark == "connect")
@@ -289,17 +351,19 @@ def main() -> int:
             if not wait_caught_up(
                 instance, bootstrap, catalog, specs, args.settle, tmp / "daemon.log"
             ):
-                return 1
+                return None
         measured_from = end_offsets(bootstrap, topics)
         measured_since, warm_statements = time.time(), dict(workload.statements_run)
-        print(f"workload for {args.seconds:.0f} s ...", flush=True)
+        print(f"workload for {args.seconds:.0f} s ({keeper}) ...", flush=True)
         started = time.monotonic()
+        cpu_before = busy_cpu_s()
         batches = drive(workload, args.seconds, args.batch, args.pause)
         workload_s = time.monotonic() - started
         print(f"{batches} batches; waiting for base to catch up ...", flush=True)
         if not wait_caught_up(instance, bootstrap, catalog, specs, args.settle, tmp / "daemon.log"):
-            return 1
+            return None
         settle_s = time.monotonic() - started - workload_s
+        cpu_s = busy_cpu_s() - cpu_before
 
         rows = []
         all_fresh: list[float] = []
@@ -357,6 +421,7 @@ def main() -> int:
             )
         result = {
             "benchmark": "source_freshness",
+            "keeper": keeper,
             "code": code_version(),
             "cpus": os.cpu_count(),
             "load_average_before": list(os.getloadavg()),
@@ -374,16 +439,16 @@ def main() -> int:
             "target_s": 60,
             "spark": args.spark,
             "runs": run_summary(instance, [s.name for s in specs], measured_since),
+            # Machine-wide busy CPU from the workload's start until base caught up, per change
+            # event (the databases, Debezium and the broker included, the same in both keepers).
+            "cpu_s": cpu_s,
+            "cpu_per_event_s": cpu_s / max(total["events"], 1),
+            "freshness_s": all_fresh,
+            "debezium_s": all_dbz,
         }
         for job, line in result["runs"].items():
             print(f"{job}: {line}")
-        name = "source_freshness" + ("" if args.spark == "connect" else "_driver")
-        out = Path(args.out or RESULTS / f"{name}.json")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-        plot(all_fresh, all_dbz, out.with_suffix(".png"))
-        print(f"\nwrote {out} and {out.with_suffix('.png')}")
-        return 0
+        return result
     finally:
         if daemon is not None:
             daemon.terminate()
@@ -395,17 +460,26 @@ def main() -> int:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def plot(fresh: list[float], dbz: list[float], path: Path) -> None:
+def _name_worker(specs_dir: Path, worker: str) -> None:
+    """Every spec in ``specs_dir`` kept by one continuous worker (``pipeline.worker``)."""
+    import yaml
+
+    for path in sorted(specs_dir.glob("*.yaml")):
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data["pipeline"] = {**(data.get("pipeline") or {}), "worker": worker}
+        path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+
+
+def plot(fresh: dict[str, list[float]], dbz: list[float], path: Path) -> None:
+    """CDF of each keeper's freshness, and of Debezium's delivery."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    for values, label in (
-        (fresh, "commit -> visible in base"),
-        (dbz, "commit -> in Kafka (Debezium)"),
-    ):
+    curves = [(v, f"commit -> visible in base ({k})") for k, v in fresh.items()]
+    for values, label in [*curves, (dbz, "commit -> in Kafka (Debezium)")]:
         ordered = sorted(values)
         ax.plot(ordered, [i / len(ordered) for i in range(1, len(ordered) + 1)], label=label)
     ax.axvline(60, color="grey", linestyle="--", label="target 60 s")
