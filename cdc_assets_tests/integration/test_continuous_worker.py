@@ -79,24 +79,9 @@ def test_a_worker_and_micro_batch_runs_at_once_lose_and_double_nothing(
     slices = [events[i : i + 400] for i in range(0, len(events), 400)]
 
     with dg.instance_for_test() as instance:
-        outcome: dict[str, Any] = {}
-
-        def work() -> None:
-            outcome["result"] = defs.resolve_job_def(CONTINUOUS_JOB).execute_in_process(
-                instance=instance,
-                run_config=worker_run_config(
-                    "hot",
-                    [spec.name],
-                    idle_seconds=0.2,
-                    heartbeat_seconds=2,
-                    commit_interval_seconds=1.0,
-                ),
-                tags={WORKER_TAG: "hot", "cdc/tables": spec.name},
-                raise_on_error=False,
-            )
-
-        worker = threading.Thread(target=work, name="worker")
-        worker.start()
+        worker, outcome = _start_worker(
+            defs, instance, "hot", spec.name, heartbeat_seconds=2, commit_interval_seconds=1.0
+        )
         # Micro-batch runs of the same table (another instance: the runs the daemon would start
         # for a table whose worker it does not see), one per slice, racing the worker's cycles.
         runs = dg.DagsterInstance.ephemeral()
@@ -183,20 +168,7 @@ def test_a_worker_leaves_a_table_alone_while_maintenance_or_an_evolution_holds_i
         )
 
     with dg.instance_for_test() as instance:
-        outcome: dict[str, Any] = {}
-
-        def work() -> None:
-            outcome["result"] = defs.resolve_job_def(CONTINUOUS_JOB).execute_in_process(
-                instance=instance,
-                run_config=worker_run_config(
-                    "calm", [spec.name], idle_seconds=0.2, heartbeat_seconds=1
-                ),
-                tags={WORKER_TAG: "calm", "cdc/tables": spec.name},
-                raise_on_error=False,
-            )
-
-        worker = threading.Thread(target=work, name="worker")
-        worker.start()
+        worker, outcome = _start_worker(defs, instance, "calm", spec.name, heartbeat_seconds=1)
 
         def alive() -> None:
             assert worker.is_alive(), outcome
@@ -304,20 +276,7 @@ def test_a_broker_killed_under_a_worker_and_started_again_loses_and_doubles_noth
     slices = [events[i : i + 200] for i in range(0, len(events), 200)]
 
     with dg.instance_for_test() as instance:
-        outcome: dict[str, Any] = {}
-
-        def work() -> None:
-            outcome["result"] = defs.resolve_job_def(CONTINUOUS_JOB).execute_in_process(
-                instance=instance,
-                run_config=worker_run_config(
-                    "steady", [spec.name], idle_seconds=0.2, heartbeat_seconds=2
-                ),
-                tags={WORKER_TAG: "steady", "cdc/tables": spec.name},
-                raise_on_error=False,
-            )
-
-        worker = threading.Thread(target=work, name="worker")
-        worker.start()
+        worker, outcome = _start_worker(defs, instance, "steady", spec.name, heartbeat_seconds=2)
 
         def alive() -> None:
             assert worker.is_alive(), outcome
@@ -354,6 +313,30 @@ def _pauses_in_history(catalog: Any, spec: Any) -> list[str]:
         if by and by not in holders:
             holders.append(by)
     return holders
+
+
+def _start_worker(
+    defs: dg.Definitions,
+    instance: dg.DagsterInstance,
+    name: str,
+    table: str,
+    **config: Any,
+) -> tuple[threading.Thread, dict[str, Any]]:
+    """A run of ``continuous_tables`` in a thread (idle 0.2 s, ``config`` on top); the dict
+    gets its result under ``"result"`` once the run ends."""
+    outcome: dict[str, Any] = {}
+
+    def work() -> None:
+        outcome["result"] = defs.resolve_job_def(CONTINUOUS_JOB).execute_in_process(
+            instance=instance,
+            run_config=worker_run_config(name, [table], **{"idle_seconds": 0.2, **config}),
+            tags={WORKER_TAG: name, "cdc/tables": table},
+            raise_on_error=False,
+        )
+
+    worker = threading.Thread(target=work, name="worker")
+    worker.start()
+    return worker, outcome
 
 
 def _worker_spec(settings: Settings, kafka: KafkaResource, worker: str) -> Any:
