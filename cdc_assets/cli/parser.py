@@ -23,6 +23,7 @@ from cdc_assets.cli.tables import (
     cmd_consistent,
     cmd_evolve,
     cmd_history,
+    cmd_protect_rewrite,
     cmd_redrive,
     cmd_rollback,
 )
@@ -364,6 +365,13 @@ def build_parser() -> argparse.ArgumentParser:
     redrive.add_argument("table", help="spec name")
     redrive.add_argument("--reason", help="only dead letters whose reason contains this text")
     redrive.set_defaults(fn=cmd_redrive)
+    reprotect = sub.add_parser(
+        "protect-rewrite",
+        help="rewrite values stored before a column's protection, and expire the snapshots "
+        "that held them (docs/sensitive-data.md)",
+    )
+    reprotect.add_argument("table", help="spec name")
+    reprotect.set_defaults(fn=cmd_protect_rewrite)
     boot = sub.add_parser(
         "bootstrap", help="load base from a source dump and stitch it to the change stream"
     )

@@ -1,5 +1,5 @@
-"""Commands on one table: `bootstrap`, `rollback-watermark`, `redrive`, `checks`, `evolve`,
-`backfill`."""
+"""Commands on one table: `bootstrap`, `rollback-watermark`, `redrive`, `protect-rewrite`,
+`checks`, `evolve`, `backfill`."""
 
 from __future__ import annotations
 
@@ -265,6 +265,41 @@ def cmd_redrive(settings: Settings, args: argparse.Namespace) -> int:
             console.print(f"  {count:>6}  {reason}")
         still_dead += result.still_dead
     return 0 if still_dead == 0 else 1
+
+
+def cmd_protect_rewrite(settings: Settings, args: argparse.Namespace) -> int:
+    """Rewrite a table's values stored before their protection; 1 while any is left."""
+    from cdc_assets.pipeline.reprotect import reprotect_table
+    from cdc_assets.resources import build_resources
+
+    spec = find_spec(settings, args.table)
+    if not spec.protects:
+        console.print(f"{spec.name}: protects no value; nothing to rewrite")
+        return 0
+    res = build_resources(settings)
+    spark = res["spark"]
+    result = reprotect_table(
+        spark.get_session(),
+        spark.catalog.name,
+        res["iceberg"].load_catalog(),
+        spec,
+        progress=True,
+        console=console,
+    )
+    rows = ", ".join(f"{layer} {n}" for layer, n in sorted(result.rows_rewritten.items()))
+    console.print(
+        f"{spec.name}: {result.plain_before} unprotected value(s) before, {result.plain_after} "
+        f"after; rows written: {rows or 'none'}; {result.snapshots_expired} snapshot(s) "
+        f"expired ({result.seconds:.1f}s)"
+    )
+    for kept in result.kept_with_plaintext:
+        console.print(f"  kept, still unprotected: {kept}")
+    if result.kept_with_plaintext:
+        console.print(
+            "  the pipeline still needs these snapshots (base or the history has not read "
+            "them): run the table's upsert, then this command again"
+        )
+    return 0 if result.clean else 1
 
 
 def cmd_checks(settings: Settings, args: argparse.Namespace) -> int:

@@ -22,7 +22,7 @@ from typing import Any
 from cdc_assets.errors import CdcAssetsError
 from cdc_assets.pipeline.history import STATE_PROPERTY as HISTORY_STATE
 from cdc_assets.pipeline.history import history_state
-from cdc_assets.pipeline.offsets import OFFSETS_PROPERTY
+from cdc_assets.pipeline.offsets import KIND_PROPERTY, OFFSETS_PROPERTY, REPROTECT_KIND
 from cdc_assets.pipeline.pause import table_paused
 from cdc_assets.pipeline.upsert import spark_identifier
 from cdc_assets.pipeline.watermark import WATERMARK, base_state, is_commit_conflict, state_key
@@ -54,7 +54,7 @@ REWRITE_DELETES_OPTIONS = {
 
 COMPACTED_LAYERS = ("base", "tombstones", "history")
 ALL_LAYERS = ("base", "tombstones", "history", "bucketed", "cdc", "dead_letter")
-# The maintenance session of each parent session (see _isolated_session).
+# The maintenance session of each parent session (see isolated_session).
 _SESSIONS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
 
@@ -239,6 +239,8 @@ def protected_depth(
     Those up to and including the newest one carrying ``state_property`` (the state the next
     run resumes from), and, with ``unread_after``, every snapshot whose sequence number is above
     it (ledger snapshots base has not read: the upsert looks through them for redriven files).
+    A protection rewrite's own snapshots (`pipeline.reprotect`: values rewritten in place, an
+    empty state stamp) hold nothing to read, so they protect nothing older.
     """
     depth = 0
     if state_property is not None:
@@ -247,7 +249,12 @@ def protected_depth(
                 depth = i + 1
                 break
     if unread_after is not None:
-        unread = sum(1 for p in lineage if p.sequence_number > unread_after)
+        unread = 0
+        for i, point in enumerate(lineage):
+            if point.sequence_number <= unread_after:
+                break
+            if point.properties.get(KIND_PROPERTY) != REPROTECT_KIND:
+                unread = i + 1
         depth = max(depth, unread)
     return depth
 
@@ -371,7 +378,7 @@ def maintain_table(
     ):
         del layouts["history"]  # switched on, not run yet: its first run creates it
     _check_tables_exist(iceberg_catalog, spec, layouts)
-    session = _isolated_session(spark)
+    session = isolated_session(spark)
     result = MaintenanceResult(spec.name)
     runner = StepRunner(result, log)
     ident = {layer: spark_identifier(catalog, layout) for layer, layout in layouts.items()}
@@ -397,7 +404,7 @@ def maintain_table(
     tables = [k for layer in ALL_LAYERS for k in layouts if k.split(":")[0] == layer]
     for layer in tables:
         expire = partial(
-            _expire,
+            expire_layer,
             session,
             catalog,
             iceberg_catalog,
@@ -490,7 +497,7 @@ def compact_tables(
     ``maintain_table`` does when a rewrite kept losing its commit race."""
     started = time.monotonic()
     layouts = all_layouts(spec)
-    session = _isolated_session(spark)
+    session = isolated_session(spark)
     result = MaintenanceResult(spec.name)
     runner = StepRunner(result, log or (lambda _message: None))
     for step, layer, action in _rewrites(
@@ -504,7 +511,7 @@ def compact_tables(
     return result
 
 
-def _isolated_session(spark: Any) -> Any:
+def isolated_session(spark: Any) -> Any:
     """A session with its own SQL conf on the same Spark context (one per parent session).
 
     Other threads' commits set snapshot properties (the upsert's watermark) in their session's
@@ -557,7 +564,7 @@ def _remove_orphans(session: Any, sql: str, out: StepResult) -> None:
         out.note = "e.g. " + ", ".join(removed[:3])
 
 
-def _expire(
+def expire_layer(
     session: Any,
     catalog: str,
     iceberg_catalog: Any,

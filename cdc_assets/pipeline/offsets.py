@@ -22,6 +22,9 @@ UNKNOWN_FIELDS_PROPERTY = "cdc.unknown-fields"
 TOPIC_PROPERTY = "cdc.topic"
 # cdc.kind of a redrive commit: rows behind the consumed offsets that an upsert must still read.
 REDRIVE_KIND = "redrive"
+# cdc.kind of a protection rewrite's commits (pipeline.reprotect): values rewritten in place and
+# the offsets stamped again; nothing for an upsert to read.
+REPROTECT_KIND = "protect-rewrite"
 
 
 def encode_offsets(offsets: Mapping[int, int]) -> str:

@@ -17,31 +17,10 @@ from cdc_assets.schema.layers import (
     history_layout,
     ledger_layout,
 )
-from cdc_assets.spec.models import Protection, TableSpec
-from cdc_assets.sql.ddl import literal, quote, table_identifier
+from cdc_assets.spec.models import TableSpec
+from cdc_assets.sql.ddl import literal, table_identifier
 from cdc_assets.sql.protect import ENCRYPTED_PREFIX, render_protection_audit
-
-Audited = list[tuple[str, str, Protection]]  # (place shown, STRING expression, protection)
-
-
-def _values(spec: TableSpec, *, images: bool) -> Audited:
-    """What to audit in a table with the spec's typed columns (and, for a ledger, its row
-    images: each field under every name it had)."""
-    out: Audited = []
-    for c in spec.columns:
-        places = [(c.sink_name, quote(c.sink_name))]
-        if images:
-            places += [
-                (f"_row_json.{n}", f"get_json_object(_row_json, {literal('$.' + n)})")
-                for n in (c.name, *c.former_names)
-            ]
-        for place, expr in places:
-            if c.protect is not None:
-                out.append((place, expr, c.protect))
-            for path, protection in sorted(c.protect_paths.items()):
-                value = f"get_json_object({expr}, {literal('$.' + path)})"
-                out.append((f"{place}.{path}", value, protection))
-    return out
+from cdc_assets.sql.reprotect import stored_values
 
 
 def audit_protection(spark: Any, catalog: str, spec: TableSpec) -> ProtectionAudit:
@@ -52,7 +31,7 @@ def audit_protection(spark: Any, catalog: str, spec: TableSpec) -> ProtectionAud
         layouts.append((history_layout(spec), False))
     layouts += [(ledger_layout(view), True) for view in spec.shard_specs()]
     for layout, ledger in layouts:
-        values = _values(spec, images=ledger)
+        values = stored_values(spec, images=ledger)
         sql = render_protection_audit(
             table_identifier(catalog, layout),
             [(expr, protection) for _, expr, protection in values],

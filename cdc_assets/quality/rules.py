@@ -158,6 +158,11 @@ class ProtectionAudit:
         if count:
             self.plain[place] = self.plain.get(place, 0) + count
 
+    @property
+    def plain_total(self) -> int:
+        """Values not in their protected form, and row images holding a dropped field."""
+        return sum(self.plain.values()) + self.dropped_in_images
+
 
 def protection_verdict(audit: ProtectionAudit, current_key_id: str | None) -> Verdict:
     """Failed (ERROR) while any stored value is not in its protected form, or a dropped field
@@ -173,7 +178,13 @@ def protection_verdict(audit: ProtectionAudit, current_key_id: str | None) -> Ve
     failures: list[tuple[Severity, str]] = []
     if audit.plain:
         places = ", ".join(f"{p}: {n}" for p, n in sorted(audit.plain.items()))
-        failures.append(("ERROR", f"values stored unprotected ({places})"))
+        failures.append(
+            (
+                "ERROR",
+                f"values stored unprotected ({places}); a protection set in a later spec "
+                "version leaves them until `cdc-assets protect-rewrite <table>` rewrites them",
+            )
+        )
     if audit.dropped_in_images:
         failures.append(
             ("ERROR", f"{audit.dropped_in_images} row images hold a field of drop_fields")

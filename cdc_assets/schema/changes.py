@@ -139,13 +139,15 @@ class RenameColumn:
 
 @dataclass(frozen=True)
 class SetColumnAttribute:
-    """A change of a column's metadata: comment, default (of an existing column) or sensitive."""
+    """A change of a column's metadata: comment, default (of an existing column), sensitive, or
+    a protection set (``protect``, ``protect_paths``: values stored before it are rewritten by
+    `pipeline.reprotect`)."""
 
     id: int
     name: str
-    attribute: Literal["comment", "default", "sensitive"]
-    old: str | bool | None
-    new: str | bool | None
+    attribute: Literal["comment", "default", "sensitive", "protect", "protect_paths"]
+    old: Any
+    new: Any
     symbol: ClassVar[str] = "~"
 
     def __str__(self) -> str:

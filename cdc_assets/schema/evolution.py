@@ -316,14 +316,40 @@ def rename_references(data: dict[str, Any], old: str, new: str) -> None:
         checks["allow_all_null"] = [new if c == old else c for c in checks["allow_all_null"]]
 
 
-# Values the ledger already holds (a new column's sat in _row_json as an unknown field) are
-# plaintext or in another protected form: a protection starts with the table's first version.
-PROTECT_LATER = (
-    "a protection (protect) set or changed after onboarding: values already stored (typed "
-    "columns, _row_json, dead letters, snapshots) keep their old form, and rewriting them is not "
-    "automated; protect the column in the table's first version (onboard it again), or list a "
-    "new source field in pipeline.drop_fields before it arrives"
+# A new column's values already sat in _row_json as an unknown field, in plaintext: it cannot
+# arrive protected.
+PROTECT_NEW = (
+    "a new column that arrives protected: its values already sat in the ledger's row images "
+    "(_row_json) in plaintext; add it unprotected first, then protect it in the next version "
+    "and run `cdc-assets protect-rewrite`, or list the source field in pipeline.drop_fields "
+    "before it arrives"
 )
+# A protection changed or lifted: a hash or a mask cannot be undone, and lifting one would
+# leave the two forms mixed.
+PROTECT_CHANGED = (
+    "a protection (protect) changed or removed: values already stored keep the old form, and "
+    "a hash or a mask cannot be turned into another; onboard the table again"
+)
+
+
+def protect_later(c: ColumnSpec, p: ColumnSpec, connector: str) -> tuple[str | None, bool]:
+    """Whether an existing column's protection may change as ``p`` proposes: (reason it may
+    not, or None; whether anything changes). Allowed: a protection set on a string column that
+    had none, and paths added inside a JSON column's protection. The values stored before it
+    are rewritten by `cdc-assets protect-rewrite` (`pipeline.reprotect`); until then the check
+    ``values_protected`` fails."""
+    if p.protect == c.protect and p.protect_paths == c.protect_paths:
+        return None, False
+    if c.protect is not None or any(
+        p.protect_paths.get(path) != protection for path, protection in c.protect_paths.items()
+    ):
+        return PROTECT_CHANGED, True
+    if p.protect is not None and c.sink_type(connector) != SinkType("string"):
+        return (
+            f"protecting a {c.sink_type(connector)} column: protected values are strings, and "
+            "Iceberg cannot make this column one"
+        ), True
+    return None, True
 
 
 class _Classifier:
@@ -457,7 +483,7 @@ class _Classifier:
         if p.dropped:
             problems.append("a new column cannot be dropped already")
         if p.protect is not None or p.protect_paths:
-            problems.append(PROTECT_LATER)
+            problems.append(PROTECT_NEW)
         holder = self.kept_sink_names.get(p.sink_name)
         if holder is not None and holder != p.name:
             problems.append(
@@ -607,8 +633,18 @@ class _Classifier:
         self.changes.append(AddColumn(column, retired))
 
     def compare_attributes(self, c: ColumnSpec, p: ColumnSpec) -> None:
-        if p.protect != c.protect or p.protect_paths != c.protect_paths:
-            self.reject(p.name, PROTECT_LATER)
+        problem, changed = protect_later(c, p, self.connector)
+        if problem is not None:
+            self.reject(p.name, problem)
+        elif changed:
+            if p.protect != c.protect:
+                self.changes.append(SetColumnAttribute(c.id, p.name, "protect", None, p.protect))
+            if p.protect_paths != c.protect_paths:
+                self.changes.append(
+                    SetColumnAttribute(
+                        c.id, p.name, "protect_paths", c.protect_paths, p.protect_paths
+                    )
+                )
         if p.sensitive != c.sensitive:
             if c.sensitive:
                 self.reject(

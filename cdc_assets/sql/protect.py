@@ -123,32 +123,47 @@ def _path_tree(paths: Sequence[tuple[str, Protection]]) -> dict[str, Any]:
     return tree
 
 
+def protect_again_sql(protection: Protection, text: str, key: ProtectionKey | None) -> str:
+    """``text`` protected unless it is null or already in ``protection``'s stored form: for
+    rewriting values stored before their protection, never protecting one twice."""
+    return (
+        f"CASE WHEN {text} IS NULL OR ({protected_form_sql(protection, text)}) THEN {text} "
+        f"ELSE {protect_sql(protection, text, key)} END"
+    )
+
+
 def _members_sql(
-    members: str, tree: Mapping[str, Any], key: ProtectionKey | None, depth: int
+    members: str, tree: Mapping[str, Any], key: ProtectionKey | None, depth: int, again: bool
 ) -> str:
     k, v = f"_dk{depth}", f"_dv{depth}"
+    leaf = protect_again_sql if again else protect_sql
     cases = []
     for name, node in tree.items():
         if isinstance(node, Protection):
-            value = f"CAST({protect_sql(node, f'CAST({v} AS STRING)', key)} AS VARIANT)"
+            value = f"CAST({leaf(node, f'CAST({v} AS STRING)', key)} AS VARIANT)"
         else:
             inner = f"from_json(to_json({v}), 'map<string,variant>')"
             # A member that is not an object holds no field of the path: kept as it is.
-            value = f"coalesce(to_variant_object({_members_sql(inner, node, key, depth + 1)}), {v})"
+            members_sql = _members_sql(inner, node, key, depth + 1, again)
+            value = f"coalesce(to_variant_object({members_sql}), {v})"
         cases.append(f"WHEN {k} = {literal(name)} THEN {value}")
     return f"transform_values({members}, ({k}, {v}) -> CASE {' '.join(cases)} ELSE {v} END)"
 
 
 def document_sql(
-    text: str, paths: Sequence[tuple[str, Protection]], key: ProtectionKey | None
+    text: str,
+    paths: Sequence[tuple[str, Protection]],
+    key: ProtectionKey | None,
+    *,
+    again: bool = False,
 ) -> str:
     """``text`` (a JSON document) with the value at each dotted path protected (a member
     that is an object or array is protected as its compact JSON). A document that is not an
     object, or a path it does not have, is kept as it is. The document is written again from
     Spark's variant: nested objects list their members by name, numbers may be spelled
-    otherwise."""
+    otherwise. With ``again``, a value already in its protected form is kept (a rewrite)."""
     members = f"from_json({text}, 'map<string,variant>')"
-    rewritten = f"to_json({_members_sql(members, _path_tree(paths), key, 0)})"
+    rewritten = f"to_json({_members_sql(members, _path_tree(paths), key, 0, again)})"
     return f"CASE WHEN {text} IS NOT NULL THEN coalesce({rewritten}, {text}) END"
 
 
@@ -157,9 +172,14 @@ def _base64(binary: str) -> str:
     return f"translate(base64({binary}), '\\r\\n', '')"
 
 
+# The name `image_sql`'s expressions may use for the field's value as it is (a VARIANT).
+IMAGE_VALUE = "_pv"
+
+
 def image_sql(image: str, protected: Mapping[str, str], dropped: Collection[str]) -> str:
     """``image`` (a row image's JSON text) with the fields of ``protected`` (field name -> SQL
-    of the value to store instead) replaced and those of ``dropped`` removed. The image is
+    of the value to store instead, which may read the value as it is as `IMAGE_VALUE`)
+    replaced and those of ``dropped`` removed. The image is
     written again from Spark's variant: values are the same, a number may be spelled otherwise
     (1.50 as 1.5)."""
     parsed = f"from_json({image}, 'map<string,variant>')"
@@ -171,7 +191,8 @@ def image_sql(image: str, protected: Mapping[str, str], dropped: Collection[str]
             f"WHEN _pk = {literal(name)} THEN CAST({expr} AS VARIANT)"
             for name, expr in protected.items()
         )
-        parsed = f"transform_values({parsed}, (_pk, _pv) -> CASE {cases} ELSE _pv END)"
+        v = IMAGE_VALUE
+        parsed = f"transform_values({parsed}, (_pk, {v}) -> CASE {cases} ELSE {v} END)"
     return f"CASE WHEN {image} IS NOT NULL THEN to_json({parsed}) END"
 
 

@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from cdc_assets.schema.changes import SetColumnAttribute
 from cdc_assets.schema.drift import source_differences
-from cdc_assets.schema.evolution import PROTECT_LATER, classify
+from cdc_assets.schema.evolution import PROTECT_CHANGED, PROTECT_NEW, apply_plan, classify
 from cdc_assets.schema.wire import Wire, plan_fields, stored_text_plan
 from cdc_assets.spec.connect_schema import differs, names_differ
 from cdc_assets.spec.ddl_import import proposed_from_ddl
@@ -102,18 +103,40 @@ def test_dropping_fields_needs_a_sensitive_pipeline() -> None:
         spec(col(2, "a"), drop_fields=["ssn"], sensitive=False)
 
 
-def test_protecting_after_onboarding_is_refused_with_the_reason() -> None:
+def test_a_string_column_can_be_protected_later_and_nothing_else_changes_protection() -> None:
     plain = spec(col(2, "email", sensitive=True))
     protected = spec(EMAIL, version=2)
     plan = classify(plain, protected)
-    assert [r.column for r in plan.rejections] == ["email"]
-    assert PROTECT_LATER in plan.rejections[0].reason
-    # nor changed from one protection to another
+    assert not plan.rejections
+    assert list(plan.changes) == [SetColumnAttribute(2, "email", "protect", None, Protection.HASH)]
+    evolved = {c.name: c for c in apply_plan(plain, plan).columns}
+    assert evolved["email"].protect is Protection.HASH
+    # JSON paths added inside a document column; a path's protection kept as it was
+    doc = spec(col(3, "doc", type_="json", sensitive=True))
+    one = spec(col(3, "doc", type_="json", sensitive=True, protect_paths={"a": "hash"}), version=2)
+    two = spec(
+        col(
+            3, "doc", type_="json", sensitive=True, protect_paths={"a": "hash", "b.c": "mask_shape"}
+        ),
+        version=3,
+    )
+    assert [c.attribute for c in classify(doc, one).changes] == ["protect_paths"]
+    assert not classify(one, two).rejections
+    # not changed from one protection to another, nor lifted
     masked = spec(col(2, "email", sensitive=True, protect="mask_email"), version=3)
     assert [r.column for r in classify(protected, masked).rejections] == ["email"]
+    assert PROTECT_CHANGED in classify(protected, masked).rejections[0].reason
+    lifted = spec(col(2, "email", sensitive=True), version=3)
+    assert PROTECT_CHANGED in classify(protected, lifted).rejections[0].reason
+    # nor a non-string column (its Iceberg type would have to become string)
+    number = spec(col(4, "pin", "int", sensitive=True))
+    hashed = spec(col(4, "pin", "int", sensitive=True, protect="hash"), version=2)
+    reasons = [r.reason for r in classify(number, hashed).rejections]
+    assert any("protected values are strings" in r for r in reasons)
     # nor a new column that arrives protected (its values already sat in _row_json)
     added = spec(EMAIL, col(3, "phone", sensitive=True, protect="mask_last4"), version=3)
     assert [r.column for r in classify(protected, added).rejections] == ["phone"]
+    assert PROTECT_NEW in classify(protected, added).rejections[0].reason
     # an unchanged protection is no change
     assert not classify(protected, spec(EMAIL, version=3)).rejections
 

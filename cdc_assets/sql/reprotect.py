@@ -1,0 +1,123 @@
+"""Where a table stores values that a protection covers, and the SQL that rewrites those stored
+before the protection (pure).
+
+A column protected in a later spec version (`schema.evolution` takes ``protect`` set on a string
+column, or JSON paths added) holds plaintext in the rows written before it: the typed column of
+every layer, the ledger's row images ``_row_json`` and ``_before_json``, and the dead letters'
+payloads. `pipeline.reprotect` runs these statements; each one changes only values not yet in
+their protected form (`sql.protect.protected_form_sql`), so running it again changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+
+from cdc_assets.spec.models import ColumnSpec, Protection, TableSpec
+from cdc_assets.sql.ddl import literal, quote
+from cdc_assets.sql.protect import (
+    ENCRYPTED_PREFIX,
+    IMAGE_VALUE,
+    ProtectionKey,
+    document_sql,
+    image_sql,
+    protect_again_sql,
+    protected_form_sql,
+    sealed_payload_sql,
+)
+
+Stored = list[tuple[str, str, Protection]]  # (place shown, STRING expression, protection)
+
+
+def protected_columns(spec: TableSpec) -> list[ColumnSpec]:
+    """The spec's columns with a protection of the whole value or of paths inside it."""
+    return [c for c in spec.columns if c.protect is not None or c.protect_paths]
+
+
+def stored_values(spec: TableSpec, *, images: bool) -> Stored:
+    """What a protection covers in a table with the spec's typed columns (and, for a ledger,
+    its row images: each field under every name it had)."""
+    out: Stored = []
+    for c in spec.columns:
+        places = [(c.sink_name, quote(c.sink_name))]
+        if images:
+            places += [
+                (f"_row_json.{n}", f"get_json_object(_row_json, {literal('$.' + n)})")
+                for n in (c.name, *c.former_names)
+            ]
+        for place, expr in places:
+            if c.protect is not None:
+                out.append((place, expr, c.protect))
+            for path, protection in sorted(c.protect_paths.items()):
+                value = f"get_json_object({expr}, {literal('$.' + path)})"
+                out.append((f"{place}.{path}", value, protection))
+    return out
+
+
+def plain_sql(values: Sequence[tuple[str, str, Protection]]) -> str:
+    """True where any of ``values`` holds a value not in its protected form."""
+    tests = [
+        f"({expr} IS NOT NULL AND NOT ({protected_form_sql(protection, expr)}))"
+        for _, expr, protection in values
+    ]
+    return " OR ".join(tests) or "false"
+
+
+def column_value_sql(column: ColumnSpec, key: ProtectionKey | None) -> str:
+    """The protected value of a typed column, from what it stores (kept when already so)."""
+    value = quote(column.sink_name)
+    if column.protect is not None:
+        return protect_again_sql(column.protect, value, key)
+    return document_sql(value, sorted(column.protect_paths.items()), key, again=True)
+
+
+def _fields_sql(image: str, names: Collection[str]) -> str:
+    listed = ", ".join(literal(n) for n in sorted(names))
+    return (
+        f"({image} IS NOT NULL AND size(array_intersect(json_object_keys({image}), "
+        f"array({listed}))) > 0)"
+    )
+
+
+def render_rewrite(
+    table: str, spec: TableSpec, key: ProtectionKey | None, *, ledger: bool
+) -> str | None:
+    """``UPDATE`` of the rows of ``table`` (a layer with the spec's typed columns; a ledger
+    with ``ledger``) holding a value not in its protected form; None when nothing is protected.
+
+    A row image's protected field takes the typed column's protected value, as the ingest
+    writes it; a field whose typed value is null (a placeholder for a value the source did not
+    send) is kept. The before image, read for its key alone, loses the protected fields, and
+    both images lose ``pipeline.drop_fields``."""
+    columns = protected_columns(spec)
+    dropped = set(spec.pipeline.drop_fields) if ledger else set()
+    if not columns and not dropped:
+        return None
+    sets = [f"{quote(c.sink_name)} = {column_value_sql(c, key)}" for c in columns]
+    where = [plain_sql(stored_values(spec, images=ledger))]
+    if ledger:
+        stored = {
+            name: (
+                f"CASE WHEN {quote(c.sink_name)} IS NULL THEN {IMAGE_VALUE} "
+                f"ELSE CAST({column_value_sql(c, key)} AS VARIANT) END"
+            )
+            for c in columns
+            for name in (c.name, *c.former_names)
+        }
+        sets.append(f"_row_json = {image_sql('_row_json', stored, dropped)}")
+        sets.append(f"_before_json = {image_sql('_before_json', {}, dropped | set(stored))}")
+        if stored or dropped:
+            where.append(_fields_sql("_before_json", dropped | set(stored)))
+        if dropped:
+            where.append(_fields_sql("_row_json", dropped))
+    return f"UPDATE {table} SET {', '.join(sets)} WHERE {' OR '.join(where)}"
+
+
+def render_seal_dead_letters(table: str, key: ProtectionKey) -> str:
+    """``UPDATE`` sealing the dead letters' payloads stored before the table protected values
+    (a payload is sealed whole, as the ingest seals one; see `sql.protect.sealed_payload_sql`)."""
+    sealed = sealed_payload_sql("unbase64(payload_b64)", key)
+    prefix = literal(f"{ENCRYPTED_PREFIX}:")
+    return (
+        f"UPDATE {table} SET payload_b64 = {sealed} "
+        f"WHERE payload_b64 IS NOT NULL AND NOT startswith(payload_b64, {prefix})"
+    )
