@@ -21,7 +21,7 @@ from cdc_assets.pipeline.maintenance import (
     render_tombstone_purge,
     timestamp_literal,
 )
-from cdc_assets.pipeline.offsets import OFFSETS_PROPERTY
+from cdc_assets.pipeline.offsets import KIND_PROPERTY, OFFSETS_PROPERTY, REPROTECT_KIND
 from cdc_assets.pipeline.watermark import WATERMARK, is_commit_conflict
 
 
@@ -77,6 +77,16 @@ def test_ledger_keeps_the_offsets_and_every_snapshot_base_has_not_read() -> None
     assert protected_depth(snaps, OFFSETS_PROPERTY, unread_after=1) == 3
     # base never applied anything: the whole ledger lineage stays
     assert protected_depth(snaps, OFFSETS_PROPERTY, unread_after=0) == 4
+
+
+def test_a_protection_rewrites_own_snapshots_keep_nothing_older() -> None:
+    # newest first: the rewrite's offsets stamp, its manifests, its UPDATE, the ingest base read
+    own = {KIND_PROPERTY: REPROTECT_KIND}
+    snaps = lineage((4000, {**OFFSETS, **own}), (3000, own), (2000, own), (1000, OFFSETS))
+    assert protected_depth(snaps, OFFSETS_PROPERTY, unread_after=1) == 1
+    # an ingest base has not read, under the rewrite, is still kept
+    snaps = lineage((4000, {**OFFSETS, **own}), (3000, own), (2000, OFFSETS), (1000, OFFSETS))
+    assert protected_depth(snaps, OFFSETS_PROPERTY, unread_after=1) == 3
 
 
 def test_timestamp_literal_is_exact_to_the_millisecond() -> None:
