@@ -26,7 +26,7 @@ from cdc_assets.settings import ENV_PROTECTION_KEY, ENV_PROTECTION_KEY_ID, Setti
 from cdc_assets.spec.models import Protection, TableSpec
 from cdc_assets.sql.protect import protect_document, protect_text, value_text
 from cdc_assets_tests.integration.test_ingest import isolated, read_table
-from cdc_assets_tests.integration.test_sensitive_columns import _scan_files
+from cdc_assets_tests.integration.test_sensitive_columns import _name, _scan_files
 from cdc_assets_tests.integration.test_upsert import expected_base, ingest, upsert
 
 SPEC = """
@@ -206,7 +206,3 @@ def test_a_column_protected_later_is_rewritten_everywhere_and_the_pipeline_goes_
     assert again.clean
     assert again.plain_before == 0
     assert again.rows_rewritten == {}
-
-
-def _name(layout: Any) -> tuple[str, str]:
-    return layout.namespace, layout.name
