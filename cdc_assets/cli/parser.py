@@ -371,6 +371,12 @@ def build_parser() -> argparse.ArgumentParser:
         "that held them (docs/sensitive-data.md)",
     )
     reprotect.add_argument("table", help="spec name")
+    reprotect.add_argument(
+        "--rekey",
+        action="store_true",
+        help="also encrypt again with the current key the values and dead letters encrypted "
+        "with a retired one (CDC_ASSETS_PROTECTION_OLD_KEY_<ID>); hashes cannot be re-keyed",
+    )
     reprotect.set_defaults(fn=cmd_protect_rewrite)
     boot = sub.add_parser(
         "bootstrap", help="load base from a source dump and stitch it to the change stream"

@@ -285,6 +285,7 @@ def cmd_protect_rewrite(settings: Settings, args: argparse.Namespace) -> int:
         spec,
         progress=True,
         console=console,
+        rekey=args.rekey,
     )
     rows = ", ".join(f"{layer} {n}" for layer, n in sorted(result.rows_rewritten.items()))
     console.print(
@@ -292,6 +293,11 @@ def cmd_protect_rewrite(settings: Settings, args: argparse.Namespace) -> int:
         f"after; rows written: {rows or 'none'}; {result.snapshots_expired} snapshot(s) "
         f"expired ({result.seconds:.1f}s)"
     )
+    if args.rekey:
+        console.print(
+            f"  key ids in use after: {', '.join(result.key_ids_after) or 'none'}; "
+            f"{result.stale_after} encrypted value(s) or payload(s) still of a retired key"
+        )
     for kept in result.kept_with_plaintext:
         console.print(f"  kept, still unprotected: {kept}")
     if result.kept_with_plaintext:

@@ -20,6 +20,10 @@ removed file's column bounds, which are values). Under the table's pause (`pipel
    A snapshot kept because base has not read it yet is reported; run the command again after
    the next upsert.
 
+With ``rekey`` (`--rekey`), the same steps also encrypt again with the current key what was
+encrypted or sealed with a retired one, so that key is no longer needed; a hash cannot be
+re-keyed without its plaintext, and its key id stays listed by ``values_protected``.
+
 Rewrites race the pipeline's commits like any writer: a lost commit is tried again.
 """
 
@@ -52,7 +56,7 @@ from cdc_assets.pipeline.offsets import (
     committed_snapshot,
 )
 from cdc_assets.pipeline.pause import table_paused
-from cdc_assets.pipeline.protection import key_for
+from cdc_assets.pipeline.protection import configured_keys, key_for
 from cdc_assets.pipeline.protection_audit import audit_protection
 from cdc_assets.pipeline.upsert import COMMIT_RETRIES, spark_identifier
 from cdc_assets.pipeline.watermark import (
@@ -66,8 +70,13 @@ from cdc_assets.pipeline.watermark import (
 )
 from cdc_assets.schema.layers import TableLayout, all_layouts
 from cdc_assets.spec.models import TableSpec
-from cdc_assets.sql.protect import ENCRYPTED_PREFIX, render_protection_audit
-from cdc_assets.sql.reprotect import render_rewrite, render_seal_dead_letters, stored_values
+from cdc_assets.sql.protect import ENCRYPTED_PREFIX, ProtectionKey, render_protection_audit
+from cdc_assets.sql.reprotect import (
+    render_rewrite,
+    render_seal_dead_letters,
+    stale_key_sql,
+    stored_values,
+)
 
 # A compaction that rewrites every file and applies every delete: a merge-on-read table keeps
 # an updated row's old file live until then.
@@ -85,11 +94,15 @@ class ReprotectResult:
     snapshots_expired: int = 0
     # Snapshots kept (the pipeline still needs them) that hold values not protected.
     kept_with_plaintext: list[str] = field(default_factory=list)
+    # With re-keying: encrypted values and sealed payloads of another key than the current one,
+    # after (a hash cannot be re-keyed without its plaintext: those are not counted).
+    stale_after: int = 0
+    key_ids_after: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
     @property
     def clean(self) -> bool:
-        return self.plain_after == 0 and not self.kept_with_plaintext
+        return self.plain_after == 0 and not self.kept_with_plaintext and not self.stale_after
 
 
 Step = tuple[str, Callable[[], object]]
@@ -104,20 +117,30 @@ def reprotect_table(
     log: Callable[[str], None] | None = None,
     progress: bool = False,
     console: Console | None = None,
+    rekey: bool = False,
 ) -> ReprotectResult:
     """Rewrite ``spec``'s stored values into their protected forms and expire the snapshots
-    that held them (see the module's docstring); the result says whether anything is left."""
+    that held them (see the module's docstring); the result says whether anything is left.
+    With ``rekey``, values encrypted and payloads sealed with a retired key (held as
+    ``CDC_ASSETS_PROTECTION_OLD_KEY_<ID>``) are encrypted again with the current key, after
+    which the retired key is no longer needed to read the table."""
     started = time.monotonic()
     say = log or (lambda _message: None)
     key = key_for(spec)
+    old_keys = [k for k in configured_keys() if key is None or k.key_id != key.key_id]
+    old_keys = old_keys if rekey else []
     result = ReprotectResult(spec.name)
     result.plain_before = audit_protection(spark, catalog, spec).plain_total
     session = isolated_session(spark)
     layouts = all_layouts(spec)
-    steps = _steps(session, catalog, iceberg_catalog, spec, key, layouts, result)
+    steps = _steps(session, catalog, iceberg_catalog, spec, key, old_keys, layouts, result)
     with table_paused(iceberg_catalog, spec, "protect-rewrite"):
         _run(steps, say, progress, console)
-    result.plain_after = audit_protection(spark, catalog, spec).plain_total
+    after = audit_protection(spark, catalog, spec)
+    result.plain_after = after.plain_total
+    result.key_ids_after = sorted(after.key_ids)
+    if rekey and key is not None:
+        result.stale_after = _stale_encrypted(session, catalog, spec, key)
     result.kept_with_plaintext = _kept_with_plaintext(session, catalog, iceberg_catalog, spec)
     result.seconds = time.monotonic() - started
     return result
@@ -160,6 +183,7 @@ def _steps(
     iceberg_catalog: Any,
     spec: TableSpec,
     key: Any,
+    old_keys: list[ProtectionKey],
     layouts: dict[str, TableLayout],
     result: ReprotectResult,
 ) -> list[Step]:
@@ -199,11 +223,12 @@ def _steps(
         suffix = f":{view.shard.shard_name}" if view.shard is not None else ""
         cdc, dead, bucketed = f"cdc{suffix}", f"dead_letter{suffix}", f"bucketed{suffix}"
         for layer, ledger in ((cdc, True), (bucketed, False)):
-            sql = render_rewrite(ident(layer), view, key, ledger=ledger)
+            sql = render_rewrite(ident(layer), view, key, ledger=ledger, old_keys=old_keys)
             if sql is not None:
                 steps.append((f"rewrite {layer}", update(layer, sql)))
         if key is not None:
-            steps.append((f"seal {dead}", update(dead, render_seal_dead_letters(ident(dead), key))))
+            seal = render_seal_dead_letters(ident(dead), key, old_keys)
+            steps.append((f"seal {dead}", update(dead, seal)))
         for layer in (cdc, dead, bucketed):
             steps.append((f"rewrite manifests of {layer}", procedure(layer, "rewrite_manifests")))
         steps.append((f"stamp the offsets on {cdc}", stamp(cdc, _ledger_stamp)))
@@ -216,7 +241,7 @@ def _steps(
             steps.append(("bring the history up to the ledger", action))
     shards = [shard_of(view) for view in spec.shard_specs()]
     for layer in merge_on_read:
-        sql = render_rewrite(ident(layer), spec, key, ledger=False)
+        sql = render_rewrite(ident(layer), spec, key, ledger=False, old_keys=old_keys)
         if sql is not None:
             steps.append((f"rewrite {layer}", update(layer, sql)))
         steps.append((f"compact {layer}", procedure(layer, "rewrite_data_files", options=options)))
@@ -324,6 +349,24 @@ def _base_stamp(shards: list[str | None]) -> Callable[[Any], dict[str, str] | No
 def _history_stamp(table: Any) -> dict[str, str] | None:
     props = _newest_with(table, HISTORY_STATE)
     return None if props is None else {HISTORY_STATE: props[HISTORY_STATE]}
+
+
+def _stale_encrypted(session: Any, catalog: str, spec: TableSpec, key: ProtectionKey) -> int:
+    """Encrypted values and sealed payloads of the spec's current tables made with another key
+    than ``key``."""
+    stale = 0
+    for layer, layout in all_layouts(spec).items():
+        kind = layer.partition(":")[0]
+        ident = spark_identifier(catalog, layout)
+        if kind == "dead_letter":
+            current = f"'{ENCRYPTED_PREFIX}:{key.key_id}:'"
+            test = f"NOT startswith(payload_b64, {current})"
+        elif kind in ("cdc", "bucketed", "base", "history"):
+            test = stale_key_sql(stored_values(spec, images=kind == "cdc"), key)
+        else:
+            continue
+        stale += int(session.sql(f"SELECT count_if({test}) AS n FROM {ident}").collect()[0]["n"])
+    return stale
 
 
 def _kept_with_plaintext(

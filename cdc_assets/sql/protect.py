@@ -123,24 +123,58 @@ def _path_tree(paths: Sequence[tuple[str, Protection]]) -> dict[str, Any]:
     return tree
 
 
-def protect_again_sql(protection: Protection, text: str, key: ProtectionKey | None) -> str:
+def protect_again_sql(
+    protection: Protection,
+    text: str,
+    key: ProtectionKey | None,
+    old_keys: Sequence[ProtectionKey] = (),
+) -> str:
     """``text`` protected unless it is null or already in ``protection``'s stored form: for
-    rewriting values stored before their protection, never protecting one twice."""
-    return (
-        f"CASE WHEN {text} IS NULL OR ({protected_form_sql(protection, text)}) THEN {text} "
-        f"ELSE {protect_sql(protection, text, key)} END"
-    )
+    rewriting values stored before their protection, never protecting one twice. With
+    ``old_keys``, an encrypted value made with one of them is decrypted and encrypted again with
+    ``key`` (re-keying); one made with another retired key is kept."""
+    keep = f"CASE WHEN {text} IS NULL OR ({protected_form_sql(protection, text)}) THEN {text} "
+    if protection is Protection.ENCRYPT and old_keys and key is not None:
+        current = literal(f"{ENCRYPTED_PREFIX}:{key.key_id}:")
+        cases = " ".join(
+            f"WHEN {literal(old.key_id)} THEN "
+            f"{protect_sql(protection, decrypt_sql(text, old), key)}"
+            for old in old_keys
+        )
+        keep = (
+            f"CASE WHEN {text} IS NULL OR startswith({text}, {current}) THEN {text} "
+            f"WHEN {protected_form_sql(protection, text)} "
+            f"THEN CASE split_part({text}, ':', 2) {cases} ELSE {text} END "
+        )
+    return f"{keep}ELSE {protect_sql(protection, text, key)} END"
+
+
+def decrypt_sql(value: str, key: ProtectionKey) -> str:
+    """The text ``encrypt`` made ``value`` (a STRING ``enc:<key id>:<base64>``) from, with
+    ``key``; the inverse of `protect_sql`'s encryption (GCM keeps its IV in front)."""
+    body = f"unbase64(split_part({value}, ':', 3))"
+    opened = f"aes_decrypt({body}, unhex('{key.encryption_key.hex()}'), 'GCM')"
+    return f"CAST({opened} AS STRING)"
 
 
 def _members_sql(
-    members: str, tree: Mapping[str, Any], key: ProtectionKey | None, depth: int, again: bool
+    members: str,
+    tree: Mapping[str, Any],
+    key: ProtectionKey | None,
+    depth: int,
+    again: Sequence[ProtectionKey] | None,
 ) -> str:
     k, v = f"_dk{depth}", f"_dv{depth}"
-    leaf = protect_again_sql if again else protect_sql
     cases = []
     for name, node in tree.items():
         if isinstance(node, Protection):
-            value = f"CAST({leaf(node, f'CAST({v} AS STRING)', key)} AS VARIANT)"
+            text = f"CAST({v} AS STRING)"
+            leaf = (
+                protect_sql(node, text, key)
+                if again is None
+                else protect_again_sql(node, text, key, again)
+            )
+            value = f"CAST({leaf} AS VARIANT)"
         else:
             inner = f"from_json(to_json({v}), 'map<string,variant>')"
             # A member that is not an object holds no field of the path: kept as it is.
@@ -155,13 +189,14 @@ def document_sql(
     paths: Sequence[tuple[str, Protection]],
     key: ProtectionKey | None,
     *,
-    again: bool = False,
+    again: Sequence[ProtectionKey] | None = None,
 ) -> str:
     """``text`` (a JSON document) with the value at each dotted path protected (a member
     that is an object or array is protected as its compact JSON). A document that is not an
     object, or a path it does not have, is kept as it is. The document is written again from
     Spark's variant: nested objects list their members by name, numbers may be spelled
-    otherwise. With ``again``, a value already in its protected form is kept (a rewrite)."""
+    otherwise. With ``again`` (retired keys, maybe none), a value already in its protected form
+    is kept, or re-keyed (`protect_again_sql`): a rewrite."""
     members = f"from_json({text}, 'map<string,variant>')"
     rewritten = f"to_json({_members_sql(members, _path_tree(paths), key, 0, again)})"
     return f"CASE WHEN {text} IS NOT NULL THEN coalesce({rewritten}, {text}) END"

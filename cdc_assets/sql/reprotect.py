@@ -20,6 +20,7 @@ from cdc_assets.sql.protect import (
     ProtectionKey,
     document_sql,
     image_sql,
+    opened_payload_sql,
     protect_again_sql,
     protected_form_sql,
     sealed_payload_sql,
@@ -62,12 +63,27 @@ def plain_sql(values: Sequence[tuple[str, str, Protection]]) -> str:
     return " OR ".join(tests) or "false"
 
 
-def column_value_sql(column: ColumnSpec, key: ProtectionKey | None) -> str:
-    """The protected value of a typed column, from what it stores (kept when already so)."""
+def stale_key_sql(values: Sequence[tuple[str, str, Protection]], key: ProtectionKey) -> str:
+    """True where any encrypted value of ``values`` was made with another key than ``key``."""
+    current = literal(f"{ENCRYPTED_PREFIX}:{key.key_id}:")
+    tests = [
+        f"(startswith({expr}, {literal(ENCRYPTED_PREFIX + ':')}) AND NOT startswith({expr}, "
+        f"{current}))"
+        for _, expr, protection in values
+        if protection is Protection.ENCRYPT
+    ]
+    return " OR ".join(tests) or "false"
+
+
+def column_value_sql(
+    column: ColumnSpec, key: ProtectionKey | None, old_keys: Sequence[ProtectionKey] = ()
+) -> str:
+    """The protected value of a typed column, from what it stores (kept when already so; with
+    ``old_keys``, an encrypted value of one of them encrypted again with ``key``)."""
     value = quote(column.sink_name)
     if column.protect is not None:
-        return protect_again_sql(column.protect, value, key)
-    return document_sql(value, sorted(column.protect_paths.items()), key, again=True)
+        return protect_again_sql(column.protect, value, key, old_keys)
+    return document_sql(value, sorted(column.protect_paths.items()), key, again=old_keys)
 
 
 def _fields_sql(image: str, names: Collection[str]) -> str:
@@ -79,7 +95,12 @@ def _fields_sql(image: str, names: Collection[str]) -> str:
 
 
 def render_rewrite(
-    table: str, spec: TableSpec, key: ProtectionKey | None, *, ledger: bool
+    table: str,
+    spec: TableSpec,
+    key: ProtectionKey | None,
+    *,
+    ledger: bool,
+    old_keys: Sequence[ProtectionKey] = (),
 ) -> str | None:
     """``UPDATE`` of the rows of ``table`` (a layer with the spec's typed columns; a ledger
     with ``ledger``) holding a value not in its protected form; None when nothing is protected.
@@ -87,18 +108,22 @@ def render_rewrite(
     A row image's protected field takes the typed column's protected value, as the ingest
     writes it; a field whose typed value is null (a placeholder for a value the source did not
     send) is kept. The before image, read for its key alone, loses the protected fields, and
-    both images lose ``pipeline.drop_fields``."""
+    both images lose ``pipeline.drop_fields``. With ``old_keys`` (re-keying), the rows holding
+    a value encrypted with another key than ``key`` are rewritten too."""
     columns = protected_columns(spec)
     dropped = set(spec.pipeline.drop_fields) if ledger else set()
     if not columns and not dropped:
         return None
-    sets = [f"{quote(c.sink_name)} = {column_value_sql(c, key)}" for c in columns]
-    where = [plain_sql(stored_values(spec, images=ledger))]
+    sets = [f"{quote(c.sink_name)} = {column_value_sql(c, key, old_keys)}" for c in columns]
+    values = stored_values(spec, images=ledger)
+    where = [plain_sql(values)]
+    if old_keys and key is not None and any(p is Protection.ENCRYPT for _, _, p in values):
+        where.append(stale_key_sql(values, key))
     if ledger:
         stored = {
             name: (
                 f"CASE WHEN {quote(c.sink_name)} IS NULL THEN {IMAGE_VALUE} "
-                f"ELSE CAST({column_value_sql(c, key)} AS VARIANT) END"
+                f"ELSE CAST({column_value_sql(c, key, old_keys)} AS VARIANT) END"
             )
             for c in columns
             for name in (c.name, *c.former_names)
@@ -112,11 +137,19 @@ def render_rewrite(
     return f"UPDATE {table} SET {', '.join(sets)} WHERE {' OR '.join(where)}"
 
 
-def render_seal_dead_letters(table: str, key: ProtectionKey) -> str:
+def render_seal_dead_letters(
+    table: str, key: ProtectionKey, old_keys: Sequence[ProtectionKey] = ()
+) -> str:
     """``UPDATE`` sealing the dead letters' payloads stored before the table protected values
-    (a payload is sealed whole, as the ingest seals one; see `sql.protect.sealed_payload_sql`)."""
-    sealed = sealed_payload_sql("unbase64(payload_b64)", key)
-    prefix = literal(f"{ENCRYPTED_PREFIX}:")
+    (a payload is sealed whole, as the ingest seals one; see `sql.protect.sealed_payload_sql`);
+    with ``old_keys``, sealing again with ``key`` those sealed with one of them (a payload
+    sealed with a key not given stops the statement, naming the key)."""
+    if not old_keys:
+        sealed = sealed_payload_sql("unbase64(payload_b64)", key)
+        prefix = literal(f"{ENCRYPTED_PREFIX}:")
+    else:
+        sealed = sealed_payload_sql(opened_payload_sql("payload_b64", [key, *old_keys]), key)
+        prefix = literal(f"{ENCRYPTED_PREFIX}:{key.key_id}:")
     return (
         f"UPDATE {table} SET payload_b64 = {sealed} "
         f"WHERE payload_b64 IS NOT NULL AND NOT startswith(payload_b64, {prefix})"

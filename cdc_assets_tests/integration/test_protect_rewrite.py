@@ -17,6 +17,7 @@ from cdc_assets.demo.events import DebeziumEventFactory, produce
 from cdc_assets.pipeline.history import update_history
 from cdc_assets.pipeline.protection import configured_key
 from cdc_assets.pipeline.protection_audit import audit_protection
+from cdc_assets.pipeline.redrive import redrive
 from cdc_assets.pipeline.reprotect import reprotect_table
 from cdc_assets.pipeline.tables import ensure_tables
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
@@ -24,7 +25,7 @@ from cdc_assets.schema.evolution import apply_plan, classify
 from cdc_assets.schema.layers import base_layout, dead_letter_layout, ledger_layout
 from cdc_assets.settings import ENV_PROTECTION_KEY, ENV_PROTECTION_KEY_ID, Settings
 from cdc_assets.spec.models import Protection, TableSpec
-from cdc_assets.sql.protect import protect_document, protect_text, value_text
+from cdc_assets.sql.protect import decrypt_text, protect_document, protect_text, value_text
 from cdc_assets_tests.integration.test_ingest import isolated, read_table
 from cdc_assets_tests.integration.test_sensitive_columns import _name, _scan_files
 from cdc_assets_tests.integration.test_upsert import expected_base, ingest, upsert
@@ -206,3 +207,74 @@ def test_a_column_protected_later_is_rewritten_everywhere_and_the_pipeline_goes_
     assert again.clean
     assert again.plain_before == 0
     assert again.rows_rewritten == {}
+
+
+def test_rekeying_encrypts_again_with_the_current_key_and_the_old_one_is_no_longer_needed(
+    monkeypatch: pytest.MonkeyPatch,
+    it_settings: Settings,
+    spark: Any,
+    iceberg: IcebergCatalogResource,
+    kafka: KafkaResource,
+) -> None:
+    """The rotation's second half: values encrypted and dead letters sealed with k1 are
+    encrypted again with k2; k1's hashes stay (a hash cannot be re-keyed) and are listed;
+    without k1, the table reads and the dead letter redrives."""
+    old_secret = "the first secret of the rekey test"
+    monkeypatch.setenv(ENV_PROTECTION_KEY, old_secret)
+    monkeypatch.setenv(ENV_PROTECTION_KEY_ID, "k1")
+    plain = isolated(TableSpec.model_validate(yaml.safe_load(SPEC)), kafka=kafka)
+    spec = _protected(plain)
+    ensure_tables(spark, "lake", spec)
+    catalog = iceberg.load_catalog()
+    rng = random.Random(572)
+    factory = DebeziumEventFactory(plain)
+    bootstrap = kafka.resolved_bootstrap()
+    records = [factory.create(_row(rng, k, set())) for k in range(1, 16)]
+    records.append(factory.create(_row(rng, 90, set(), country=None)))  # a dead letter
+    produce(records, spec.source.topic, bootstrap)
+    ingest(spark, iceberg, kafka, spec)
+    upsert(spark, iceberg, spec)
+    update_history(spark, "lake", catalog, spec)
+
+    monkeypatch.setenv(ENV_PROTECTION_KEY, "the second secret, from the vault")
+    monkeypatch.setenv(ENV_PROTECTION_KEY_ID, "k2")
+    monkeypatch.setenv("CDC_ASSETS_PROTECTION_OLD_KEY_K1", old_secret)
+    more = [factory.create(_row(rng, k, set())) for k in range(20, 26)]
+    produce(more, spec.source.topic, bootstrap)
+    ingest(spark, iceberg, kafka, spec)
+    upsert(spark, iceberg, spec)
+    update_history(spark, "lake", catalog, spec)
+    assert audit_protection(spark, "lake", spec).key_ids == {"k1", "k2"}
+
+    result = reprotect_table(spark, "lake", catalog, spec, rekey=True)
+    assert result.clean, (result.stale_after, result.kept_with_plaintext)
+    assert result.rows_rewritten.get("cdc", 0) == len(records) - 1
+    # k1 stays in use by the hashes alone (phone, settings.secret.pin)
+    assert result.key_ids_after == ["k1", "k2"]
+    base = read_table(iceberg, *_name(base_layout(spec)))
+    assert all(r["display_name"].startswith("enc:k2:") for r in base)
+    assert {r["phone"].split(":")[1] for r in base} == {"k1", "k2"}
+    dead = read_table(iceberg, *_name(dead_letter_layout(spec)))
+    assert [r["payload_b64"].split(":")[:2] for r in dead] == [["enc", "k2"]]
+    # No value of k1's encryption is left in any file (older snapshots expired).
+    hits, _ = _scan_files(it_settings.local_warehouse / spec.sink.namespace, {"enc:k1:"})
+    assert not hits, hits[:5]
+
+    # Correct without k1: base is the oracle's replay (hashes under the key each names).
+    monkeypatch.delenv("CDC_ASSETS_PROTECTION_OLD_KEY_K1")
+    keys = {"k2": configured_key()}
+    monkeypatch.setenv(ENV_PROTECTION_KEY, old_secret)
+    monkeypatch.setenv(ENV_PROTECTION_KEY_ID, "k1")
+    keys["k1"] = configured_key()
+    monkeypatch.setenv(ENV_PROTECTION_KEY, "the second secret, from the vault")
+    monkeypatch.setenv(ENV_PROTECTION_KEY_ID, "k2")
+    expected = expected_base(plain, kafka)
+    actual = {(r["id"],): r for r in base}
+    assert sorted(actual) == sorted(expected)
+    for k, want in expected.items():
+        got = actual[k]
+        assert decrypt_text(got["display_name"], keys["k2"]) == want["display_name"]
+        phone_key = keys[got["phone"].split(":")[1]]
+        assert got["phone"] == protect_text(Protection.HASH, want["phone"], phone_key)
+    # The dead letter, sealed with k2 now, redrives without k1 (and stays dead: country null).
+    assert redrive(spark, "lake", spec).still_dead == 1

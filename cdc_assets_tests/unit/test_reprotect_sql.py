@@ -101,3 +101,22 @@ def test_every_protection_renders_a_guarded_rewrite(protection: Protection) -> N
     sql = render_rewrite("t", spec(column), KEY, ledger=False)
     assert sql is not None
     assert sql.count("CASE WHEN `email` IS NULL OR") == 1
+
+
+def test_rekeying_decrypts_with_the_key_a_value_names_and_seals_payloads_again() -> None:
+    old = ProtectionKey("k0", b"an older secret of twenty")
+    column = {**EMAIL, "protect": "encrypt"}
+    sql = render_rewrite("t", spec(column), KEY, ledger=False, old_keys=[old])
+    assert sql is not None
+    # kept: null or already of the current key; re-keyed: of k0; another key id: kept
+    assert "startswith(`email`, 'enc:k1:') THEN `email`" in sql
+    assert "CASE split_part(`email`, ':', 2) WHEN 'k0' THEN" in sql
+    assert f"unhex('{old.encryption_key.hex()}'), 'GCM')" in sql
+    assert "NOT startswith(`email`, 'enc:k1:')" in sql.split(" WHERE ")[1]
+    # a hash cannot be re-keyed: its rewrite is the same with or without old keys
+    hashed = spec(EMAIL)
+    rekeyed = render_rewrite("t", hashed, KEY, ledger=False, old_keys=[old])
+    assert rekeyed == render_rewrite("t", hashed, KEY, ledger=False)
+    seal = render_seal_dead_letters("d", KEY, [old])
+    assert "NOT startswith(payload_b64, 'enc:k1:')" in seal
+    assert "WHEN 'k0' THEN aes_decrypt" in seal
