@@ -159,7 +159,8 @@ def epoch_ms(moment: datetime) -> int:
     return int(moment.timestamp() * 1000)
 
 
-def _options(options: Mapping[str, str]) -> str:
+def procedure_options(options: Mapping[str, str]) -> str:
+    """A procedure's ``options`` argument: ``map('k', 'v', ...)``, keys sorted."""
     pairs = ", ".join(f"{literal(k)}, {literal(v)}" for k, v in sorted(options.items()))
     return f"map({pairs})"
 
@@ -180,7 +181,11 @@ def render_rewrite_data_files(catalog: str, table: str, *, sort: bool = False) -
     upsert's MERGEs prune by. Bin-packing would concatenate files of different runs."""
     strategy = {"strategy": literal("sort")} if sort else {}
     return render_procedure(
-        catalog, "rewrite_data_files", table, **strategy, options=_options(REWRITE_DATA_OPTIONS)
+        catalog,
+        "rewrite_data_files",
+        table,
+        **strategy,
+        options=procedure_options(REWRITE_DATA_OPTIONS),
     )
 
 
@@ -198,7 +203,10 @@ def _ensure_write_order(session: Any, catalog: str, table: Any, layout: TableLay
 
 def render_rewrite_position_deletes(catalog: str, table: str) -> str:
     return render_procedure(
-        catalog, "rewrite_position_delete_files", table, options=_options(REWRITE_DELETES_OPTIONS)
+        catalog,
+        "rewrite_position_delete_files",
+        table,
+        options=procedure_options(REWRITE_DELETES_OPTIONS),
     )
 
 

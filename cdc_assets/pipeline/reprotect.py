@@ -44,6 +44,7 @@ from cdc_assets.pipeline.maintenance import (
     StepResult,
     expire_layer,
     isolated_session,
+    procedure_options,
     render_procedure,
 )
 from cdc_assets.pipeline.offsets import (
@@ -217,7 +218,7 @@ def _steps(
     def stamp(layer: str, props_of: Callable[[Any], dict[str, str] | None]) -> Callable[[], None]:
         return lambda: _stamp(load(layer), props_of)
 
-    options = "map(" + ", ".join(f"'{k}', '{v}'" for k, v in sorted(REWRITE_ALL.items())) + ")"
+    options = procedure_options(REWRITE_ALL)
     steps: list[Step] = []
     for view in spec.shard_specs():
         suffix = f":{view.shard.shard_name}" if view.shard is not None else ""
