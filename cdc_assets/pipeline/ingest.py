@@ -57,6 +57,7 @@ from cdc_assets.sql.decode import (
     is_unavailable,
     json_has_field,
     ledger_value,
+    parse_document,
     raw,
     sequence_columns,
     unavailable_list,
@@ -190,6 +191,11 @@ def prepare(classified: Any, spec: TableSpec) -> Any:
         classified = classified.selectExpr(
             "*", *(f"{expr} AS {quote(name)}" for name, expr in protected.items())
         )
+    documents = _typed_documents(spec)
+    if documents:
+        classified = classified.selectExpr(
+            "*", *(f"{expr} AS {quote(name)}" for name, expr in documents.items())
+        )
     ledger = [f"{expr} AS {quote(name)}" for name, expr in _ledger_exprs(spec).items()]
     payload = "base64(value_bin)" if key is None else sealed_payload_sql("value_bin", key)
     return classified.selectExpr(
@@ -208,15 +214,35 @@ def _protected_name(sink_name: str) -> str:
 
 
 def _protected_values(spec: TableSpec, key: ProtectionKey | None) -> dict[str, str]:
-    """The protected value of each protected column (`sql.protect`), by `_protected_name`."""
+    """The protected value of each protected column (`sql.protect`), by `_protected_name`. A
+    document read into a nested type is protected as the image's text here, and read into its
+    type by `_typed_documents`."""
     out = {}
     for plan in plan_fields(spec):
         value = ledger_value(plan, json_has_field("image"))
         if plan.protect is not None:
             out[_protected_name(plan.sink_name)] = protect_sql(plan.protect, value, key)
+        elif plan.protect_paths and plan.parses_document:
+            text = document_sql(raw(plan), plan.protect_paths, key)
+            out[_protected_name(plan.sink_name)] = f"CASE WHEN {value} IS NOT NULL THEN {text} END"
         elif plan.protect_paths:
             out[_protected_name(plan.sink_name)] = document_sql(value, plan.protect_paths, key)
     return out
+
+
+def _typed_name(sink_name: str) -> str:
+    return f"_protected_typed_{sink_name}"
+
+
+def _typed_documents(spec: TableSpec) -> dict[str, str]:
+    """The typed value of each protected document read into a nested type, by `_typed_name`:
+    its protected text (`_protected_values`) read into the type, so the typed column holds
+    only protected values and the image the same document."""
+    return {
+        _typed_name(p.sink_name): parse_document(quote(_protected_name(p.sink_name)), p.sink)
+        for p in plan_fields(spec)
+        if p.protect_paths and p.parses_document
+    }
 
 
 def _ledger_exprs(spec: TableSpec) -> dict[str, str]:
@@ -234,6 +260,8 @@ def _ledger_exprs(spec: TableSpec) -> dict[str, str]:
                 continue
             exprs[name] = quote(_protected_name(name))
             kept = f"CASE WHEN {is_unavailable(plan)} THEN {raw(plan)} ELSE {exprs[name]} END"
+            if plan.protect_paths and plan.parses_document:
+                exprs[name] = quote(_typed_name(name))
             stored.update({field: kept for field in (plan.name, *plan.aliases)})
         dropped = set(spec.pipeline.drop_fields)
         image = image_sql("image", stored, dropped)

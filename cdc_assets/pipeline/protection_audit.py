@@ -34,12 +34,12 @@ def audit_protection(spark: Any, catalog: str, spec: TableSpec) -> ProtectionAud
         values = stored_values(spec, images=ledger)
         sql = render_protection_audit(
             table_identifier(catalog, layout),
-            [(expr, protection) for _, expr, protection in values],
+            [(v.expr, v.protection, v.many) for v in values],
             spec.pipeline.drop_fields if ledger else (),
         )
         row = spark.sql(sql).collect()[0].asDict()
         audit.rows += int(row["rows"])
-        for i, (place, _, _) in enumerate(values):
+        for i, (place, *_) in enumerate(values):
             audit.add_plain(place, int(row[f"plain_{i}"]))
             audit.key_ids.update(row.get(f"keys_{i}") or ())
         audit.dropped_in_images += int(row.get("dropped_in_image") or 0)

@@ -390,7 +390,7 @@ def _kept_with_plaintext(
                 plain = int(session.sql(sql).collect()[0]["plain"] or 0)
             else:
                 values = stored_values(spec, images=kind == "cdc")
-                sql = render_protection_audit(at, [(e, p) for _, e, p in values])
+                sql = render_protection_audit(at, [(v.expr, v.protection, v.many) for v in values])
                 row = session.sql(sql).collect()[0].asDict()
                 plain = sum(int(row[f"plain_{i}"]) for i in range(len(values)))
             if plain:

@@ -208,6 +208,12 @@ def base_image(
             text = None if natural is None else value_text(natural)
             out[plan.sink_name] = protect_text(plan.protect, text, key)
             continue
+        if plan.protect_paths and plan.parses_document:
+            # The document is protected as text, then read into its declared type.
+            protected = protect_document(_text(value), plan.protect_paths, key)
+            document = None if protected is None else json.dumps(protected)
+            out[plan.sink_name] = normalize(plan.sink, to_sink(plan, document))
+            continue
         if plan.protect_paths:
             # Compared parsed: Spark writes the rewritten document its own way.
             document = _text(to_sink(plan, value))
@@ -224,7 +230,7 @@ def base_values(spec: TableSpec, base_row: Row) -> dict[str, object]:
         if plan.sink_name not in base_row:
             raise ValueError(f"{spec.name}: the base row has no column {plan.sink_name!r}")
         value = base_row[plan.sink_name]
-        if plan.protect_paths:
+        if plan.protect_paths and not plan.parses_document:
             text = _text(value)
             out[plan.sink_name] = None if text is None else _parsed(text)
             continue

@@ -6,7 +6,6 @@ validators below so that every renderer can trust a loaded spec.
 
 from __future__ import annotations
 
-import itertools
 import re
 from dataclasses import dataclass
 from enum import StrEnum
@@ -26,6 +25,7 @@ from cdc_assets.schema.types import (
     parse_sink_type,
     parse_source_type,
 )
+from cdc_assets.spec.json_paths import PATH_PATTERN, path_tree, typed_reason
 from cdc_assets.spec.sizing import DEFAULT_BUCKETS
 
 Identifier = Annotated[str, StringConstraints(pattern=r"^[a-z_][a-z0-9_]*$", max_length=63)]
@@ -66,9 +66,7 @@ class Protection(StrEnum):
         return self in (Protection.HASH, Protection.ENCRYPT)
 
 
-JsonPath = Annotated[
-    str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*){0,7}$")
-]
+JsonPath = Annotated[str, StringConstraints(pattern=PATH_PATTERN)]
 # The natural types a protection takes: text, numbers and dates have one text each, which is
 # what is hashed, encrypted or masked. Masks take text only.
 PROTECTABLE_TYPES = ("string", "int", "long", "decimal", "date", "boolean")
@@ -628,12 +626,12 @@ def _check_columns(spec: TableSpec) -> None:
         if col.protect is not None:
             _check_protect(where, spec, col, source)
         if col.protect_paths:
-            _check_protect_paths(where, col, source)
+            _check_protect_paths(where, col, source, col.sink_type(connector))
 
 
-def _check_protect_paths(where: str, col: ColumnSpec, source: SourceType) -> None:
-    """Fields inside a JSON document stored as text: the paths name object members (no array
-    elements), none inside another."""
+def _check_protect_paths(where: str, col: ColumnSpec, source: SourceType, sink: SinkType) -> None:
+    """Fields inside a JSON column's document (`spec.json_paths`): stored as text, or read into
+    a nested type that declares a string wherever a path ends; no path inside another."""
     if not col.sensitive:
         raise _fail(f"{where}.protect_paths", f"column {col.name!r}: needs sensitive: true")
     if col.protect is not None:
@@ -641,16 +639,21 @@ def _check_protect_paths(where: str, col: ColumnSpec, source: SourceType) -> Non
             f"{where}.protect_paths",
             f"column {col.name!r}: give protect (the whole value) or protect_paths, not both",
         )
-    if source.kind not in ("JSON", "JSONB") or col.sink.type is not None:
+    if source.kind not in ("JSON", "JSONB") or not (sink.name == "string" or sink.is_nested):
         raise _fail(
             f"{where}.protect_paths",
-            f"column {col.name!r} ({col.type}): paths protect fields of a JSON column stored "
-            "as text (no sink.type)",
+            f"column {col.name!r} ({col.type}): paths protect fields of a JSON column, stored "
+            "as text or read into a nested sink.type",
         )
-    paths = sorted(col.protect_paths)
-    for a, b in itertools.pairwise(paths):
-        if b.startswith(a + "."):
-            raise _fail(f"{where}.protect_paths", f"{b!r} is inside {a!r}: give one of them")
+    try:
+        path_tree(col.protect_paths.items())
+    except ValueError as e:
+        raise _fail(f"{where}.protect_paths", f"column {col.name!r}: {e}") from None
+    if sink.is_nested:
+        for path in sorted(col.protect_paths):
+            reason = typed_reason(sink, path)
+            if reason is not None:
+                raise _fail(f"{where}.protect_paths", f"column {col.name!r}: {reason}")
 
 
 def _check_protect(where: str, spec: TableSpec, col: ColumnSpec, source: SourceType) -> None:

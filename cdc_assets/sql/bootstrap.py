@@ -143,6 +143,10 @@ def render_bootstrap_select(
         value = dump_value(p, columns[p.name])
         if p.protect is not None:
             value = protect_sql(p.protect, value, key)
+        elif p.protect_paths and p.parses_document:
+            # Protected as text, then read into the declared type (as the ingest does).
+            text = document_sql(f"CAST({quote(columns[p.name])} AS STRING)", p.protect_paths, key)
+            value = parse_document(text, p.sink)
         elif p.protect_paths:
             value = document_sql(value, p.protect_paths, key)
         values.append(f"{value} AS {quote(p.sink_name)}")

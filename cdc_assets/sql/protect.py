@@ -28,6 +28,7 @@ from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
+from cdc_assets.spec.json_paths import Each, path_tree
 from cdc_assets.spec.models import Protection
 from cdc_assets.sql.ddl import literal
 
@@ -111,18 +112,6 @@ def protect_sql(protection: Protection, text: str, key: ProtectionKey | None) ->
     return f"concat({literal(f'{ENCRYPTED_PREFIX}:{key.key_id}:')}, {_base64(sealed)})"
 
 
-def _path_tree(paths: Sequence[tuple[str, Protection]]) -> dict[str, Any]:
-    """Dotted paths as a tree: member name -> subtree, or the protection at a leaf."""
-    tree: dict[str, Any] = {}
-    for path, protection in paths:
-        *parents, leaf = path.split(".")
-        node = tree
-        for name in parents:
-            node = node.setdefault(name, {})
-        node[leaf] = protection
-    return tree
-
-
 def protect_again_sql(
     protection: Protection,
     text: str,
@@ -157,6 +146,25 @@ def decrypt_sql(value: str, key: ProtectionKey) -> str:
     return f"CAST({opened} AS STRING)"
 
 
+def _node_sql(
+    v: str, node: Any, key: ProtectionKey | None, depth: int, again: Sequence[ProtectionKey] | None
+) -> str:
+    """The VARIANT ``v`` with ``node`` (a protection, an object's members, or `Each` element
+    of an array) applied. A value of another shape holds no field of the path: kept as it is."""
+    if isinstance(node, Protection):
+        text = f"CAST({v} AS STRING)"
+        if again is None:
+            return f"CAST({protect_sql(node, text, key)} AS VARIANT)"
+        return f"CAST({protect_again_sql(node, text, key, again)} AS VARIANT)"
+    if isinstance(node, Each):
+        e = f"_de{depth}"
+        elements = f"try_variant_get({v}, '$', 'array<variant>')"
+        each = _node_sql(e, node.node, key, depth + 1, again)
+        return f"coalesce(to_variant_object(transform({elements}, {e} -> {each})), {v})"
+    members = f"from_json(to_json({v}), 'map<string,variant>')"
+    return f"coalesce(to_variant_object({_members_sql(members, node, key, depth + 1, again)}), {v})"
+
+
 def _members_sql(
     members: str,
     tree: Mapping[str, Any],
@@ -165,22 +173,10 @@ def _members_sql(
     again: Sequence[ProtectionKey] | None,
 ) -> str:
     k, v = f"_dk{depth}", f"_dv{depth}"
-    cases = []
-    for name, node in tree.items():
-        if isinstance(node, Protection):
-            text = f"CAST({v} AS STRING)"
-            leaf = (
-                protect_sql(node, text, key)
-                if again is None
-                else protect_again_sql(node, text, key, again)
-            )
-            value = f"CAST({leaf} AS VARIANT)"
-        else:
-            inner = f"from_json(to_json({v}), 'map<string,variant>')"
-            # A member that is not an object holds no field of the path: kept as it is.
-            members_sql = _members_sql(inner, node, key, depth + 1, again)
-            value = f"coalesce(to_variant_object({members_sql}), {v})"
-        cases.append(f"WHEN {k} = {literal(name)} THEN {value}")
+    cases = [
+        f"WHEN {k} = {literal(name)} THEN {_node_sql(v, node, key, depth, again)}"
+        for name, node in tree.items()
+    ]
     return f"transform_values({members}, ({k}, {v}) -> CASE {' '.join(cases)} ELSE {v} END)"
 
 
@@ -191,14 +187,14 @@ def document_sql(
     *,
     again: Sequence[ProtectionKey] | None = None,
 ) -> str:
-    """``text`` (a JSON document) with the value at each dotted path protected (a member
-    that is an object or array is protected as its compact JSON). A document that is not an
-    object, or a path it does not have, is kept as it is. The document is written again from
-    Spark's variant: nested objects list their members by name, numbers may be spelled
+    """``text`` (a JSON document) with the value at each path (`spec.json_paths`) protected
+    (a member that is an object or array is protected as its compact JSON). A document that is
+    not an object, or a path it does not have, is kept as it is. The document is written again
+    from Spark's variant: nested objects list their members by name, numbers may be spelled
     otherwise. With ``again`` (retired keys, maybe none), a value already in its protected form
     is kept, or re-keyed (`protect_again_sql`): a rewrite."""
     members = f"from_json({text}, 'map<string,variant>')"
-    rewritten = f"to_json({_members_sql(members, _path_tree(paths), key, 0, again)})"
+    rewritten = f"to_json({_members_sql(members, path_tree(paths), key, 0, again)})"
     return f"CASE WHEN {text} IS NOT NULL THEN coalesce({rewritten}, {text}) END"
 
 
@@ -247,21 +243,28 @@ def protected_form_sql(protection: Protection, value: str) -> str:
 
 
 def render_protection_audit(
-    table: str, values: Sequence[tuple[str, Protection]], dropped: Collection[str] = ()
+    table: str, values: Sequence[tuple[str, Protection, bool]], dropped: Collection[str] = ()
 ) -> str:
     """One row of counts over ``table``: ``rows``; per entry ``i`` of ``values`` (a STRING
-    expression over the table's columns, and the protection its values must be in the form
-    of) ``plain_i`` (values not in that form) and, for keyed protections, ``keys_i`` (the key
-    ids of the values); with ``dropped``, ``dropped_in_image`` (row images ``_row_json``
-    holding such a field). Counts only: a value never leaves the query."""
+    expression over the table's columns, or with its flag an ARRAY<STRING> of values, and the
+    protection its values must be in the form of) ``plain_i`` (values not in that form) and,
+    for keyed protections, ``keys_i`` (the key ids of the values); with ``dropped``,
+    ``dropped_in_image`` (row images ``_row_json`` holding such a field). Counts only: a value
+    never leaves the query."""
     parts = ["count(*) AS `rows`"]
-    for i, (value, protection) in enumerate(values):
-        form = protected_form_sql(protection, value)
-        parts.append(f"count_if({value} IS NOT NULL AND NOT ({form})) AS `plain_{i}`")
+    for i, (value, protection, many) in enumerate(values):
+        if many:  # every value at a path through arrays
+            form = protected_form_sql(protection, "_v")
+            plain = f"filter({value}, _v -> _v IS NOT NULL AND NOT ({form}))"
+            parts.append(f"coalesce(sum(size({plain})), 0) AS `plain_{i}`")
+            ids = f"transform(filter({value}, _v -> {form}), _v -> split_part(_v, ':', 2))"
+            keys = f"array_distinct(flatten(collect_set(array_distinct({ids}))))"
+        else:
+            form = protected_form_sql(protection, value)
+            parts.append(f"count_if({value} IS NOT NULL AND NOT ({form})) AS `plain_{i}`")
+            keys = f"collect_set(CASE WHEN {form} THEN split_part({value}, ':', 2) END)"
         if protection.keyed:
-            parts.append(
-                f"collect_set(CASE WHEN {form} THEN split_part({value}, ':', 2) END) AS `keys_{i}`"
-            )
+            parts.append(f"{keys} AS `keys_{i}`")
     if dropped:
         names = ", ".join(literal(n) for n in sorted(dropped))
         parts.append(
@@ -374,20 +377,18 @@ def protect_document(
         return None
     doc = json.loads(text)
 
-    def walk(node: Any, tree: Mapping[str, Any]) -> None:
-        if not isinstance(node, dict):
-            return
-        for name, sub in tree.items():
-            if name not in node:
-                continue
-            if isinstance(sub, Protection):
-                value = node[name]
-                node[name] = None if value is None else protect_text(sub, _json_text(value), key)
-            else:
-                walk(node[name], sub)
+    def protected(value: Any, node: Any) -> Any:
+        if isinstance(node, Protection):
+            return None if value is None else protect_text(node, _json_text(value), key)
+        if isinstance(node, Each):
+            return [protected(e, node.node) for e in value] if isinstance(value, list) else value
+        if isinstance(value, dict):
+            for name, sub in node.items():
+                if name in value:
+                    value[name] = protected(value[name], sub)
+        return value
 
-    walk(doc, _path_tree(paths))
-    return doc
+    return protected(doc, path_tree(paths))
 
 
 def decrypt_text(value: str, key: ProtectionKey) -> str:

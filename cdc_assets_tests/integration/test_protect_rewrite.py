@@ -23,6 +23,7 @@ from cdc_assets.pipeline.tables import ensure_tables
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.evolution import apply_plan, classify
 from cdc_assets.schema.layers import base_layout, dead_letter_layout, ledger_layout
+from cdc_assets.schema.sink_values import project_document
 from cdc_assets.settings import ENV_PROTECTION_KEY, ENV_PROTECTION_KEY_ID, Settings
 from cdc_assets.spec.models import Protection, TableSpec
 from cdc_assets.sql.protect import decrypt_text, protect_document, protect_text, value_text
@@ -41,6 +42,12 @@ columns:
   - {id: 4, name: display_name, type: varchar(100), sensitive: true}
   - {id: 5, name: settings, type: json, sensitive: true}
   - {id: 6, name: country, type: char(2), nullable: false}
+  - {id: 7, name: orders, type: json, sensitive: true}
+  - id: 8
+    name: prefs
+    type: json
+    sensitive: true
+    sink: {type: "struct<contact:struct<email:string,tier:int>,codes:list<string>>"}
 primary_key: [id]
 pipeline: {sensitive: true}
 sink: {namespace: crm}
@@ -49,7 +56,13 @@ checks: {max_dead_letter_rate: 0.2}
 """
 
 PROTECTIONS = {"email": "mask_email", "phone": "hash", "display_name": "encrypt"}
-PATHS = {"secret.pin": "hash"}
+PATHS = {
+    "settings": {"secret.pin": "hash"},
+    "orders": {"items[].card": "hash"},  # a path through an array
+    # a document read into a struct; extra is not declared (the row image holds it alone)
+    "prefs": {"contact.email": "encrypt", "codes[]": "hash", "extra.secret": "mask_shape"},
+}
+TEXT_DOCUMENTS = ("settings", "orders")
 
 
 def _protected(spec: TableSpec) -> TableSpec:
@@ -58,9 +71,7 @@ def _protected(spec: TableSpec) -> TableSpec:
         c.model_copy(
             update={
                 "protect": Protection(PROTECTIONS[c.name]) if c.name in PROTECTIONS else None,
-                "protect_paths": {p: Protection(v) for p, v in PATHS.items()}
-                if c.name == "settings"
-                else {},
+                "protect_paths": {p: Protection(v) for p, v in PATHS.get(c.name, {}).items()},
             }
         )
         for c in spec.columns
@@ -85,9 +96,18 @@ def _row(rng: random.Random, key: int, plaintexts: set[str], **over: Any) -> dic
         "display_name": f"Member {tag}",
         "settings": json.dumps({"theme": "dark", "secret": {"pin": f"pin-{tag}"}}),
         "country": rng.choice(["GB", "FR"]),
+        "orders": json.dumps({"items": [{"sku": "A", "card": f"card-{tag}"}, {"sku": "B"}]}),
+        "prefs": json.dumps(
+            {
+                "contact": {"email": f"pref.{tag}@example.com", "tier": 2},
+                "codes": [f"code-{tag}"],
+                "extra": {"secret": f"Extra{tag}"},
+            }
+        ),
         **over,
     }
     plaintexts.update({f"member.{tag}", row["phone"], row["display_name"], f"pin-{tag}"})
+    plaintexts.update({f"card-{tag}", f"pref.{tag}", f"code-{tag}", f"Extra{tag}"})
     return row
 
 
@@ -98,6 +118,13 @@ def _expected(spec: TableSpec, source: TableSpec, kafka: KafkaResource) -> dict[
         for c in spec.columns:
             if c.protect is not None and row[c.name] is not None:
                 row[c.name] = protect_text(c.protect, value_text(row[c.name]), key)
+            elif c.protect_paths and c.sink.type is not None and row[c.name] is not None:
+                # the declared members, protected, read into the type again
+                text = json.dumps(row[c.name])
+                paths = sorted(c.protect_paths.items())
+                row[c.name] = project_document(
+                    protect_document(text, paths, key), c.sink_type("mysql")
+                )
             elif c.protect_paths:
                 row[c.name] = protect_document(row[c.name], sorted(c.protect_paths.items()), key)
         out[k] = row
@@ -116,7 +143,7 @@ def _assert_base(spec: TableSpec, source: TableSpec, iceberg: Any, kafka: KafkaR
         if not name.startswith("_")
         and (
             json.loads(actual[k][name]) != value
-            if name == "settings" and value is not None
+            if name in TEXT_DOCUMENTS and value is not None
             else actual[k][name] != value
         )
     ]
@@ -159,6 +186,8 @@ def test_a_column_protected_later_is_rewritten_everywhere_and_the_pipeline_goes_
         "column phone",
         "column display_name",
         "column settings",
+        "column orders",
+        "column prefs",
     }
     spec = apply_plan(plain, plan)
     assert spec.protects
@@ -171,7 +200,16 @@ def test_a_column_protected_later_is_rewritten_everywhere_and_the_pipeline_goes_
     update_history(spark, "lake", catalog, spec)
     before = audit_protection(spark, "lake", spec)
     assert before.plain_total > 0
-    assert {"email", "phone", "display_name", "settings.secret.pin"} <= set(before.plain)
+    assert {
+        "email",
+        "phone",
+        "display_name",
+        "settings.secret.pin",
+        "orders.items[].card",
+        "prefs.contact.email",
+        "prefs.codes[]",
+        "_row_json.prefs.extra.secret",
+    } <= set(before.plain)
     assert before.plain["dead letter payloads"] == 1
 
     messages: list[str] = []

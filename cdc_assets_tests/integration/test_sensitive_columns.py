@@ -35,6 +35,7 @@ from cdc_assets.pipeline.tables import ensure_tables
 from cdc_assets.quality import rules
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.layers import base_layout, dead_letter_layout, history_layout, ledger_layout
+from cdc_assets.schema.sink_values import project_document
 from cdc_assets.sensors.new_offsets import current_hour_key
 from cdc_assets.settings import ENV_PROTECTION_KEY, ENV_PROTECTION_KEY_ID, Settings
 from cdc_assets.spec.models import Protection, TableSpec
@@ -73,6 +74,17 @@ columns:
     type: json
     sensitive: true
     protect_paths: {secret.pin: hash, contact.email: mask_email, contact.phone: encrypt}
+  - id: 14
+    name: orders
+    type: json
+    sensitive: true
+    protect_paths: {"items[].card": hash, "phones[]": mask_last4}
+  - id: 15
+    name: prefs
+    type: json
+    sensitive: true
+    sink: {type: "struct<contact:struct<email:string,tier:int>,codes:list<string>>"}
+    protect_paths: {contact.email: encrypt, "codes[]": hash, extra.secret: mask_shape}
 primary_key: [id]
 pipeline: {sensitive: true, drop_fields: [ssn]}
 sink: {namespace: crm}
@@ -127,6 +139,21 @@ def _row(rng: random.Random, key: int, plaintexts: set[str]) -> dict[str, Any]:
                 "contact": {"email": f"alt.{tag}@example.net", "phone": f"+1 555 {tag[:7]}"},
             }
         ),
+        # Paths through arrays, in a document stored as text...
+        "orders": json.dumps(
+            {
+                "items": [{"sku": "A1", "card": f"4111-{tag[:8]}"}, {"sku": "B2", "card": None}],
+                "phones": [f"+33 6{tag[:8]}", f"+49 1{tag[4:]}"],
+            }
+        ),
+        # ... and in one read into a struct (extra is not declared: the row image only).
+        "prefs": json.dumps(
+            {
+                "contact": {"email": f"pref.{tag}@example.com", "tier": rng.randrange(3)},
+                "codes": [f"code-{tag}", f"code2-{tag}"],
+                "extra": {"secret": f"Extra{tag}", "public": 1},
+            }
+        ),
     }
     # What must never be found: each value whole, and the parts a mask hides.
     plaintexts.update(
@@ -146,6 +173,13 @@ def _row(rng: random.Random, key: int, plaintexts: set[str]) -> dict[str, Any]:
             f"alt.{tag}",
             f"+1 555 {tag[:7]}",
             row["born"].isoformat(),
+            f"4111-{tag[:8]}",
+            f"+33 6{tag[:4]}",
+            f"+49 1{tag[4:8]}",
+            f"pref.{tag}",
+            f"code-{tag}",
+            f"code2-{tag}",
+            f"Extra{tag}",
         }
     )
     return row
@@ -182,6 +216,7 @@ def _expected(spec: TableSpec, source: TableSpec, kafka: KafkaResource) -> dict[
     key = configured_key()
     protections = {c.name: c.protect for c in spec.columns if c.protect}
     documents = {c.name: sorted(c.protect_paths.items()) for c in spec.columns if c.protect_paths}
+    typed = {c.name: c.sink_type("mysql") for c in spec.columns if c.protect_paths and c.sink.type}
     out = {}
     for k, row in expected_base(source, kafka).items():
         row.pop("ssn")
@@ -189,7 +224,11 @@ def _expected(spec: TableSpec, source: TableSpec, kafka: KafkaResource) -> dict[
             value = row[name]
             row[name] = None if value is None else protect_text(protect, value_text(value), key)
         for name, paths in documents.items():
-            row[name] = protect_document(row[name], paths, key)
+            if name in typed:  # the declared members, protected, read into the type again
+                text = None if row[name] is None else json.dumps(row[name])
+                row[name] = project_document(protect_document(text, paths, key), typed[name])
+            else:
+                row[name] = protect_document(row[name], paths, key)
         out[k] = row
     return out
 
@@ -202,7 +241,7 @@ def _assert_base(
     layout = base_layout(spec)
     actual = {(r["id"],): r for r in read_table(iceberg, layout.namespace, layout.name)}
     assert sorted(actual) == sorted(expected)
-    documents = {c.sink_name for c in spec.columns if c.protect_paths}
+    documents = {c.sink_name for c in spec.columns if c.protect_paths and c.sink.type is None}
     for row in actual.values():
         for name in documents:
             row[name] = None if row[name] is None else json.loads(row[name])
@@ -213,10 +252,14 @@ def _assert_base(
         if not name.startswith("_") and actual[k][name] != value
     ]
     assert all(r["settings"]["secret"]["pin"].startswith("hmac:") for r in actual.values())
+    assert all(r["orders"]["items"][0]["card"].startswith("hmac:") for r in actual.values())
+    assert all(c.startswith("hmac:") for r in actual.values() for c in r["prefs"]["codes"])
     assert not diffs, "\n".join(diffs[:20])
     # Reversible with the key alone, outside Spark.
     names = {decrypt_text(r["display_name"], key) for r in actual.values()}
     assert all(n.startswith("Name ") for n in names)
+    emails = {decrypt_text(r["prefs"]["contact"]["email"], key) for r in actual.values()}
+    assert all(e.startswith("pref.") for e in emails)
 
 
 def _hits(data: bytes | str, plaintexts: set[str], where: str) -> list[str]:

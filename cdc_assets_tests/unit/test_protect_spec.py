@@ -280,6 +280,51 @@ def test_paths_protect_fields_inside_a_json_document() -> None:
     assert protect_document(None, plan.protect_paths, KEY) is None
 
 
+def test_paths_reach_every_element_of_an_array() -> None:
+    from cdc_assets.sql.protect import protect_document
+
+    paths = {"items[].secret": "hash", "phones[]": "mask_last4", "grid[][]": "mask_shape"}
+    s = spec(col(2, "doc", "json", sensitive=True, protect_paths=paths))
+    plan = plan_fields(s)[1]
+    doc = (
+        '{"items": [{"secret": "s1", "x": 1}, {"secret": 7}, 3, null, {"other": 1}], '
+        '"phones": ["555-1234", null, "12"], "grid": [["Ab1"], "c", []], "rest": "kept"}'
+    )
+    assert protect_document(doc, plan.protect_paths, KEY) == {
+        "items": [
+            {"secret": hash_text("s1", KEY), "x": 1},
+            {"secret": hash_text("7", KEY)},
+            3,
+            None,
+            {"other": 1},
+        ],
+        "phones": ["****1234", None, "**"],
+        "grid": [["Xx9"], "c", []],
+        "rest": "kept",
+    }
+    # a member that is not an array where the path says one is kept as it is
+    odd = '{"items": {"secret": "s"}, "phones": "555-1234"}'
+    assert protect_document(odd, plan.protect_paths, KEY) == {
+        "items": {"secret": "s"},
+        "phones": "555-1234",
+    }
+
+
+def test_paths_inside_a_document_read_into_a_struct() -> None:
+    column = col(
+        2,
+        "doc",
+        "json",
+        sensitive=True,
+        sink={"type": "struct<contact:struct<email:string,age:int>,tags:list<string>>"},
+        protect_paths={"contact.email": "hash", "tags[]": "mask_shape", "extra.pin": "hash"},
+    )
+    plan = plan_fields(spec(column))[1]
+    assert plan.parses_document
+    assert str(plan.sink) == "struct<contact:struct<email:string,age:int>,tags:list<string>>"
+    assert dict(plan.protect_paths)["extra.pin"] is Protection.HASH
+
+
 @pytest.mark.parametrize(
     ("column", "message"),
     [
@@ -291,11 +336,65 @@ def test_paths_protect_fields_inside_a_json_document() -> None:
         ),
         (
             col(2, "doc", "json", sensitive=True, protect_paths={"a": "hash", "a.b": "hash"}),
-            "inside 'a'",
+            "inside another path, 'a'",
+        ),
+        (
+            col(2, "doc", "json", sensitive=True, protect_paths={"a[].b": "hash", "a.c": "hash"}),
+            "'a' is an array in another path",
         ),
         (col(2, "doc", "json", sensitive=True, protect_paths={"a[0]": "hash"}), "pattern"),
+        (
+            col(
+                2,
+                "doc",
+                "json",
+                sensitive=True,
+                sink={"type": "struct<a:struct<b:int>>"},
+                protect_paths={"a.b": "hash"},
+            ),
+            "'a.b' is declared int in sink.type",
+        ),
+        (
+            col(
+                2,
+                "doc",
+                "json",
+                sensitive=True,
+                sink={"type": "struct<a:list<string>>"},
+                protect_paths={"a.b": "hash"},
+            ),
+            "'a' is declared list<string> in sink.type, not an object",
+        ),
     ],
 )
 def test_refused_paths_say_why(column: dict[str, Any], message: str) -> None:
     with pytest.raises(ValidationError, match=message):
         spec(column)
+
+
+def test_a_struct_read_document_is_compared_and_bootstrapped_protected() -> None:
+    from cdc_assets.quality.mirror_diff import base_image, base_values
+    from cdc_assets.schema.position import Position
+    from cdc_assets.sql.bootstrap import render_bootstrap_select
+    from cdc_assets.sql.protect import encrypt_text
+
+    column = col(
+        2,
+        "doc",
+        "json",
+        sensitive=True,
+        sink={"type": "struct<contact:struct<email:string>,codes:list<string>>"},
+        protect_paths={"contact.email": "encrypt", "codes[]": "hash", "extra.pin": "hash"},
+    )
+    s = spec(column)
+    source = {"id": 1, "doc": '{"contact": {"email": "a@b.org"}, "codes": ["x", 5], "more": 1}'}
+    image = base_image(s, source, KEY)
+    assert image["doc"] == {
+        "contact": {"email": encrypt_text("a@b.org", KEY)},
+        "codes": [hash_text("x", KEY), hash_text("5", KEY)],
+    }
+    # base's struct is compared as the struct it is
+    assert base_values(s, {"id": 1, "doc": image["doc"]})["doc"] == image["doc"]
+    sql = render_bootstrap_select(s, "dump", {"id": "id", "doc": "doc"}, Position(1, 0, 0), KEY)
+    # protected as text first, then read into the struct
+    assert "from_json(CASE WHEN CAST(`doc` AS STRING) IS NOT NULL" in sql

@@ -11,6 +11,7 @@ from cdc_assets.spec.models import Protection, TableSpec
 from cdc_assets.sql.protect import ProtectionKey
 from cdc_assets.sql.reprotect import (
     column_value_sql,
+    plain_sql,
     protected_columns,
     render_rewrite,
     render_seal_dead_letters,
@@ -62,7 +63,7 @@ def test_a_ledger_rewrite_covers_typed_columns_images_and_before_images() -> Non
     # every name a field had, in the image; the dropped field in both images
     for name in ("'$.email'", "'$.doc'", "'$.document'", "'ssn'"):
         assert name in sql
-    places = [place for place, _, _ in stored_values(s, images=True)]
+    places = [v.place for v in stored_values(s, images=True)]
     assert places == [
         "email",
         "_row_json.email",
@@ -79,14 +80,54 @@ def test_a_ledger_rewrite_covers_typed_columns_images_and_before_images() -> Non
 
 def test_a_value_already_protected_is_kept() -> None:
     c = spec(EMAIL).columns[1]
-    sql = column_value_sql(c, KEY)
+    sql = column_value_sql(spec(EMAIL), c, KEY)
     assert "RLIKE '^hmac:[a-z0-9]{1,16}:[0-9a-f]{64}$'" in sql
     assert sql.index("THEN `email`") < sql.index("ELSE concat('hmac:k1:'")
     doc = spec(DOC).columns[1]
     assert doc.protect_paths == {"a.b": Protection.MASK_SHAPE}
     # a mask kept when applying it again changes nothing: its fixed point is the form
-    nested = column_value_sql(doc, KEY)
+    nested = column_value_sql(spec(DOC), doc, KEY)
     assert "CAST(_dv1 AS STRING) = mask(CAST(_dv1 AS STRING), 'X', 'x', '9', NULL)" in nested
+
+
+def test_paths_through_arrays_are_audited_element_by_element() -> None:
+    items = {
+        "id": 2,
+        "name": "items",
+        "type": "json",
+        "sensitive": True,
+        "protect_paths": {"list[].secret": "hash", "note": "mask_shape"},
+    }
+    values = {v.place: v for v in stored_values(spec(items), images=False)}
+    assert not values["items.note"].many
+    assert values["items.note"].expr == "get_json_object(`items`, '$.note')"
+    many = values["items.list[].secret"]
+    assert many.many
+    assert "try_variant_get(_x, '$', 'array<variant>')" in many.expr
+    # any element not in its form makes the row plain
+    assert plain_sql([many]).startswith(f"exists({many.expr}, _v -> (_v IS NOT NULL AND NOT")
+
+
+def test_a_document_read_into_a_struct_is_rewritten_as_json_and_read_back() -> None:
+    doc = {
+        "id": 2,
+        "name": "doc",
+        "type": "json",
+        "sensitive": True,
+        "sink": {"type": "struct<email:string,age:int>"},
+        "protect_paths": {"email": "hash"},
+    }
+    s = spec(doc)
+    sql = column_value_sql(s, s.columns[1], KEY)
+    assert sql.startswith("from_json(CASE WHEN to_json(`doc`) IS NOT NULL")
+    assert sql.endswith("'STRUCT<`email`: STRING, `age`: INT>')")
+    assert [v.expr for v in stored_values(s, images=False)] == [
+        "get_json_object(to_json(`doc`), '$.email')"
+    ]
+    rewrite = render_rewrite("lake.ns.t_cdc", s, KEY, ledger=True)
+    assert rewrite is not None
+    # the row image keeps its own document (every member), protected
+    assert "CAST(CASE WHEN CAST(_pv AS STRING) IS NOT NULL" in rewrite
 
 
 def test_dead_letters_are_sealed_once() -> None:
