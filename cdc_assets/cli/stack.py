@@ -15,7 +15,8 @@ from cdc_assets.settings import ENV_SPECS, Settings
 
 
 def cmd_jars(settings: Settings, _: argparse.Namespace) -> int:
-    from cdc_assets.stack.jars import KINDS, ensure_jars, jar_cache_size
+    from cdc_assets.stack.class_archive import ensure_archive
+    from cdc_assets.stack.jars import KINDS, cached_spark_jars, ensure_jars, jar_cache_size
     from cdc_assets.stack.own_jars import ensure_connect_jar, ensure_udf_jar
 
     for kind in KINDS:
@@ -23,6 +24,11 @@ def cmd_jars(settings: Settings, _: argparse.Namespace) -> int:
         console.print(f"{kind}: {len(jars)} jars in {settings.jars_dir / kind}")
     console.print(f"udf: {ensure_udf_jar(settings)}")
     console.print(f"connect-ext: {ensure_connect_jar(settings)}")
+    spark = [str(p) for p in cached_spark_jars(settings)]
+    archive = ensure_archive(settings, spark)
+    if archive is not None:
+        size = archive.stat().st_size / 2**20
+        console.print(f"local driver class archive: {archive.name} ({size:.0f} MiB)")
     console.print(f"jar cache: {jar_cache_size(settings) / 2**20:.1f} MiB")
     return 0
 

@@ -112,6 +112,7 @@ class SparkResource(ConfigurableResource):  # type: ignore[type-arg]
         return replace(load_settings(), home=Path(self.home))
 
     def conf(self) -> dict[str, str]:
+        from cdc_assets.resources.class_archive import existing_archive
         from cdc_assets.stack.jars import cached_spark_jars
 
         settings = self.settings()
@@ -126,6 +127,7 @@ class SparkResource(ConfigurableResource):  # type: ignore[type-arg]
             ui_enabled=self.ui_enabled,
             extra=dict(self.extra_conf),
             java_options=settings.kafka_security.jvm_options(),
+            class_archive=existing_archive(settings, jars),
         )
 
     def teardown_after_execution(self, context: Any) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -197,3 +198,49 @@ def test_printed_spark_conf_hides_secrets() -> None:
     assert shown["spark.sql.catalog.lake.s3.access-key-id"] == "ak"  # an id, not a secret
     assert shown["spark.sql.catalog.lake.warehouse"] == "s3://warehouse/"
     assert not any(s in v for v in shown.values() for s in ("pw", "sk", "tk", "hk", "id:secret"))
+
+
+def test_a_local_driver_maps_the_class_archive_quietly_and_a_cluster_driver_does_not() -> None:
+    archive = Path("/cache/class-archive/driver-0123.jsa")
+    kwargs: dict[str, Any] = {
+        "app_name": "x",
+        "catalog": SQLITE,
+        "jars": [],
+        "shuffle_partitions": 4,
+        "driver_memory": "1g",
+        "ui_enabled": False,
+        "extra": {},
+        "class_archive": archive,
+    }
+    local = spark_conf(master="local[2]", **kwargs)["spark.driver.extraJavaOptions"].split()
+    assert f"-XX:SharedArchiveFile={archive}" in local
+    assert "-Xlog:cds*=off" in local  # a JVM that cannot map it says nothing
+    remote = spark_conf(master="spark://m:7077", **kwargs)["spark.driver.extraJavaOptions"]
+    assert "SharedArchiveFile" not in remote
+
+
+def test_the_class_archive_is_keyed_by_the_jars(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dataclasses import replace
+
+    from cdc_assets.resources.class_archive import archive_path, existing_archive
+    from cdc_assets.settings import load_settings
+
+    java = tmp_path / "jdk" / "bin" / "java"
+    java.parent.mkdir(parents=True)
+    java.write_text("#!/bin/sh\n")
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jdk"))
+    settings = replace(load_settings(), home=tmp_path / "home")
+    jar = tmp_path / "a.jar"
+    jar.write_bytes(b"one")
+    path = archive_path(settings, [str(jar)])
+    assert path is not None
+    assert path.parent == settings.jars_dir / "class-archive"
+    assert existing_archive(settings, [str(jar)]) is None  # not made yet
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"archive")
+    assert existing_archive(settings, [str(jar)]) == path
+    jar.write_bytes(b"a new build")  # another jar: the archive is not for it
+    assert existing_archive(settings, [str(jar)]) is None
+    assert existing_archive(settings, [str(tmp_path / "gone.jar")]) is None
