@@ -20,7 +20,9 @@ table, writes JSON and a PNG plot to benchmarks/results/.
 
 ``--keepers runs,worker`` measures the same seeded workload twice in one script, each on a stack
 of its own: kept by the sensors' micro-batch runs, then by one continuous worker for every table
-(``pipeline.worker`` set in the copied specs; the ``continuous_workers`` sensor starts it). Each
+(``pipeline.worker`` set in the copied specs; the ``continuous_workers`` sensor starts it), its
+tables all in cycles at once (``CDC_ASSETS_WORKER_TABLES_AT_ONCE``); ``worker-serial`` is the
+same worker with its tables one after another, the default. Each
 also records the machine's busy CPU from the workload's start until base caught up, per change
 event; the table compares both.
 
@@ -32,9 +34,11 @@ minutes compiling.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -252,8 +256,8 @@ def main() -> int:
     parser.add_argument("--out", default=None, help="JSON path (default: by --spark)")
     args = parser.parse_args()
     keepers = [k.strip() for k in args.keepers.split(",") if k.strip()]
-    if not set(keepers) <= {"runs", "worker"}:
-        parser.error("--keepers takes runs and/or worker")
+    if not set(keepers) <= {"runs", "worker", "worker-serial"}:
+        parser.error("--keepers takes runs, worker and/or worker-serial")
     results = {}
     for keeper in keepers:
         result = measure(args, keeper)
@@ -284,7 +288,7 @@ def main() -> int:
 def compare(results: dict[str, dict[str, Any]]) -> None:
     """The keepers side by side: freshness of every table's events, and machine CPU per event."""
     print(
-        f"\n{'keeper':<8} {'events':>7} {'median s':>9} {'p95 s':>7} {'CPU s/event':>12} "
+        f"\n{'keeper':<13} {'events':>7} {'median s':>9} {'p95 s':>7} {'CPU s/event':>12} "
         f"{'x runs':>7}"
     )
     base = results.get("runs")
@@ -292,7 +296,7 @@ def compare(results: dict[str, dict[str, Any]]) -> None:
         total = r["tables"][-1]
         ratio = r["cpu_per_event_s"] / base["cpu_per_event_s"] if base else float("nan")
         print(
-            f"{keeper:<8} {total['events']:>7} {total['median_s']:>9.1f} {total['p95_s']:>7.1f} "
+            f"{keeper:<13} {total['events']:>7} {total['median_s']:>9.1f} {total['p95_s']:>7.1f} "
             f"{r['cpu_per_event_s']:>12.4f} {ratio:>7.2f}"
         )
 
@@ -316,7 +320,7 @@ def measure(args: argparse.Namespace, keeper: str) -> dict[str, Any] | None:
         ensure_jars("connect", settings, quiet=True)
         specs_dir = tmp / "specs"
         shutil.copytree(ROOT / "table_specs", specs_dir)
-        if keeper == "worker":
+        if keeper in ("worker", "worker-serial"):
             _name_worker(specs_dir, "source")
         settings = replace(settings, specs_dir=specs_dir)
         print("stack up --sources ...", flush=True)
@@ -328,6 +332,10 @@ def measure(args: argparse.Namespace, keeper: str) -> dict[str, Any] | None:
             "CDC_ASSETS_SPECS": str(specs_dir),
             "DAGSTER_HOME": str(dagster_home),
         }
+        if keeper == "worker":  # the worker's tables all in a cycle at once
+            env["CDC_ASSETS_WORKER_TABLES_AT_ONCE"] = str(len(list(specs_dir.glob("*.yaml"))))
+        elif keeper == "worker-serial":  # one after another (the default)
+            env["CDC_ASSETS_WORKER_TABLES_AT_ONCE"] = "1"
         os.environ.update(
             {k: env[k] for k in ("CDC_ASSETS_HOME", "CDC_ASSETS_SPECS", "DAGSTER_HOME")}
         )
@@ -338,7 +346,9 @@ def measure(args: argparse.Namespace, keeper: str) -> dict[str, Any] | None:
         PipelineDriver(settings, instance).onboard()
         specs = load_specs(specs_dir)
         log = open(tmp / "daemon.log", "wb")  # noqa: SIM115 - open for the daemon's lifetime
-        daemon = start_daemon(env, log)
+        # Its own process group: the runs it launched (a continuous worker runs until stopped)
+        # end with it, before the stack goes down and before the next keeper is measured.
+        daemon = start_daemon(env, log, own_group=True)
         workload = Workload(settings, specs, seed=7, key_base=next_key_base(settings, specs))
         catalog = build_resources(settings)["iceberg"].load_catalog()
         bootstrap, topics = state.bootstrap_servers, [s.source.topic for s in specs]
@@ -451,11 +461,12 @@ def measure(args: argparse.Namespace, keeper: str) -> dict[str, Any] | None:
         return result
     finally:
         if daemon is not None:
-            daemon.terminate()
-            try:
+            os.killpg(daemon.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 daemon.wait(30)
-            except subprocess.TimeoutExpired:
-                daemon.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(daemon.pid, signal.SIGKILL)  # run workers that outlived the daemon
+            daemon.wait(30)
         stack_down(settings, purge=True)
         shutil.rmtree(tmp, ignore_errors=True)
 

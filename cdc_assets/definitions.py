@@ -146,7 +146,9 @@ def build_defs(
             ),
             build_drift_sensor(drift_job, evolve_job, maintenance_job),
             build_views_sensor(specs, views, evolve_job, refresh_job),
-            build_workers_sensor(specs, continuous_job, settings.worker_heartbeat_s),
+            build_workers_sensor(
+                specs, continuous_job, settings.worker_heartbeat_s, settings.worker_tables_at_once
+            ),
         ],
         resources=resources,
     )

@@ -67,6 +67,12 @@ ENV_TABLES_AT_ONCE = "CDC_ASSETS_TABLES_AT_ONCE"
 # replaced, so this is also about a sixth of how long a killed worker's tables wait.
 ENV_WORKER_HEARTBEAT_S = "CDC_ASSETS_WORKER_HEARTBEAT_S"
 DEFAULT_WORKER_HEARTBEAT_S = 10.0
+# How many of a continuous worker's tables are in a cycle at once (jobs/continuous.py). One: on
+# a 2-core machine with the real sources, three tables one after another reached base with a
+# p95 of 15.6 s, three at once 19.0 s (benchmarks/source_freshness.py): the machine's cores,
+# not the worker's turns, bound it there.
+ENV_WORKER_TABLES_AT_ONCE = "CDC_ASSETS_WORKER_TABLES_AT_ONCE"
+DEFAULT_WORKER_TABLES_AT_ONCE = 1
 # Three: on a 2-core machine, busy cycles of 30 small tables with the widths taking turns on one
 # warm driver took 0.88x the time per table with three at once as with two, and four no less
 # than three (benchmarks/fleet_widths.py, docs/benchmarks.md): a small table's steps mostly wait
@@ -130,6 +136,7 @@ class Settings:
     catalog_properties: dict[str, str] = field(default_factory=dict)
     tables_at_once: int = DEFAULT_TABLES_AT_ONCE  # steps of a run at once (jobs/executor.py)
     worker_heartbeat_s: float = DEFAULT_WORKER_HEARTBEAT_S  # continuous workers' heartbeat
+    worker_tables_at_once: int = DEFAULT_WORKER_TABLES_AT_ONCE  # a worker's tables in a cycle
     metrics_token: str | None = None  # bearer token `fleet --serve` requires (None: none)
     # How Kafka clients authenticate and encrypt (CDC_ASSETS_KAFKA_SECURITY_PROTOCOL, ...).
     kafka_security: KafkaSecurity = field(default_factory=KafkaSecurity)
@@ -248,22 +255,27 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         cluster=env.get(ENV_CLUSTER, "").strip().lower() in ("1", "true", "yes"),
         cluster_catalog=_cluster_catalog(env.get(ENV_CLUSTER_CATALOG, "")),
         catalog_properties=_catalog_properties(env.get(ENV_CATALOG_PROPERTIES, "")),
-        tables_at_once=_tables_at_once(env.get(ENV_TABLES_AT_ONCE, "")),
+        tables_at_once=_tables_at_once(env, ENV_TABLES_AT_ONCE, DEFAULT_TABLES_AT_ONCE),
         worker_heartbeat_s=_worker_heartbeat(env),
+        worker_tables_at_once=_tables_at_once(
+            env, ENV_WORKER_TABLES_AT_ONCE, DEFAULT_WORKER_TABLES_AT_ONCE
+        ),
         metrics_token=env.get(ENV_METRICS_TOKEN) or None,
         kafka_security=kafka_security(env),
         registry_auth=registry_auth(env),
     )
 
 
-def _tables_at_once(raw: str) -> int:
-    """``CDC_ASSETS_TABLES_AT_ONCE``: a whole number of 1 or more (empty: the default)."""
+def _tables_at_once(env: dict[str, str], name: str, default: int) -> int:
+    """``CDC_ASSETS_TABLES_AT_ONCE`` or ``CDC_ASSETS_WORKER_TABLES_AT_ONCE``: a whole number of
+    1 or more (empty: the default)."""
+    raw = env.get(name, "")
     try:
-        value = int(raw.strip() or DEFAULT_TABLES_AT_ONCE)
+        value = int(raw.strip() or default)
     except ValueError:
         value = 0
     if value < 1:
-        raise ConfigError(f"{ENV_TABLES_AT_ONCE} must be a whole number of 1 or more, not {raw!r}")
+        raise ConfigError(f"{name} must be a whole number of 1 or more, not {raw!r}")
     return value
 
 

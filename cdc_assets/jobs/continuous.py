@@ -19,8 +19,10 @@ compacted here once it holds more than ``base.maintenance.compact_files_per_buck
 bucket, since a commit every few seconds adds files faster than a daily maintenance removes them.
 """
 
+import queue
+import threading
 import time
-from collections import Counter
+from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -96,6 +98,13 @@ class WorkerConfig(dg.Config):
     )
     run_for_seconds: float = Field(
         default=0.0, ge=0, description="stop after this long (0: until the run is terminated)"
+    )
+    tables_at_once: int = Field(
+        default=1,
+        ge=1,
+        description="how many of its tables run a cycle at the same time; each table has a "
+        "loop, a Spark session and a cadence of its own, so a busy table never waits for "
+        "another's cycle beyond this bound",
     )
     max_failures: int = Field(
         default=6,
@@ -298,6 +307,112 @@ def _stopping(context: dg.OpExecutionContext) -> bool:
     )
 
 
+class _FairGate:
+    """At most ``slots`` holders at a time, the waiters served in the order they came. A
+    ``threading.Semaphore`` is not fair: a table whose cycle read something loops straight back
+    and takes it again before the others wake (measured: one table of three made 41 commits,
+    the other two 11 and 12, and their p95 went from 15 s to 80 s)."""
+
+    def __init__(self, slots: int) -> None:
+        self._free = slots
+        self._waiting: deque[object] = deque()
+        self._changed = threading.Condition()
+
+    def __enter__(self) -> None:
+        me = object()
+        with self._changed:
+            self._waiting.append(me)
+            while self._waiting[0] is not me or self._free == 0:
+                self._changed.wait()
+            self._waiting.popleft()
+            self._free -= 1
+            self._changed.notify_all()
+
+    def __exit__(self, *exc: object) -> None:
+        with self._changed:
+            self._free += 1
+            self._changed.notify_all()
+
+
+class _TableLoop:
+    """One table's loop, in a thread of its own: cycles at the table's own cadence, on a Spark
+    session of its own (a commit's snapshot properties are session state), at most
+    ``tables_at_once`` of the worker's tables in a cycle at a time (``gate``). What it
+    materializes, and its end, go to the run's thread through ``events``: only that thread
+    yields to Dagster."""
+
+    def __init__(
+        self,
+        table: str,
+        config: WorkerConfig,
+        specs_dir: Path,
+        events: queue.Queue[tuple[str, Any]],
+        gate: _FairGate,
+        stop: threading.Event,
+    ) -> None:
+        self.table = table
+        self.config = config
+        self.specs_dir = specs_dir
+        self.events = events
+        self.gate = gate
+        self.stop = stop
+        self.cycles = 0  # finished, failed ones included: the run's heartbeat waits for them
+        self.records = 0
+        self.failures = 0
+
+    def run(self, log: Any, spark: SparkResource, catalog: Any, kafka: KafkaResource) -> None:
+        try:
+            self._loop(log, spark, catalog, kafka)
+        except BaseException as exc:  # the run's thread raises it
+            self.events.put(("failed", exc))
+        finally:
+            self.events.put(("done", self.table))
+
+    def _loop(self, log: Any, spark: SparkResource, catalog: Any, kafka: KafkaResource) -> None:
+        config = self.config
+        own_session_per_thread()
+        session = spark.get_session()
+        last_look = 0.0
+        while not self.stop.is_set():
+            started = time.monotonic()
+            look = started - last_look >= config.heartbeat_seconds
+            cycle: _Cycle | None = None
+            with self.gate:
+                try:
+                    (spec,) = _current_specs([self.table], self.specs_dir, catalog)
+                    cycle = _Cycle(spec, look_at_ledger=look, files=config.ledger_files_per_commit)
+                    for event in cycle.run(
+                        log, self.specs_dir, session, spark.catalog.name, catalog, kafka
+                    ):
+                        self.events.put(("event", event))
+                except Exception as exc:
+                    # The next cycle starts from what is committed: nothing of this one is half
+                    # written (each commit is atomic), so trying again is safe.
+                    self.failures += 1
+                    log.warning(
+                        f"{self.table}: cycle failed ({self.failures} in a row): "
+                        f"{type(exc).__name__}: {exc}"
+                    )
+                    if self.failures >= config.max_failures:
+                        raise
+                    cycle = None
+            self.cycles += 1
+            if cycle is None:
+                # A broker or catalog away: back off, rather than spending the failures the run
+                # may take in a second.
+                self.stop.wait(min(RETRY_BASE_S * 2 ** (self.failures - 1), RETRY_MAX_S))
+                continue
+            self.failures = 0
+            if look:
+                last_look = started
+            self.records += cycle.read
+            self.events.put(("cycle", (self.table, cycle.paused)))
+            if not cycle.read:
+                self.stop.wait(config.idle_seconds)
+            elif (wait := started + config.commit_interval_seconds - time.monotonic()) > 0:
+                self.stop.wait(wait)
+
+
 def build_continuous_job(specs_dir: Path) -> dg.JobDefinition:
     @dg.op(name=WORKER_OP, tags={"kind": "spark"})
     def run_worker(
@@ -307,61 +422,62 @@ def build_continuous_job(specs_dir: Path) -> dg.JobDefinition:
         iceberg: IcebergCatalogResource,
         kafka: KafkaResource,
     ) -> Iterator[Any]:
-        # Its commits' snapshot properties are session state: a session of its own, whatever
-        # else runs in this process (a run's other steps, a test's own runs).
-        own_session_per_thread()
-        session = spark.get_session()
         catalog = iceberg.load_catalog()
         began = time.monotonic()
-        failures: Counter[str] = Counter()
+        events: queue.Queue[tuple[str, Any]] = queue.Queue()
+        stop = threading.Event()
+        gate = _FairGate(config.tables_at_once)
+        loops = [_TableLoop(t, config, specs_dir, events, gate, stop) for t in config.tables]
+        threads = [
+            threading.Thread(
+                target=loop.run,
+                args=(context.log, spark, catalog, kafka),
+                name=f"worker-{loop.table}",
+                daemon=True,
+            )
+            for loop in loops
+        ]
+        for thread in threads:
+            thread.start()
         paused: set[str] = set()
-        cycles = records = 0
-        last_beat = 0.0
-        while True:
-            cycle_started = time.monotonic()
-            look = cycle_started - last_beat >= config.heartbeat_seconds
-            read = 0
-            for spec in _current_specs(config.tables, specs_dir, catalog):
-                cycle = _Cycle(
-                    spec, look_at_ledger=look or cycles == 0, files=config.ledger_files_per_commit
-                )
-                try:
-                    yield from cycle.run(
-                        context.log, specs_dir, session, spark.catalog.name, catalog, kafka
-                    )
-                except Exception as exc:
-                    # The next cycle starts from what is committed: nothing of this one is half
-                    # written (each commit is atomic), so trying again is safe.
-                    failures[spec.name] += 1
-                    context.log.warning(
-                        f"{spec.name}: cycle failed ({failures[spec.name]} in a row): "
-                        f"{type(exc).__name__}: {exc}"
-                    )
-                    if failures[spec.name] >= config.max_failures:
-                        raise
-                    continue
-                failures[spec.name] = 0
-                read += cycle.read
-                _say_pause(context.log, spec.name, cycle.paused, paused)
-            cycles += 1
-            records += read
-            if failing := max(failures.values(), default=0):
-                # A broker or catalog away: back off, rather than spending the failures the
-                # run may take in a second.
-                time.sleep(min(RETRY_BASE_S * 2 ** (failing - 1), RETRY_MAX_S))
-            if look:
-                last_beat = time.monotonic()
+        failed: BaseException | None = None
+        running = len(threads)
+        last_beat, beat_cycles = float("-inf"), [0] * len(loops)
+        while running:
+            try:
+                kind, value = events.get(timeout=0.5)
+            except queue.Empty:
+                kind, value = "", None
+            if kind == "event":
+                yield value
+            elif kind == "cycle":
+                _say_pause(context.log, value[0], value[1], paused)
+            elif kind == "failed":
+                failed = failed or value
+                stop.set()
+            elif kind == "done":
+                running -= 1
+            now = time.monotonic()
+            # Alive: every table finished a cycle (or a failed one) since the last beat, so a
+            # table stuck in Spark stops the beats and the sensor replaces the run.
+            done = [loop.cycles for loop in loops]
+            if now - last_beat >= config.heartbeat_seconds and all(
+                c > b for c, b in zip(done, beat_cycles, strict=True)
+            ):
+                last_beat, beat_cycles = now, done
                 context.instance.add_run_tags(context.run_id, {HEARTBEAT_TAG: f"{time.time():.0f}"})
                 if _stopping(context):
-                    break
-            if config.run_for_seconds and time.monotonic() - began >= config.run_for_seconds:
-                break
-            if not read:
-                time.sleep(config.idle_seconds)
-            elif (wait := cycle_started + config.commit_interval_seconds - time.monotonic()) > 0:
-                time.sleep(wait)
-        context.log.info(f"worker {config.worker}: {cycles} cycles, {records} records")
-        yield dg.Output({"cycles": cycles, "records": records})
+                    stop.set()
+            if config.run_for_seconds and now - began >= config.run_for_seconds:
+                stop.set()
+        for thread in threads:
+            thread.join()
+        if failed is not None:
+            raise failed
+        most = max((loop.cycles for loop in loops), default=0)
+        records = sum(loop.records for loop in loops)
+        context.log.info(f"worker {config.worker}: {most} cycles, {records} records")
+        yield dg.Output({"cycles": most, "records": records})
 
     @dg.job(
         name=CONTINUOUS_JOB,
@@ -379,12 +495,15 @@ def build_continuous_job(specs_dir: Path) -> dg.JobDefinition:
 
 
 def build_workers_sensor(
-    specs: Sequence[TableSpec], job: dg.JobDefinition, heartbeat_seconds: float = 10.0
+    specs: Sequence[TableSpec],
+    job: dg.JobDefinition,
+    heartbeat_seconds: float = 10.0,
+    tables_at_once: int = 1,
 ) -> dg.SensorDefinition:
     """Keeps one live run per worker the specs name: starts a missing one (beating every
-    ``heartbeat_seconds``), fails a started one whose heartbeat stopped (its process died) so
-    that the same tick replaces it, and stops the runs of workers the specs no longer name or
-    name with other tables."""
+    ``heartbeat_seconds``, ``tables_at_once`` of its tables in a cycle at a time), fails a
+    started one whose heartbeat stopped (its process died) so that the same tick replaces it,
+    and stops the runs of workers the specs no longer name or name with other tables."""
     workers = workers_of(specs)
 
     @dg.sensor(
@@ -416,7 +535,12 @@ def build_workers_sensor(
                 continue
             requests.append(
                 dg.RunRequest(
-                    run_config=worker_run_config(name, tables, heartbeat_seconds=heartbeat_seconds),
+                    run_config=worker_run_config(
+                        name,
+                        tables,
+                        heartbeat_seconds=heartbeat_seconds,
+                        tables_at_once=tables_at_once,
+                    ),
                     tags={WORKER_TAG: name, "cdc/tables": ",".join(tables)},
                 )
             )

@@ -171,3 +171,31 @@ def test_a_worker_the_specs_no_longer_name_or_name_with_other_tables_is_stopped(
             ended = instance.get_run_by_id(run.run_id)
             assert ended is not None
             assert ended.status == dg.DagsterRunStatus.CANCELED
+
+
+def test_the_worker_gate_serves_its_tables_in_turn() -> None:
+    """A table whose cycle read something loops straight back to the gate: it must queue behind
+    the tables already waiting, not take the slot again before they wake."""
+    import threading
+
+    from cdc_assets.jobs.continuous import _FairGate
+
+    gate = _FairGate(1)
+    turns: list[str] = []
+    start = threading.Barrier(3)
+
+    def table(name: str) -> None:
+        start.wait()
+        for _ in range(30):
+            with gate:
+                turns.append(name)
+                time.sleep(0.001)
+
+    threads = [threading.Thread(target=table, args=(n,)) for n in "abc"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    # while all three loop, each comes back after the other two: even shares of the first half
+    first = turns[:45]
+    assert all(14 <= first.count(name) <= 16 for name in "abc"), turns

@@ -39,7 +39,7 @@ from cdc_assets.run_launcher import PID_TAG
 from cdc_assets.schema.layers import base_layout, ledger_layout
 from cdc_assets.sensors.new_offsets import current_hour_key
 from cdc_assets.settings import Settings
-from cdc_assets.spec.models import ColumnSpec
+from cdc_assets.spec.models import ColumnSpec, TableSpec
 from cdc_assets.spec.versions import render_spec_yaml, write_spec
 from cdc_assets.stack.local_stack import stack_up
 from cdc_assets_tests.integration.test_broker_restart import kill_broker
@@ -149,15 +149,21 @@ def test_a_worker_leaves_a_table_alone_while_maintenance_or_an_evolution_holds_i
     tmp_path: Path,
 ) -> None:
     """A pause on the table (as an evolution or maintenance takes it): the worker commits
-    nothing to it until it ends, then catches up. Maintenance holds it over its rewrites (not
+    nothing to it until it ends, then catches up, while the worker's other table (its tables in
+    loops of their own, two at once) goes on. Maintenance holds the pause over its rewrites (not
     over expiry and orphan removal), an evolution over its commits, and both give it back."""
     spec = _worker_spec(it_settings, kafka, "calm")
+    second = _worker_spec(it_settings, kafka, "calm")
+    other = TableSpec.model_validate(
+        {**second.model_dump(mode="json", by_alias=True), "name": "orders_b"}
+    )
     specs_dir = tmp_path / "specs"
     specs_dir.mkdir()
-    write_spec(spec, specs_dir / f"{spec.name}.yaml")
+    for s in (spec, other):
+        write_spec(s, specs_dir / f"{s.name}.yaml")
+        ensure_tables(spark, "lake", s)
     settings = replace(it_settings, specs_dir=specs_dir)
-    defs = build_defs(specs=[spec], settings=settings, resource_overrides=resources)
-    ensure_tables(spark, "lake", spec)
+    defs = build_defs(specs=[spec, other], settings=settings, resource_overrides=resources)
     bootstrap = kafka.resolved_bootstrap()
     catalog = iceberg.load_catalog()
     ledger, base = ledger_layout(spec), base_layout(spec)
@@ -168,7 +174,9 @@ def test_a_worker_leaves_a_table_alone_while_maintenance_or_an_evolution_holds_i
         )
 
     with dg.instance_for_test() as instance:
-        worker, outcome = _start_worker(defs, instance, "calm", spec.name, heartbeat_seconds=1)
+        worker, outcome = _start_worker(
+            defs, instance, "calm", [spec.name, other.name], heartbeat_seconds=1, tables_at_once=2
+        )
 
         def alive() -> None:
             assert worker.is_alive(), outcome
@@ -184,7 +192,14 @@ def test_a_worker_leaves_a_table_alone_while_maintenance_or_an_evolution_holds_i
             produce(
                 workload(spec, random.Random(62), keys=80, events=300), spec.source.topic, bootstrap
             )
-            time.sleep(6)  # many cycles and heartbeats of the worker
+            # The worker's other table is not held up by this one's pause.
+            produce(
+                workload(other, random.Random(65), keys=80, events=300),
+                other.source.topic,
+                bootstrap,
+            )
+            _until_base_matches(other, iceberg, expected_base(other, kafka), alive)
+            time.sleep(3)  # more cycles and heartbeats of the worker
             assert [s.snapshot_id for s in snapshots()] == [s.snapshot_id for s in before]
             alive()
         _until_base_matches(spec, iceberg, expected_base(spec, kafka), alive)
@@ -319,18 +334,19 @@ def _start_worker(
     defs: dg.Definitions,
     instance: dg.DagsterInstance,
     name: str,
-    table: str,
+    table: str | list[str],
     **config: Any,
 ) -> tuple[threading.Thread, dict[str, Any]]:
     """A run of ``continuous_tables`` in a thread (idle 0.2 s, ``config`` on top); the dict
     gets its result under ``"result"`` once the run ends."""
     outcome: dict[str, Any] = {}
+    tables = [table] if isinstance(table, str) else table
 
     def work() -> None:
         outcome["result"] = defs.resolve_job_def(CONTINUOUS_JOB).execute_in_process(
             instance=instance,
-            run_config=worker_run_config(name, [table], **{"idle_seconds": 0.2, **config}),
-            tags={WORKER_TAG: name, "cdc/tables": table},
+            run_config=worker_run_config(name, tables, **{"idle_seconds": 0.2, **config}),
+            tags={WORKER_TAG: name, "cdc/tables": ",".join(tables)},
             raise_on_error=False,
         )
 
