@@ -69,8 +69,8 @@ ENV_WORKER_HEARTBEAT_S = "CDC_ASSETS_WORKER_HEARTBEAT_S"
 DEFAULT_WORKER_HEARTBEAT_S = 10.0
 # How many of a continuous worker's tables are in a cycle at once (jobs/continuous.py). One: on
 # a 2-core machine with the real sources, three tables one after another reached base with a
-# p95 of 15.6 s, three at once 19.0 s (benchmarks/source_freshness.py): the machine's cores,
-# not the worker's turns, bound it there.
+# p95 of 18.6 s, three at once 21.2 s at 1.32x the CPU per event (benchmarks/source_freshness.py):
+# the machine's cores, not the worker's turns, bound it there.
 ENV_WORKER_TABLES_AT_ONCE = "CDC_ASSETS_WORKER_TABLES_AT_ONCE"
 DEFAULT_WORKER_TABLES_AT_ONCE = 1
 # Three: on a 2-core machine, busy cycles of 30 small tables with the widths taking turns on one
