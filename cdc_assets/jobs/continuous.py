@@ -372,7 +372,7 @@ class _TableLoop:
         config = self.config
         own_session_per_thread()
         session = spark.get_session()
-        last_look = 0.0
+        last_look = float("-inf")  # the first cycle looks at the ledger
         while not self.stop.is_set():
             started = time.monotonic()
             look = started - last_look >= config.heartbeat_seconds
