@@ -59,6 +59,7 @@ from cdc_assets.schema.layers import (
     ledger_layout,
 )
 from cdc_assets.schema.recover import changed_columns, dead_letter_reasons, reencoded_columns
+from cdc_assets.schema.retype import Converted, converted_columns
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.sql.backfill import (
     after_position,
@@ -71,6 +72,7 @@ from cdc_assets.sql.backfill import (
     render_position_count,
     render_position_update,
 )
+from cdc_assets.sql.ddl import temp_view_name
 
 log = logging.getLogger(__name__)
 
@@ -368,6 +370,7 @@ def _backfill_ledger(
     result: BackfillResult,
     reencoded: Sequence[str] = (),
     after: str | None = None,
+    converted: Mapping[str, Converted] | None = None,
 ) -> None:
     ledger_l = ledger_layout(spec)
     ledger_id = spark_identifier(catalog, ledger_l)
@@ -392,18 +395,29 @@ def _backfill_ledger(
             exclude_files=pending,
             reencoded=reencoded,
             after=after,
+            converted=converted,
         )
-        counts = spark.sql(render_ledger_counts(values)).collect()[0]
-        result.ledger_rows_updated = int(counts["changed"])
-        result.ledger_rows_rejected = int(counts["rejected"])
-        if result.ledger_rows_rejected:
-            rows = spark.sql(render_ledger_rejected(values, REJECTED_EXAMPLES)).collect()
-            result.rejected_examples = [
-                f"{r['_kafka_partition']}:{r['_kafka_offset']}" for r in rows
-            ]
-        if result.ledger_rows_updated:
-            with snapshot_properties(spark, props):
-                spark.sql(render_ledger_update(ledger_id, values, columns, min_dt=min_dt))
+        # Decoded once, into a checkpoint that the count, the examples and the MERGE read. The
+        # MERGE's filter would otherwise be pushed down through the decoding stages, inlining
+        # them into one expression that grows with every column (three byte decimals took
+        # the driver's whole heap to plan).
+        view = temp_view_name("backfill", ledger_l.namespace, ledger_l.name)
+        spark.sql(values).localCheckpoint().createOrReplaceTempView(view)
+        decoded = f"SELECT * FROM {view}"
+        try:
+            counts = spark.sql(render_ledger_counts(decoded)).collect()[0]
+            result.ledger_rows_updated = int(counts["changed"])
+            result.ledger_rows_rejected = int(counts["rejected"])
+            if result.ledger_rows_rejected:
+                rows = spark.sql(render_ledger_rejected(decoded, REJECTED_EXAMPLES)).collect()
+                result.rejected_examples = [
+                    f"{r['_kafka_partition']}:{r['_kafka_offset']}" for r in rows
+                ]
+            if result.ledger_rows_updated:
+                with snapshot_properties(spark, props):
+                    spark.sql(render_ledger_update(ledger_id, decoded, columns, min_dt=min_dt))
+        finally:
+            spark.catalog.dropTempView(view)
 
     _retry(attempt)
 
@@ -582,8 +596,27 @@ def backfill_from_ledger(
             "source position of the change, ledger rows keep the values they were decoded "
             "with (an older image read in the new encoding would be another value)"
         )
+    converted = converted_columns(from_spec, spec) if from_spec is not None else {}
+    misread = [c for c, conversion in converted.items() if conversion.misread]
+    if misread and after is None:
+        log.warning(
+            f"{spec.name}: {', '.join(misread)} take their older values from a column whose "
+            "encoding changed with the type; without the source position of the change, no "
+            "older value is converted (a row without a value in the new column is counted as "
+            "rejected)"
+        )
     _backfill_ledger(
-        spark, catalog, iceberg_catalog, spec, names, min_dt, props, result, reencoded, after
+        spark,
+        catalog,
+        iceberg_catalog,
+        spec,
+        names,
+        min_dt,
+        props,
+        result,
+        reencoded,
+        after,
+        converted,
     )
     failpoint("backfill_after_ledger")
     result.base_rows_updated = _backfill_by_position(

@@ -43,8 +43,9 @@ from cdc_assets.schema.column_rules import (
     protect_later,
 )
 from cdc_assets.schema.recover import reencoded
+from cdc_assets.schema.retype import image_readable, value_converts
 from cdc_assets.schema.types import SinkType, can_promote, promotion_problems
-from cdc_assets.schema.wire import Wire, plan_column
+from cdc_assets.schema.wire import plan_column
 from cdc_assets.spec.models import ColumnSpec, SinkMapping, TableSpec
 
 # Changing these points the spec at another source or Iceberg table: a new onboarding.
@@ -58,19 +59,6 @@ _IDENTITY = {
     "sink.namespace": "set of Iceberg tables",
     "sink.table": "set of Iceberg tables",
     "sink.dead_letter_suffix": "dead-letter table",
-}
-# Retyped columns (`RetireColumn`): the wire encodings whose old raw values the new type reads
-# as the same values, so the backfill converts them exactly or refuses them: any value sent as
-# its own text into a string, a string parsed into an integer or a double, an int into a double.
-_TEXT_WIRES = (
-    Wire.INT, Wire.LONG, Wire.FLOAT, Wire.DOUBLE, Wire.BOOLEAN, Wire.STRING,
-    Wire.DECIMAL_STRING, Wire.DECIMAL_NUMBER,
-)  # fmt: skip
-_CONVERTIBLE = {(old, Wire.STRING) for old in _TEXT_WIRES} | {
-    (Wire.STRING, Wire.INT),
-    (Wire.STRING, Wire.LONG),
-    (Wire.STRING, Wire.DOUBLE),
-    (Wire.INT, Wire.DOUBLE),
 }
 
 
@@ -566,10 +554,11 @@ class _Classifier:
             return "; its sink transform would apply to the new type"
         old_wire = plan_column(self.current, c).wire
         new_wire = plan_column(self.current, p).wire
-        if (old_wire, new_wire) not in _CONVERTIBLE:
-            # A row image does not say which type wrote it: the backfill reads every image with
-            # the new type, so the old values must read as themselves (their text), never as
-            # other values (a decimal's unscaled bytes at another scale, epoch numbers as text).
+        old_sink, new_sink = c.sink_type(self.connector), p.sink_type(self.connector)
+        if not image_readable(old_wire, new_wire) and not value_converts(old_sink, new_sink):
+            # The backfill fills the new column from the images where an old raw value reads as
+            # itself, or from the old column's values where they convert exactly
+            # (`schema.retype`); anything else would read as other values of the new type.
             return (
                 f"; the old values are sent as {old_wire} and would read as other values of "
                 f"the new type ({new_wire}): a new column cannot be filled exactly"

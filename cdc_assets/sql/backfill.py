@@ -17,9 +17,11 @@ import re
 from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 
+from cdc_assets.schema.retype import Converted
+from cdc_assets.schema.types import SinkType
 from cdc_assets.schema.wire import FieldPlan, plan_fields, stored_text_plan
 from cdc_assets.spec.models import TableSpec
-from cdc_assets.sql.ddl import literal, quote
+from cdc_assets.sql.ddl import literal, quote, spark_type
 from cdc_assets.sql.decode import (
     GTID_PATTERN,
     IMAGE_SCHEMA,
@@ -94,6 +96,28 @@ def _differ(a: str, b: str, nested: bool) -> str:
     return f"({a} IS NOT NULL AND NOT ({a} <=> {b}))"
 
 
+def exact_conversion(value: str, old: SinkType, new: SinkType) -> tuple[str, str]:
+    """(the old column's ``value`` in the new type, null where it does not convert exactly;
+    the condition that it does not) for a pair `schema.retype.value_converts` takes. A decimal
+    that the new scale would round or the new precision cannot hold does not convert. A wall
+    clock and an instant are one another in UTC, whatever the session's zone."""
+    if old.name == new.name == "decimal":
+        converted = f"try_cast({value} AS {spark_type(new)})"
+        exact = f"{converted} = {value}"  # null when either is: the cast overflowed
+        inexact = f"({value} IS NOT NULL AND NOT coalesce({exact}, false))"
+        return f"CASE WHEN {exact} THEN {converted} END", inexact
+    if (old.name, new.name) == ("timestamp", "timestamptz"):
+        return f"CAST(convert_timezone('UTC', current_timezone(), {value}) AS TIMESTAMP)", "false"
+    if (old.name, new.name) == ("timestamptz", "timestamp"):
+        wall = f"CAST({value} AS TIMESTAMP_NTZ)"
+        return f"convert_timezone(current_timezone(), 'UTC', {wall})", "false"
+    raise ValueError(f"{old} -> {new} is not converted from the old column's values")
+
+
+def _from(i: int) -> str:
+    return f"__from{i}"
+
+
 def _newly_unavailable(plan: FieldPlan) -> str:
     name = literal(plan.sink_name)
     listed = f"array_contains(split(coalesce(__old_unavailable, ''), ','), {name})"
@@ -135,6 +159,7 @@ def render_ledger_values(
     offsets: Mapping[int, tuple[int, int]] | None = None,
     reencoded: Collection[str] = (),
     after: str | None = None,
+    converted: Mapping[str, Converted] | None = None,
 ) -> str:
     """SELECT of every ledger row with a row image: its coordinates (dt, hr, Kafka partition and
     offset), each column decoded as the ingest decodes it under ``spec`` (NULL when the image
@@ -147,8 +172,13 @@ def render_ledger_values(
     offset ranges (partition -> [start, end)). ``reencoded`` columns (`schema.recover.
     reencoded_columns`) are decoded only in rows ``after`` the source's change (an
     `after_position` condition); other rows keep what they hold, and with no ``after`` every
-    row does.
+    row does. ``converted`` columns (`schema.retype.converted_columns`) take the retired
+    column's value, converted exactly, in the rows before the change that hold one, and are
+    decoded from the image in the others; with no ``after``, a column whose old values may have
+    been misread is converted in no row: such a row keeps what it holds, counted as rejected
+    when that is nothing.
     """
+    converted = converted or {}
     plans = backfill_plans(spec, columns)
     where = [f"l._op IN ({', '.join(literal(o) for o in IMAGE_OPS)})", "l._row_json IS NOT NULL"]
     if min_dt is not None:
@@ -158,6 +188,19 @@ def render_ledger_values(
     if offsets is not None:
         where.append(offset_filter(offsets))
     stored = [f"l.{quote(p.sink_name)} AS {_old(i)}" for i, p in enumerate(plans)]
+    for i, p in enumerate(plans):
+        if p.sink_name in converted:
+            # Converted here, at the scan: the stages below then refer to plain columns.
+            conversion = converted[p.sink_name]
+            retired = f"l.{quote(conversion.retired)}"
+            if conversion.misread and after is None:
+                # Which old values were read in the old encoding is unknown: none is converted;
+                # a value an earlier backfill gave the row stays, one without is counted.
+                value, inexact = f"l.{quote(p.sink_name)}", f"(l.{quote(p.sink_name)} IS NULL)"
+            else:
+                value, inexact = exact_conversion(retired, conversion.old, conversion.new)
+            stored += [f"{retired} AS {_from(i)}", f"{value} AS __conv{i}"]
+            stored.append(f"{inexact} AS __inexact{i}")
     sql = (
         "SELECT l.dt, l.hr, l._kafka_partition, l._kafka_offset, l._op AS op, "
         f"{after or 'false'} AS __after_change, "
@@ -179,6 +222,13 @@ def render_ledger_values(
             decoded = f"CASE WHEN __after_change THEN {decoded} ELSE {_old(i)} END"
             rejected = f"(__after_change AND {rejected})"
             unavailable = f"(__after_change AND {unavailable})"
+        elif p.sink_name in converted:
+            # A row after the change, or one whose old column holds nothing (written under the
+            # new spec, or a null), reads its image; the others take the converted old value.
+            from_image = f"(__after_change OR {_from(i)} IS NULL)"
+            decoded = f"CASE WHEN {from_image} THEN {decoded} ELSE __conv{i} END"
+            rejected = f"CASE WHEN {from_image} THEN {rejected} ELSE __inexact{i} END"
+            unavailable = f"({from_image} AND {unavailable})"
         values.append(f"{decoded} AS {quote(p.sink_name)}")
         values.append(f"{rejected} AS __rejected{i}")
         values.append(f"{unavailable} AS __unavailable{i}")

@@ -7,8 +7,10 @@ are counted and listed, and no dead letter is left. Base is compared with a plai
 
 from __future__ import annotations
 
+import base64
 import random
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -195,3 +197,151 @@ def test_a_datetime_that_changes_encoding_is_decoded_anew_only_after_the_change(
     assert not wrong, list(wrong.items())[:5]
     # rows last changed in each encoding, both compared
     assert {encoded[k] for k, v in want.items() if v is not None} == {1, 1_000}
+
+
+def with_types(spec: TableSpec, **types: str) -> TableSpec:
+    """``spec`` with the named columns of these source types (added at the end when new)."""
+    data = spec.model_dump(mode="json", by_alias=True)
+    for column in data["columns"]:
+        if column["name"] in types:
+            column["type"] = types.pop(column["name"])
+    next_id = max(c["id"] for c in data["columns"]) + 1
+    for n, (name, type_) in enumerate(types.items()):
+        data["columns"].append({"id": next_id + n, "name": name, "type": type_})
+    return TableSpec.model_validate(data)
+
+
+def unscaled(value: str, scale: int) -> Decimal:
+    """A Kafka Connect decimal's base64 bytes at ``scale``."""
+    return Decimal(int.from_bytes(base64.b64decode(value), "big", signed=True)).scaleb(-scale)
+
+
+def exactly(value: Decimal, precision: int, scale: int) -> Decimal | None:
+    """``value`` as a decimal(``precision``, ``scale``) when that loses no digit and fits."""
+    at = value.quantize(Decimal(1).scaleb(-scale))
+    return at if at == value and len(at.as_tuple().digits) <= precision else None
+
+
+CHANGES = {
+    # column: (before, after) source types; the ALTER that makes the change
+    "decimals": (
+        {"balance": "decimal(10,4)", "credit": "decimal(8,2)", "fee": "decimal(6,1)"},
+        {"balance": "decimal(10,2)", "credit": "decimal(8,4)", "fee": "decimal(9,3)"},
+        "ALTER TABLE users MODIFY balance DECIMAL(10,2), MODIFY credit DECIMAL(8,4), "
+        "MODIFY fee DECIMAL(9,3)",
+    ),
+    "zone": (
+        {},
+        {"updated_at": "timestamp(3)"},
+        "ALTER TABLE users MODIFY updated_at TIMESTAMP(3)",
+    ),
+}
+
+
+@pytest.mark.parametrize("change", sorted(CHANGES))
+def test_a_new_scale_or_zone_fills_the_new_column_from_the_old_values_before_the_change(
+    it_settings: Settings,
+    spark: Any,
+    iceberg: IcebergCatalogResource,
+    kafka: KafkaResource,
+    tmp_path: Path,
+    change: str,
+) -> None:
+    """A decimal's scale (down: most old values do not convert; up: those that fit do; up with
+    room: every one does) and a
+    DATETIME that becomes a TIMESTAMP. Debezium sends a decimal as unscaled bytes, so the old
+    spec reads the bytes after the ALTER at the old scale (other values, no error), and a zoned
+    string after epoch millis not at all (dead letters). The new column takes the old column's
+    value, converted exactly, for the rows before the change's binlog position, and the image
+    decoded anew for the rows after it; the old values that do not convert are counted, never
+    rounded. Base is compared with a plain replay of the images."""
+    before, after, ddl = CHANGES[change]
+    table = Table(it_settings, kafka, tmp_path)
+    v1 = with_types(table.v1, **before)
+    write_spec(v1, table.specs_dir / "users.yaml")
+    ensure_tables(spark, "lake", v1)
+    shape = with_types(v1, **after)
+    old_records = workload(v1, random.Random(85), keys=20, events=50)
+    new_records = later(workload(shape, random.Random(86), keys=8, events=30), 1)
+    table.produce([*old_records, *new_records])
+    ingest(spark, iceberg, kafka, v1)  # the old spec meets the new encoding
+    upsert(spark, iceberg, v1)
+    first_new = min(
+        (s["file"], s["pos"])
+        for r in new_records
+        if (e := payload(r)) is not None and (s := e["source"]).get("file")
+    )
+    result = converge(
+        lambda: spark,
+        "lake",
+        iceberg.load_catalog(),
+        table.specs_dir,
+        "users",
+        source_ddl=create_table(shape),
+        audit_ddl=[ddl],
+        trigger="push",
+        change_position={"file": first_new[0], "pos": first_new[1] - 1},
+    )
+    assert result.decision == "applied", result.plan.describe()
+    evolved = table.spec()
+    sinks = {name: evolved.columns_by_name[name].sink_name for name in after}
+    assert all(evolved.columns_by_name[f"{name}__v1"].dropped for name in after)
+    ingest(spark, iceberg, kafka, evolved)
+    upsert(spark, iceberg, evolved)
+
+    epoch = datetime(1970, 1, 1)
+
+    def expected(name: str, value: Any, new: bool) -> tuple[Any, Any]:
+        """(the new column's value, the old column's) of one image's field."""
+        if value is None:
+            return None, None
+        if change == "zone":
+            if new:
+                return datetime.fromisoformat(value), None
+            wall = epoch + timedelta(milliseconds=value)
+            return wall.replace(tzinfo=UTC), wall
+        old_scale = int(before[name].split(",")[1].rstrip(")"))
+        precision, new_scale = (int(n) for n in after[name][8:-1].split(","))
+        if new:
+            return unscaled(value, new_scale), None
+        was = unscaled(value, old_scale)
+        return exactly(was, precision, new_scale), was
+
+    want: dict[int, tuple[bool, dict[str, Any]]] = {}
+    not_converting = 0
+    for records, new in ((old_records, False), (new_records, True)):
+        for record in records:
+            event = payload(record)
+            if event is None or event["op"] not in ("c", "u", "r", "d"):
+                continue
+            image = event["before"] if event["op"] == "d" else event["after"]
+            if not new:
+                not_converting += any(
+                    image.get(n) is not None and expected(n, image[n], False)[0] is None
+                    for n in after
+                )
+            if event["op"] == "d":
+                want.pop(image["id"], None)
+            else:
+                want[image["id"]] = (new, image)
+    base = base_rows(iceberg, evolved)
+    assert sorted(base) == sorted(want)
+    wrong = []
+    for key, (new, image) in want.items():
+        for name in after:
+            value, old_value = expected(name, image.get(name), new)
+            got = base[key][sinks[name]]
+            if got != value:
+                wrong.append((key, name, "new column", got, value))
+            # the old column keeps what it held; after the change it is no longer written
+            if not new and base[key][name] != old_value:
+                wrong.append((key, name, "old column", base[key][name], old_value))
+    assert not wrong, wrong[:5]
+    backfill = result.backfill
+    assert backfill is not None
+    assert backfill.ledger_rows_rejected == not_converting
+    assert (not_converting > 0) == (change == "decimals")
+    assert any(not new for new, _ in want.values())
+    assert any(new for new, _ in want.values())
+    dead = dead_letter_layout(evolved)
+    assert not read_table(iceberg, dead.namespace, dead.name)

@@ -8,7 +8,11 @@ import pytest
 
 from cdc_assets.schema.changes import AddColumn, RetireColumn
 from cdc_assets.schema.evolution import apply_plan, classify
-from cdc_assets.spec.ddl_import import plan_from_ddl
+from cdc_assets.schema.retype import converted_columns, image_readable, value_converts
+from cdc_assets.schema.types import SinkType
+from cdc_assets.schema.wire import Wire
+from cdc_assets.spec.ddl_import import plan_from_ddl, spec_from_ddl
+from cdc_assets.sql.backfill import exact_conversion
 from cdc_assets_tests.unit.test_ddl_import import PG_V1, accounts
 from cdc_assets_tests.unit.test_evolution_policy import under
 
@@ -44,15 +48,96 @@ def test_a_type_iceberg_cannot_promote_becomes_a_new_column(policy: str) -> None
     assert evolved.spec_version == 2
 
 
-@pytest.mark.parametrize("ddl", [DECIMAL_TO_TEXT, SCALE_DOWN])
-def test_old_values_that_would_read_as_other_values_are_refused(ddl: str) -> None:
-    """A decimal's unscaled bytes at another scale, or as text, are not its value: a row
-    image does not say which type wrote it, so no new column is filled from them."""
-    _, plan = plan_from_ddl(accounts(), ddl)
+def test_old_values_that_would_read_as_other_values_are_refused() -> None:
+    """A decimal's unscaled bytes read as text are not its value, and a string column cannot
+    take the decimal's value either: a row image does not say which type wrote it."""
+    _, plan = plan_from_ddl(accounts(), DECIMAL_TO_TEXT)
     assert not plan.changes
     (refusal,) = plan.rejections
     assert "sent as decimal_" in refusal.reason
     assert "cannot be filled exactly" in refusal.reason
+
+
+@pytest.mark.parametrize(
+    ("ddl", "sink", "new_type"),
+    [
+        (SCALE_DOWN, "balance__decimal_12_1", "decimal(12,1)"),
+        (PG_V1.replace("balance numeric(12,2),", "balance numeric(14,4),"), "balance__decimal_14_4",
+         "decimal(14,4)"),
+    ],
+)  # fmt: skip
+def test_a_decimal_s_new_scale_is_a_new_column_filled_from_the_old(
+    ddl: str, sink: str, new_type: str
+) -> None:
+    """Iceberg keeps a decimal's scale: the new column takes the old column's values where they
+    convert exactly, and the images only after the change (the bytes carry no scale)."""
+    current = accounts()
+    _, plan = plan_from_ddl(current, ddl)
+    assert plan.supported, plan.describe()
+    retire, add = plan.changes
+    assert isinstance(retire, RetireColumn)
+    assert isinstance(add, AddColumn)
+    evolved = apply_plan(current, plan)
+    new = evolved.columns_by_name["balance"]
+    assert (new.sink_name, new.type) == (sink, new_type)
+    (converted,) = converted_columns(current, evolved).items()
+    assert converted[0] == sink
+    assert converted[1].retired == "balance"
+    assert converted[1].misread  # unscaled bytes: the old scale misreads the new ones
+    assert str(converted[1].old) == "decimal(12,2)"
+
+
+def test_a_smaller_precision_at_the_same_scale_changes_nothing() -> None:
+    """The column's type holds every value the narrower source type can send."""
+    ddl = PG_V1.replace("balance numeric(12,2),", "balance numeric(8,2),")
+    _, plan = plan_from_ddl(accounts(), ddl)
+    assert not any(isinstance(c, RetireColumn | AddColumn) for c in plan.changes)
+
+
+TS_V1 = PG_V1.replace("opened date,", "opened timestamp without time zone,")
+TS_ZONED = PG_V1.replace("opened date,", "opened timestamp with time zone,")
+
+
+@pytest.mark.parametrize(
+    ("was", "now", "sink"),
+    [(TS_V1, TS_ZONED, "opened__timestamptz"), (TS_ZONED, TS_V1, "opened__timestamp")],
+)
+def test_a_timestamp_that_gains_or_loses_its_zone_is_a_new_column(
+    was: str, now: str, sink: str
+) -> None:
+    current = spec_from_ddl(was, "postgresql", "bank", "bank.public.accounts", "bank")
+    _, plan = plan_from_ddl(current, now)
+    assert plan.supported, plan.describe()
+    evolved = apply_plan(current, plan)
+    assert evolved.columns_by_name["opened"].sink_name == sink
+    assert evolved.columns_by_name["opened__v1"].dropped
+    (conversion,) = converted_columns(current, evolved).values()
+    # epoch numbers and zoned strings: each encoding refuses the other's values
+    assert not conversion.misread
+
+
+def test_image_readable_retypes_are_not_converted_from_the_old_column() -> None:
+    current = accounts()
+    evolved = apply_plan(current, plan_from_ddl(current, TO_INT)[1])
+    assert converted_columns(current, evolved) == {}
+    assert image_readable(Wire.STRING, Wire.INT)
+    assert not image_readable(Wire.DECIMAL_BYTES, Wire.STRING)
+
+
+def test_exact_conversions_render_and_refuse_what_they_cannot_hold() -> None:
+    value, inexact = exact_conversion("x", SinkType("decimal", 12, 4), SinkType("decimal", 12, 2))
+    cast = "try_cast(x AS DECIMAL(12,2))"
+    assert value == f"CASE WHEN {cast} = x THEN {cast} END"
+    assert inexact == f"(x IS NOT NULL AND NOT coalesce({cast} = x, false))"
+    value, inexact = exact_conversion("x", SinkType("timestamp"), SinkType("timestamptz"))
+    assert "convert_timezone('UTC', current_timezone(), x)" in value
+    assert inexact == "false"
+    value, _ = exact_conversion("x", SinkType("timestamptz"), SinkType("timestamp"))
+    assert value == "convert_timezone(current_timezone(), 'UTC', CAST(x AS TIMESTAMP_NTZ))"
+    with pytest.raises(ValueError, match="not converted"):
+        exact_conversion("x", SinkType("string"), SinkType("int"))
+    assert not value_converts(SinkType("decimal", 12, 2), SinkType("decimal", 12, 2))
+    assert not value_converts(SinkType("timestamp"), SinkType("date"))
 
 
 def test_retyped_again_the_names_stay_free_and_plain() -> None:
