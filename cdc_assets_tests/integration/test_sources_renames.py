@@ -18,6 +18,8 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -80,9 +82,11 @@ def source(
         sources_home,
         f"CREATE DATABASE `{database}`; USE `{database}`; CREATE TABLE people ("
         "id BIGINT NOT NULL PRIMARY KEY, email VARCHAR(255) NOT NULL, "
-        "display_name VARCHAR(50), country CHAR(2), score INT);"
-        "INSERT INTO people VALUES (1, 'one@x', 'One', 'DE', 1), (2, 'two@x', 'Two', 'FR', 2),"
-        " (3, 'three@x', NULL, 'IT', 3);",
+        "display_name VARCHAR(50), country CHAR(2), score INT, amount DECIMAL(10,4), "
+        "seen DATETIME(3));"
+        "INSERT INTO people VALUES (1, 'one@x', 'One', 'DE', 1, 1.2500, '2026-01-02 03:04:05.678'),"
+        " (2, 'two@x', 'Two', 'FR', 2, 2.1234, NULL),"
+        " (3, 'three@x', NULL, 'IT', 3, -3.5000, '2025-12-31 23:59:59.999');",
     )
     prefix = f"ren{tag}"
     kafka = KafkaResource(
@@ -114,6 +118,8 @@ def source(
                     {"id": 3, "name": "display_name", "type": "varchar(50)"},
                     {"id": 4, "name": "country", "type": "char(2)"},
                     {"id": 5, "name": "score", "type": "int"},
+                    {"id": 6, "name": "amount", "type": "decimal(10,4)"},
+                    {"id": 7, "name": "seen", "type": "datetime(3)"},
                 ],
                 "primary_key": ["id"],
                 "sink": {"namespace": f"ren_{tag}"},
@@ -275,6 +281,73 @@ def test_a_retyped_column_on_the_live_source_keeps_old_values_and_mirrors_new_on
     assert rows[1]["score__string"] == "high"
     assert rows[3]["score"] == 33  # last changed before the ALTER: the old value stays
     assert rows[3]["score__string"] == "33"  # and converts into the new column
+    dead = dead_letter_layout(evolved)
+    assert not read_table(iceberg, dead.namespace, dead.name)
+
+
+def test_a_decimal_s_scale_and_a_datetime_s_zone_on_the_live_source(
+    source: Source, spark: Any, iceberg: IcebergCatalogResource, resources: dict[str, Any]
+) -> None:
+    """Issue 54 item 4 on the live MariaDB: ``amount`` DECIMAL(10,4) -> DECIMAL(10,2) (MariaDB
+    rounds its stored values, without a row event) and ``seen`` DATETIME(3) -> TIMESTAMP(3).
+    The ingest reads the rows changed after the ALTER with the old spec first: the decimal's
+    bytes at the old scale (other values) and the zoned timestamp not at all (dead letters).
+    The sensor's evolution, bounded by the ALTER's binlog position, fills the new columns from
+    the old values before it, exactly, and from the images after it. The one old value the new
+    scale would round (1.2345) is counted, and is the only difference from the live source."""
+    source.execute(
+        "UPDATE people SET amount = 1.2345 WHERE id = 1;"
+        "UPDATE people SET amount = 4.4000, seen = '2026-02-03 04:05:06.007' WHERE id = 4;"
+        "ALTER TABLE people MODIFY amount DECIMAL(10,2), MODIFY seen TIMESTAMP(3) NULL;"
+        "UPDATE people SET amount = 10.55, seen = '2026-03-04 05:06:07.890' WHERE id = 3;"
+        "INSERT INTO people (id, email_address, full_name, amount, seen)"
+        " VALUES (8, 'eight@x', 'E', 8.08, '2026-05-06 07:08:09.100');"
+    )
+    wait_delivered(source, "email_address")
+    assert cycle(source, spark, iceberg) > 0  # zoned strings are no epoch millis
+
+    instance = dg.DagsterInstance.ephemeral()
+    defs = source.defs(resources)
+    sensor = defs.get_sensor_def("schema_changes")
+    context = dg.build_sensor_context(instance=instance, resources={"kafka": source.kafka})
+    result = sensor(context)
+    assert isinstance(result, dg.SensorResult)
+    (request,) = result.run_requests or []
+    assert "source_position" in json.dumps(request.run_config)
+    run = defs.resolve_job_def("evolve_schemas").execute_in_process(
+        instance=instance,
+        run_config=request.run_config,
+        asset_selection=list(request.asset_selection or []),
+    )
+    assert run.success
+    evolved = source.spec()
+    columns = evolved.columns_by_name
+    assert columns["amount"].sink_name == "amount__decimal_10_2"
+    assert columns["seen"].sink_name == "seen__timestamptz"
+    assert all(c.dropped for c in evolved.columns if c.sink_name in ("amount", "seen"))
+    (materialization,) = run.get_asset_materialization_events()
+    metadata = materialization.materialization.metadata
+    assert metadata["backfill_rejected_rows"].value >= 1  # 1.2345 at least
+    assert metadata["backfill_rejected_examples"].value
+    assert cycle(source, spark, iceberg) == 0
+    diff = compare_source(spark, "lake", evolved, source.url)
+    # MariaDB rounded 1.2345 to 1.23 in place; the mirror does not round: that value is null
+    # in the new column, and the evolution's backfill counted it (and 2.1234 in the ledger rows
+    # of the key deleted earlier).
+    assert (diff.missing, diff.extra, diff.differing) == (0, 0, 1), diff.summary()
+    assert diff.by_column == {"amount__decimal_10_2": 1}, diff.summary()
+    base = base_layout(evolved)
+    rows = {r["id"]: r for r in read_table(iceberg, base.namespace, base.name)}
+    assert rows[1]["amount__decimal_10_2"] is None
+    assert rows[1]["amount"] == Decimal("1.2345")  # the old column keeps the old value
+    assert rows[4]["amount__decimal_10_2"] == Decimal("4.40")
+    assert rows[4]["seen__timestamptz"] == datetime(2026, 2, 3, 4, 5, 6, 7000, tzinfo=UTC)
+    assert rows[3]["amount__decimal_10_2"] == Decimal("10.55")
+    assert rows[8]["amount__decimal_10_2"] == Decimal("8.08")
+    assert rows[1]["seen__timestamptz"] == datetime(2026, 1, 2, 3, 4, 5, 678000, tzinfo=UTC)
+    assert rows[1]["seen"] == datetime(2026, 1, 2, 3, 4, 5, 678000)
+    assert rows[3]["seen__timestamptz"] == datetime(2026, 3, 4, 5, 6, 7, 890000, tzinfo=UTC)
+    assert rows[8]["seen__timestamptz"] == datetime(2026, 5, 6, 7, 8, 9, 100000, tzinfo=UTC)
     dead = dead_letter_layout(evolved)
     assert not read_table(iceberg, dead.namespace, dead.name)
 
