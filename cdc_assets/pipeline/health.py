@@ -147,6 +147,7 @@ def image_mismatches(
     of the upsert's lookback before now; with ``last_upsert_only``, over the ledger rows base's
     newest upsert applied (the check right after an upsert: its cost follows the change set)."""
     from cdc_assets.schema.recover import value_columns
+    from cdc_assets.schema.retype import retired_conversions
     from cdc_assets.sql.backfill import (
         backfill_min_dt,
         nested_columns,
@@ -169,7 +170,18 @@ def image_mismatches(
 
         offsets = last_applied_offsets(_load(iceberg_catalog, base_layout(spec)), shard_of(spec))
     ledger = table_identifier(catalog, ledger_l)
-    values = render_ledger_values(spec, ledger, snapshot, columns, min_dt=since, offsets=offsets)
+    # A retyped column's rows from before the change hold the old column's value converted,
+    # and their images the old encoding: they are compared as the evolution's backfill filled
+    # them, and the rows written since are compared with their images.
+    values = render_ledger_values(
+        spec,
+        ledger,
+        snapshot,
+        columns,
+        min_dt=since,
+        offsets=offsets,
+        converted=retired_conversions(spec),
+    )
     nested = nested_columns(spec)
     counts = spark.sql(render_image_mismatch_counts(values, columns, nested)).collect()[0]
     compared = int(spark.sql(f"SELECT count(*) AS n FROM ({values}) AS v").collect()[0]["n"])

@@ -20,6 +20,7 @@ backfill then fills the new column for the ledger rows written before. Two ways:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from cdc_assets.schema.recover import reencoded
@@ -86,4 +87,31 @@ def converted_columns(old: TableSpec, new: TableSpec) -> dict[str, Converted]:
             continue
         misread = reencoded(plan_column(old, prior), plan_column(new, col))
         out[col.sink_name] = Converted(prior.sink_name, was, now, misread)
+    return out
+
+
+def retired_conversions(spec: TableSpec) -> dict[str, Converted]:
+    """`converted_columns` read from ``spec`` alone: each live column with a retired column of
+    its source field (``<name>__v<n>``, soft-dropped; the newest when it was retired more than
+    once) of a type `value_converts` from. For a check that compares the ledger's values with
+    its row images: a row that holds a retired value was written before the change, in an
+    encoding the images do not say."""
+    out: dict[str, Converted] = {}
+    connector = spec.source.connector
+    for col in spec.columns:
+        if col.dropped:
+            continue
+        pattern = re.compile(rf"{re.escape(col.name)}__v(\d+)(?:_(\d+))?")
+        retired = [
+            (int(m.group(1)), int(m.group(2) or 0), c)
+            for c in spec.columns
+            if c.dropped and (m := pattern.fullmatch(c.name))
+        ]
+        if not retired:
+            continue
+        prior = max(retired, key=lambda r: r[:2])[2]
+        was, now = prior.sink_type(connector), col.sink_type(connector)
+        if value_converts(was, now):
+            misread = reencoded(plan_column(spec, prior), plan_column(spec, col))
+            out[col.sink_name] = Converted(prior.sink_name, was, now, misread)
     return out

@@ -18,6 +18,7 @@ import pytest
 
 from cdc_assets.demo.events import workload
 from cdc_assets.pipeline.converge import converge
+from cdc_assets.pipeline.health import image_mismatches
 from cdc_assets.pipeline.tables import ensure_tables
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.layers import dead_letter_layout
@@ -341,6 +342,11 @@ def test_a_new_scale_or_zone_fills_the_new_column_from_the_old_values_before_the
     assert backfill is not None
     assert backfill.ledger_rows_rejected == not_converting
     assert (not_converting > 0) == (change == "decimals")
+    # the image_values check reads the rows before the change as the backfill filled them
+    checked = image_mismatches(spark, "lake", iceberg.load_catalog(), evolved)
+    assert checked.ledger_rows > 0
+    assert not any(checked.ledger.values()), checked.ledger_examples
+    assert checked.base == 0, checked.base_examples
     assert any(not new for new, _ in want.values())
     assert any(new for new, _ in want.values())
     dead = dead_letter_layout(evolved)

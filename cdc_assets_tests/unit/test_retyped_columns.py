@@ -8,7 +8,12 @@ import pytest
 
 from cdc_assets.schema.changes import AddColumn, RetireColumn
 from cdc_assets.schema.evolution import apply_plan, classify
-from cdc_assets.schema.retype import converted_columns, image_readable, value_converts
+from cdc_assets.schema.retype import (
+    converted_columns,
+    image_readable,
+    retired_conversions,
+    value_converts,
+)
 from cdc_assets.schema.types import SinkType
 from cdc_assets.schema.wire import Wire
 from cdc_assets.spec.ddl_import import plan_from_ddl, spec_from_ddl
@@ -85,6 +90,11 @@ def test_a_decimal_s_new_scale_is_a_new_column_filled_from_the_old(
     assert converted[1].retired == "balance"
     assert converted[1].misread  # unscaled bytes: the old scale misreads the new ones
     assert str(converted[1].old) == "decimal(12,2)"
+    # the check, which has the current spec only, finds the same conversion
+    assert retired_conversions(evolved) == dict([converted])
+    again = apply_plan(evolved, plan_from_ddl(evolved, PG_V1.replace("(12,2)", "(12,3)"))[1])
+    (newest,) = retired_conversions(again).values()
+    assert (newest.retired, str(newest.old)) == (sink, new_type)
 
 
 def test_a_smaller_precision_at_the_same_scale_changes_nothing() -> None:
