@@ -18,7 +18,7 @@ from cdc_assets.resources.schema_registry import (
     framed_schema_id,
     writer_schema,
 )
-from cdc_assets.spec.connect_schema import avro_row_fields, row_fields
+from cdc_assets.spec.connect_schema import avro_row_fields, row_fields, shape_change_lsn
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.spec.schema_change import SchemaChange, parse_schema_change
 from cdc_assets.spec.source_table import SourceTable, source_table_state
@@ -251,6 +251,60 @@ def newest_row_schema(
     finally:
         consumer.close()
     return None if newest is None else newest[1]
+
+
+def row_schema_change_position(
+    kafka: KafkaResource, spec: TableSpec, fields: list[Mapping[str, Any]], tail: int = 500
+) -> dict[str, int] | None:
+    """The source position (``{"lsn": n}``) after which every record on a PostgreSQL table's
+    topic has the row fields ``fields``, read from the newest ``tail`` records of each partition
+    (`spec.connect_schema.shape_change_lsn`); None when those do not show the change, the events
+    embed no schema, or the table is sharded (each shard changes on its own)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    if spec.source.shards or spec.source.connector != "postgresql":
+        return None
+    topic = spec.source.topic
+    consumer = Consumer(
+        {**kafka.client_conf(), "group.id": "cdc-assets-row-schema", "enable.auto.commit": False}
+    )
+    seen: list[tuple[int, int | None, list[Mapping[str, Any]] | None]] = []
+    try:
+        meta = consumer.list_topics(topic, timeout=kafka.timeout_s).topics.get(topic)
+        if meta is None or meta.error is not None:
+            return None
+        for partition in sorted(meta.partitions):
+            low, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=kafka.timeout_s, cached=False
+            )
+            offset = max(low, high - tail)
+            consumer.assign([TopicPartition(topic, partition, offset)])
+            while offset < high:
+                msg = consumer.poll(kafka.timeout_s)
+                if msg is None:
+                    return None  # the window could not be read whole: no position
+                at = msg.offset()
+                if msg.error() is not None or at is None:
+                    continue
+                offset = at + 1
+                value = msg.value()
+                if framed_schema_id(value) is not None:
+                    return None  # Avro: the registry's versions are applied one by one
+                seen.append((partition, _lsn(value), row_fields(value)))
+    finally:
+        consumer.close()
+    lsn = shape_change_lsn(seen, fields)
+    return None if lsn is None else {"lsn": lsn}
+
+
+def _lsn(value: bytes | None) -> int | None:
+    try:
+        record = json.loads(value) if value is not None else None
+        payload = record.get("payload", record) if isinstance(record, dict) else None
+        lsn = payload["source"]["lsn"] if isinstance(payload, dict) else None
+        return int(lsn) if lsn is not None else None
+    except (ValueError, TypeError, KeyError, UnicodeDecodeError):
+        return None
 
 
 def row_schema_versions(

@@ -33,6 +33,7 @@ from cdc_assets.pipeline.schema_topic import (
     matches,
     newest_row_schema,
     read_schema_changes,
+    row_schema_change_position,
     row_schema_versions,
 )
 from cdc_assets.pipeline.spec_store import Stored, current_of, stored_specs
@@ -219,6 +220,14 @@ def build_schema_change_sensor(
             # Read again next tick, grown or not, until the spec has the events' shape: a
             # registry's versions are applied one per run, and a run may fail (it is retried).
             read_at.pop(key, None)
+            position = None
+            if schema_id is None:
+                # Where the shape changed, when the newest events show it: a column whose
+                # encoding changed (a numeric's scale) is then read anew after it only.
+                try:
+                    position = row_schema_change_position(kafka, current, fields)
+                except Exception as err:  # the position only narrows a backfill: go on without
+                    context.log.warning(f"{spec.name}: no source position for the change: {err}")
             run = request(
                 context,
                 spec.name,
@@ -228,6 +237,7 @@ def build_schema_change_sensor(
                 datetime.fromtimestamp(event.timestamp, UTC).isoformat()
                 if event is not None
                 else datetime.now(UTC).isoformat(),
+                position=json.dumps(position) if position else "",
             )
             if run is not None:
                 out.append(run)

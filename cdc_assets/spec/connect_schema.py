@@ -15,7 +15,7 @@ Pure: no Kafka here.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cdc_assets.spec.models import TableSpec
@@ -278,3 +278,35 @@ def next_version(
     if not same:
         return versions[-1]
     return next(((s, f) for s, f in versions[same[-1] + 1 :] if differs(spec, f)), None)
+
+
+def shape_change_lsn(
+    seen: Sequence[tuple[int, int | None, list[Mapping[str, Any]] | None]],
+    fields: list[Mapping[str, Any]],
+) -> int | None:
+    """Where a PostgreSQL table took the shape ``fields``, from the newest records of its topic
+    (``seen``: partition, the record's LSN and its row fields, in offset order per partition;
+    records without fields are skipped): the LSN of the newest record of another shape, so that
+    every record after it has ``fields``. None when that is not certain: a partition's records
+    read all have ``fields`` (the change is older than what was read), one has another shape
+    after ``fields`` (more than one change), or another shape's LSN is not below every record
+    of ``fields``. A row image does not say which shape wrote it; this says which rows came
+    after the change."""
+    partitions: dict[int, list[tuple[int, bool]]] = {}
+    for partition, lsn, row in seen:
+        if lsn is not None and row:
+            partitions.setdefault(partition, []).append((lsn, row == fields))
+    older: list[int] = []
+    newer: list[int] = []
+    for records in partitions.values():
+        first = next((i for i, (_, new) in enumerate(records) if new), None)
+        if first is None:
+            older += [lsn for lsn, _ in records]
+            continue
+        if first == 0 or not all(new for _, new in records[first:]):
+            return None
+        older += [lsn for lsn, _ in records[:first]]
+        newer += [lsn for lsn, _ in records[first:]]
+    if not older or not newer or max(older) >= min(newer):
+        return None
+    return max(older)

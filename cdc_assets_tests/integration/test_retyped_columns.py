@@ -8,29 +8,39 @@ are counted and listed, and no dead letter is left. Base is compared with a plai
 from __future__ import annotations
 
 import base64
+import json
 import random
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import dagster as dg
 import pytest
 
-from cdc_assets.demo.events import workload
+from cdc_assets.definitions import build_defs
+from cdc_assets.demo.events import produce, workload
 from cdc_assets.pipeline.converge import converge
 from cdc_assets.pipeline.health import image_mismatches
 from cdc_assets.pipeline.tables import ensure_tables
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
-from cdc_assets.schema.layers import dead_letter_layout
+from cdc_assets.schema.layers import base_layout, dead_letter_layout
 from cdc_assets.settings import Settings
+from cdc_assets.spec.load import load_spec
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.spec.versions import write_spec
 from cdc_assets_tests.integration.test_evolution_policies import base_rows, images, push
-from cdc_assets_tests.integration.test_evolve import later
-from cdc_assets_tests.integration.test_ingest import read_table
+from cdc_assets_tests.integration.test_evolve import _rewrite, later
+from cdc_assets_tests.integration.test_ingest import isolated, read_table
 from cdc_assets_tests.integration.test_renames_and_drops import payload
-from cdc_assets_tests.integration.test_schema_evolution_flow import Table, create_table
-from cdc_assets_tests.integration.test_upsert import ingest, upsert
+from cdc_assets_tests.integration.test_schema_evolution_flow import (
+    Table,
+    _cursors,
+    _tick,
+    create_table,
+)
+from cdc_assets_tests.integration.test_upsert import example_spec, ingest, upsert
 
 ALTER = "ALTER TABLE users MODIFY login_count VARCHAR(16) NULL, MODIFY country INT"
 
@@ -351,3 +361,81 @@ def test_a_new_scale_or_zone_fills_the_new_column_from_the_old_values_before_the
     assert any(new for new, _ in want.values())
     dead = dead_letter_layout(evolved)
     assert not read_table(iceberg, dead.namespace, dead.name)
+
+
+def test_a_postgres_numeric_scale_change_is_placed_by_the_first_record_of_the_new_shape(
+    it_settings: Settings,
+    spark: Any,
+    iceberg: IcebergCatalogResource,
+    kafka: KafkaResource,
+    resources: dict[str, Any],
+    tmp_path: Path,
+) -> None:
+    """PostgreSQL has no schema-change topic: its events start carrying the new shape in their
+    embedded schema. ``tax`` numeric(12,2) -> numeric(12,4) is sent as unscaled bytes, so the
+    old spec reads the new records' bytes at scale 2 (other values). The sensor places the
+    change at the newest record of the old shape (its LSN), the evolution's backfill converts
+    the older values exactly (those beyond 8 integer digits do not fit and are counted) and
+    decodes the newer images anew; base is compared with a plain replay."""
+    _cursors.clear()
+    v1 = isolated(example_spec(it_settings, "orders"), kafka=kafka)
+    specs_dir = tmp_path / "specs"
+    specs_dir.mkdir()
+    write_spec(v1, specs_dir / "orders.yaml")
+    settings = replace(it_settings, specs_dir=specs_dir)
+    ensure_tables(spark, "lake", v1)
+    shape = with_types(v1, tax="numeric(12,4)")
+    old_records = workload(v1, random.Random(87), keys=20, events=60, embed_schema=True)
+
+    def after_the_old(_: int, envelope: dict[str, Any]) -> None:
+        source = envelope.get("source")
+        if isinstance(source, dict) and source.get("lsn") is not None:
+            source["lsn"] += 10**8
+
+    new_records = _rewrite(
+        workload(shape, random.Random(88), keys=8, events=30, embed_schema=True), after_the_old
+    )
+    produce([*old_records, *new_records], v1.source.topic, kafka.resolved_bootstrap())
+    ingest(spark, iceberg, kafka, v1)  # the old spec reads the new bytes at scale 2
+    upsert(spark, iceberg, v1)
+
+    instance = dg.DagsterInstance.ephemeral()
+    defs = build_defs(specs=[v1], settings=settings, resource_overrides=resources)
+    (request,) = _tick(defs, "schema_changes", instance, resources).run_requests
+    config = request.run_config["ops"]["schema__orders_schema"]["config"]
+    last_old = max(e["source"]["lsn"] for r in old_records if (e := payload(r)) is not None)
+    assert json.loads(config["source_position"]) == {"lsn": last_old}
+    run = defs.resolve_job_def("evolve_schemas").execute_in_process(
+        instance=instance,
+        run_config=request.run_config,
+        asset_selection=list(request.asset_selection or []),
+    )
+    assert run.success
+    evolved = load_spec(specs_dir / "orders.yaml")
+    assert evolved.columns_by_name["tax"].sink_name == "tax__decimal_12_4"
+    ingest(spark, iceberg, kafka, evolved)
+    upsert(spark, iceberg, evolved)
+
+    want: dict[int, Decimal | None] = {}
+    for records, scale in ((old_records, 2), (new_records, 4)):
+        for record in records:
+            event = payload(record)
+            if event is None or event["op"] not in ("c", "u", "r", "d"):
+                continue
+            if event["op"] == "d":
+                want.pop(event["before"]["order_id"], None)
+                continue
+            tax = event["after"].get("tax")
+            value = None if tax is None else unscaled(tax, scale)
+            want[event["after"]["order_id"]] = (
+                value if value is None or scale == 4 else exactly(value, 12, 4)
+            )
+    layout = base_layout(evolved)
+    base = {r["order_id"]: r for r in read_table(iceberg, layout.namespace, layout.name)}
+    assert sorted(base) == sorted(want)
+    wrong = {k: (base[k]["tax__decimal_12_4"], v) for k, v in want.items()
+             if base[k]["tax__decimal_12_4"] != v}  # fmt: skip
+    assert not wrong, list(wrong.items())[:5]
+    assert any(v is not None for v in want.values())
+    checked = image_mismatches(spark, "lake", iceberg.load_catalog(), evolved)
+    assert not any(checked.ledger.values()), checked.ledger_examples

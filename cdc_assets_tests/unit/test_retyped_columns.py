@@ -16,6 +16,7 @@ from cdc_assets.schema.retype import (
 )
 from cdc_assets.schema.types import SinkType
 from cdc_assets.schema.wire import Wire
+from cdc_assets.spec.connect_schema import shape_change_lsn
 from cdc_assets.spec.ddl_import import plan_from_ddl, spec_from_ddl
 from cdc_assets.sql.backfill import exact_conversion
 from cdc_assets_tests.unit.test_ddl_import import PG_V1, accounts
@@ -206,3 +207,21 @@ def test_the_evolved_spec_has_the_source_shape_so_nothing_is_asked_again() -> No
     # an older record of the old shape (a replay) does not flip it back
     _, replayed = plan_from_ddl(evolved, PG_V1)
     assert not any(isinstance(c, RetireColumn) for c in replayed.changes), replayed.describe()
+
+
+OLD = [{"field": "tax", "type": "bytes", "parameters": {"scale": "2"}}]
+NEW = [{"field": "tax", "type": "bytes", "parameters": {"scale": "4"}}]
+
+
+def test_the_shape_change_is_placed_only_when_the_records_read_show_it() -> None:
+    seen = [(0, 10, OLD), (0, None, None), (0, 20, OLD), (0, 30, NEW), (0, 40, NEW)]
+    assert shape_change_lsn(seen, NEW) == 20
+    # a second partition that has not changed since: its records are older
+    assert shape_change_lsn([*seen, (1, 15, OLD)], NEW) == 20
+    # the change is older than the records read: not known where
+    assert shape_change_lsn([(0, 30, NEW), (0, 40, NEW)], NEW) is None
+    assert shape_change_lsn([*seen, (1, 35, NEW)], NEW) is None
+    # back to the old shape after it, or an older shape after a newer one: not one change
+    assert shape_change_lsn([*seen, (0, 50, OLD)], NEW) is None
+    assert shape_change_lsn([*seen, (1, 35, OLD)], NEW) is None
+    assert shape_change_lsn([], NEW) is None
