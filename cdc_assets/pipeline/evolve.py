@@ -12,6 +12,7 @@ base rows that hold those same changes, so values that arrived before the switch
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -58,7 +59,12 @@ from cdc_assets.schema.layers import (
     dead_letter_layout,
     ledger_layout,
 )
-from cdc_assets.schema.recover import changed_columns, dead_letter_reasons, reencoded_columns
+from cdc_assets.schema.recover import (
+    REENCODED_PROPERTY_PREFIX,
+    changed_columns,
+    dead_letter_reasons,
+    reencoded_columns,
+)
 from cdc_assets.schema.retype import Converted, converted_columns
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.sql.backfill import (
@@ -422,6 +428,29 @@ def _backfill_ledger(
     _retry(attempt)
 
 
+def _record_reencoded(
+    iceberg_catalog: Any,
+    spec: TableSpec,
+    columns: Sequence[str],
+    position: Mapping[str, Any] | None,
+) -> None:
+    """Keep on the ledger where each column's current encoding starts (or forget it when that
+    is not known), so that a check decoding the images again reads the older ones as they
+    were written (`schema.recover.reencoded_positions`)."""
+    keys = [f"{REENCODED_PROPERTY_PREFIX}{c}" for c in columns]
+
+    def attempt() -> None:
+        table = load_table(iceberg_catalog, ledger_layout(spec))
+        with table.transaction() as tx:
+            if position is not None:
+                text = json.dumps(dict(position), sort_keys=True, default=str)
+                tx.set_properties({k: text for k in keys})
+            elif stale := [k for k in keys if k in table.properties]:
+                tx.remove_properties(*stale)
+
+    _retry(attempt)
+
+
 def _pending_bucketed(iceberg_catalog: Any, spec: TableSpec) -> dict[str, str] | None:
     """The bucketed table's summary when it holds a run built but not merged into base yet."""
     props = current_properties(load_table(iceberg_catalog, bucketed_layout(spec)))
@@ -618,6 +647,8 @@ def backfill_from_ledger(
         after,
         converted,
     )
+    if reencoded:
+        _record_reencoded(iceberg_catalog, spec, reencoded, change_position if after else None)
     failpoint("backfill_after_ledger")
     result.base_rows_updated = _backfill_by_position(
         spark, catalog, iceberg_catalog, spec, base_layout(spec), names, min_dt, props, base_nulls

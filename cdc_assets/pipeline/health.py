@@ -146,9 +146,10 @@ def image_mismatches(
     them under ``spec``), and base with the ledger changes it holds, over the ledger partitions
     of the upsert's lookback before now; with ``last_upsert_only``, over the ledger rows base's
     newest upsert applied (the check right after an upsert: its cost follows the change set)."""
-    from cdc_assets.schema.recover import value_columns
+    from cdc_assets.schema.recover import reencoded_positions, value_columns
     from cdc_assets.schema.retype import retired_conversions
     from cdc_assets.sql.backfill import (
+        after_position,
         backfill_min_dt,
         nested_columns,
         render_image_mismatch_counts,
@@ -170,6 +171,13 @@ def image_mismatches(
 
         offsets = last_applied_offsets(_load(iceberg_catalog, base_layout(spec)), shard_of(spec))
     ledger = table_identifier(catalog, ledger_l)
+    # A column whose encoding changed: its older images are compared as they were written.
+    positions = reencoded_positions(_load(iceberg_catalog, ledger_l).properties)
+    after_by_column = {
+        c: cond
+        for c, position in positions.items()
+        if c in columns and (cond := after_position(spec, position)) is not None
+    }
     # A retyped column's rows from before the change hold the old column's value converted,
     # and their images the old encoding: they are compared as the evolution's backfill filled
     # them, and the rows written since are compared with their images.
@@ -180,7 +188,9 @@ def image_mismatches(
         columns,
         min_dt=since,
         offsets=offsets,
+        reencoded=list(after_by_column),
         converted=retired_conversions(spec),
+        after_by_column=after_by_column,
     )
     nested = nested_columns(spec)
     counts = spark.sql(render_image_mismatch_counts(values, columns, nested)).collect()[0]

@@ -4,7 +4,10 @@ backfill recovers from the ledger's row images (``pipeline.catch_up``). Pure: sp
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Mapping
+from typing import Any
 
 from cdc_assets.schema.wire import FieldPlan, Wire, plan_column
 from cdc_assets.spec.models import TableSpec
@@ -117,3 +120,25 @@ def refused_column(reason: str) -> str | None:
     source's type is wider, another type, or nullable now: an evolution would take it)."""
     match = _REFUSED.match(reason)
     return match.group("name") if match else None
+
+
+# Ledger table properties: the source position of the change after which a column's row images
+# are in its current encoding (`reencoded_columns`), one per column, for the checks that decode
+# the images again (`pipeline.health.image_mismatches`).
+REENCODED_PROPERTY_PREFIX = "cdc.reencoded-after."
+
+
+def reencoded_positions(properties: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    """Column (sink name) -> the source position its current encoding starts after, from a
+    ledger table's properties; a value that is not a JSON object is left out."""
+    out: dict[str, dict[str, Any]] = {}
+    for key, value in properties.items():
+        if not key.startswith(REENCODED_PROPERTY_PREFIX):
+            continue
+        try:
+            position = json.loads(value)
+        except ValueError:
+            continue
+        if isinstance(position, dict):
+            out[key[len(REENCODED_PROPERTY_PREFIX) :]] = position
+    return out

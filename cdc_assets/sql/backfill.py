@@ -160,6 +160,7 @@ def render_ledger_values(
     reencoded: Collection[str] = (),
     after: str | None = None,
     converted: Mapping[str, Converted] | None = None,
+    after_by_column: Mapping[str, str] | None = None,
 ) -> str:
     """SELECT of every ledger row with a row image: its coordinates (dt, hr, Kafka partition and
     offset), each column decoded as the ingest decodes it under ``spec`` (NULL when the image
@@ -176,9 +177,11 @@ def render_ledger_values(
     column's value, converted exactly, in the rows before the change that hold one, and are
     decoded from the image in the others; with no ``after``, a column whose old values may have
     been misread is converted in no row: such a row keeps what it holds, counted as rejected
-    when that is nothing.
+    when that is nothing. ``after_by_column``: a condition of its own for some columns, in
+    place of ``after`` (each column's change came at another position).
     """
     converted = converted or {}
+    own_after = after_by_column or {}
     plans = backfill_plans(spec, columns)
     where = [f"l._op IN ({', '.join(literal(o) for o in IMAGE_OPS)})", "l._row_json IS NOT NULL"]
     if min_dt is not None:
@@ -188,12 +191,14 @@ def render_ledger_values(
     if offsets is not None:
         where.append(offset_filter(offsets))
     stored = [f"l.{quote(p.sink_name)} AS {_old(i)}" for i, p in enumerate(plans)]
+    stored += [f"{own_after[p.sink_name]} AS __after{i}" for i, p in enumerate(plans)
+               if p.sink_name in own_after]  # fmt: skip
     for i, p in enumerate(plans):
         if p.sink_name in converted:
             # Converted here, at the scan: the stages below then refer to plain columns.
             conversion = converted[p.sink_name]
             retired = f"l.{quote(conversion.retired)}"
-            if conversion.misread and after is None:
+            if conversion.misread and after is None and p.sink_name not in own_after:
                 # Which old values were read in the old encoding is unknown: none is converted;
                 # a value an earlier backfill gave the row stays, one without is counted.
                 value, inexact = f"l.{quote(p.sink_name)}", f"(l.{quote(p.sink_name)} IS NULL)"
@@ -217,15 +222,16 @@ def render_ledger_values(
             f"CASE WHEN {_rejected(p)} THEN NULL ELSE {ledger_value(p, map_has_field('img'))} END"
         )
         rejected, unavailable = _rejected(p), _newly_unavailable(p)
+        flag = f"__after{i}" if p.sink_name in own_after else "__after_change"
         if p.sink_name in reencoded:
             # Written before the change in the old encoding: kept as the ingest decoded it.
-            decoded = f"CASE WHEN __after_change THEN {decoded} ELSE {_old(i)} END"
-            rejected = f"(__after_change AND {rejected})"
-            unavailable = f"(__after_change AND {unavailable})"
+            decoded = f"CASE WHEN {flag} THEN {decoded} ELSE {_old(i)} END"
+            rejected = f"({flag} AND {rejected})"
+            unavailable = f"({flag} AND {unavailable})"
         elif p.sink_name in converted:
             # A row after the change, or one whose old column holds nothing (written under the
             # new spec, or a null), reads its image; the others take the converted old value.
-            from_image = f"(__after_change OR {_from(i)} IS NULL)"
+            from_image = f"({flag} OR {_from(i)} IS NULL)"
             decoded = f"CASE WHEN {from_image} THEN {decoded} ELSE __conv{i} END"
             rejected = f"CASE WHEN {from_image} THEN {rejected} ELSE __inexact{i} END"
             unavailable = f"({from_image} AND {unavailable})"

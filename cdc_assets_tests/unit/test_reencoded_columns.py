@@ -8,7 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from cdc_assets.schema.recover import reencoded_columns
+from cdc_assets.schema.recover import (
+    REENCODED_PROPERTY_PREFIX,
+    reencoded_columns,
+    reencoded_positions,
+)
 from cdc_assets.spec import load_spec
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.sql.backfill import after_position, render_ledger_values
@@ -60,6 +64,26 @@ def test_older_images_keep_what_they_hold() -> None:
     without = render_ledger_values(USERS, "lake.app.users_cdc", 1, ["updated_at"])
     assert "false AS __after_change" in without
     assert "CASE WHEN __after_change" not in without
+
+
+def test_a_column_may_have_a_change_position_of_its_own() -> None:
+    """The check reads each column's position from the ledger's properties."""
+    props = {
+        f"{REENCODED_PROPERTY_PREFIX}updated_at": '{"file": "mysql-bin.000012", "pos": 4}',
+        f"{REENCODED_PROPERTY_PREFIX}broken": "not json",
+        "write.format.default": "parquet",
+    }
+    positions = reencoded_positions(props)
+    assert positions == {"updated_at": {"file": "mysql-bin.000012", "pos": 4}}
+    own = {c: after_position(USERS, p) or "" for c, p in positions.items()}
+    sql = render_ledger_values(
+        USERS, "lake.app.users_cdc", 1, ["updated_at", "country"], reencoded=list(own),
+        after_by_column=own,
+    )  # fmt: skip
+    assert f"{own['updated_at']} AS __after0" in sql or f"{own['updated_at']} AS __after1" in sql
+    assert "CASE WHEN __after" in sql
+    assert "CASE WHEN __after_change THEN" not in sql
+    assert "false AS __after_change" in sql
 
 
 def test_a_lower_precision_in_other_units_is_a_change_not_a_source_behind() -> None:
