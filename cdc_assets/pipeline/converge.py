@@ -231,6 +231,7 @@ def converge(
                 since=None if defaulted else detected_at,
                 from_spec=current,
                 change_position=change_position,
+                new_change=True,
             )
         else:
             # Nothing to recover from the row images, but a NOT NULL column the source dropped

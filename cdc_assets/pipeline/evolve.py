@@ -64,8 +64,9 @@ from cdc_assets.schema.recover import (
     changed_columns,
     dead_letter_reasons,
     reencoded_columns,
+    reencoded_positions,
 )
-from cdc_assets.schema.retype import Converted, converted_columns
+from cdc_assets.schema.retype import Converted, converted_columns, retired_conversions
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.sql.backfill import (
     after_position,
@@ -377,6 +378,7 @@ def _backfill_ledger(
     reencoded: Sequence[str] = (),
     after: str | None = None,
     converted: Mapping[str, Converted] | None = None,
+    after_by_column: Mapping[str, str] | None = None,
 ) -> None:
     ledger_l = ledger_layout(spec)
     ledger_id = spark_identifier(catalog, ledger_l)
@@ -402,6 +404,7 @@ def _backfill_ledger(
             reencoded=reencoded,
             after=after,
             converted=converted,
+            after_by_column=after_by_column,
         )
         # Decoded once, into a checkpoint that the count, the examples and the MERGE read. The
         # MERGE's filter would otherwise be pushed down through the decoding stages, inlining
@@ -449,6 +452,12 @@ def _record_reencoded(
                 tx.remove_properties(*stale)
 
     _retry(attempt)
+
+
+def _recorded_positions(iceberg_catalog: Any, spec: TableSpec) -> dict[str, dict[str, Any]]:
+    """Column -> the source position its current encoding starts after, as the evolution kept
+    it on the ledger (`_record_reencoded`)."""
+    return reencoded_positions(load_table(iceberg_catalog, ledger_layout(spec)).properties)
 
 
 def _pending_bucketed(iceberg_catalog: Any, spec: TableSpec) -> dict[str, str] | None:
@@ -545,6 +554,8 @@ def backfill_from_ledger(
     from_spec: TableSpec | None = None,
     base_nulls: bool = False,
     change_position: Mapping[str, Any] | None = None,
+    *,
+    new_change: bool = False,
 ) -> BackfillResult:
     """Phase 3: recover ``columns`` (sink names of added or widened columns of ``spec``, the new
     version) for rows written before the jobs knew them.
@@ -579,7 +590,9 @@ def backfill_from_ledger(
     ``from_spec`` (`schema.recover.reencoded_columns`: ``datetime(3)`` -> ``datetime(6)``) is
     re-decoded only in the images after ``change_position``, the source position of the change
     (a Debezium ``source`` block); without one, in none: an older image would decode to other
-    values.
+    values. With ``new_change`` (the evolution that applies the change) that position is kept
+    on the ledger, or forgotten when there is none; a later backfill (a catch-up, `cdc-assets
+    backfill`) that is given none reads it from there.
     """
     if spec.source.shards:
         results = [
@@ -593,6 +606,7 @@ def backfill_from_ledger(
                 from_spec,
                 base_nulls,
                 change_position,
+                new_change=new_change,
             )
             for view in spec.shard_specs()
         ]
@@ -618,18 +632,36 @@ def backfill_from_ledger(
     props = {KIND_PROPERTY: BACKFILL_KIND, BACKFILL_COLUMNS_PROPERTY: ",".join(names)}
 
     reencoded = reencoded_columns(from_spec, spec) if from_spec is not None else []
+    # Without the older version (a catch-up over rows of several), a retyped column's rows that
+    # hold a retired value take it converted, as the evolution did.
+    converted = (
+        converted_columns(from_spec, spec) if from_spec is not None else retired_conversions(spec)
+    )
+    misread = [c for c, conversion in converted.items() if conversion.misread]
     after = after_position(spec, change_position) if change_position else None
-    if reencoded and after is None:
+    after_by_column: dict[str, str] = {}
+    if not new_change:
+        # Where each column's current encoding starts, as the evolution that changed it kept
+        # it: images before it are in another encoding whichever version this backfill is
+        # given (or none), so those rows keep their values, or take the retired one's.
+        recorded = _recorded_positions(iceberg_catalog, spec)
+        after_by_column = {
+            c: condition
+            for c, position in recorded.items()
+            if c in names and (condition := after_position(spec, position)) is not None
+        }
+        reencoded = sorted((set(reencoded) | set(after_by_column)) - set(converted))
+    unplaced = [c for c in reencoded if after is None and c not in after_by_column]
+    if unplaced:
         log.warning(
-            f"{spec.name}: {', '.join(reencoded)} now arrive in another encoding; without the "
+            f"{spec.name}: {', '.join(unplaced)} now arrive in another encoding; without the "
             "source position of the change, ledger rows keep the values they were decoded "
             "with (an older image read in the new encoding would be another value)"
         )
-    converted = converted_columns(from_spec, spec) if from_spec is not None else {}
-    misread = [c for c, conversion in converted.items() if conversion.misread]
-    if misread and after is None:
+    unplaced = [c for c in misread if after is None and c not in after_by_column]
+    if unplaced:
         log.warning(
-            f"{spec.name}: {', '.join(misread)} take their older values from a column whose "
+            f"{spec.name}: {', '.join(unplaced)} take their older values from a column whose "
             "encoding changed with the type; without the source position of the change, no "
             "older value is converted (a row without a value in the new column is counted as "
             "rejected)"
@@ -646,9 +678,11 @@ def backfill_from_ledger(
         reencoded,
         after,
         converted,
+        after_by_column,
     )
-    if reencoded:
-        _record_reencoded(iceberg_catalog, spec, reencoded, change_position if after else None)
+    if new_change and (reencoded or misread):
+        position = change_position if after else None
+        _record_reencoded(iceberg_catalog, spec, [*reencoded, *misread], position)
     failpoint("backfill_after_ledger")
     result.base_rows_updated = _backfill_by_position(
         spark, catalog, iceberg_catalog, spec, base_layout(spec), names, min_dt, props, base_nulls

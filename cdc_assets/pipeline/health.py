@@ -178,6 +178,7 @@ def image_mismatches(
         for c, position in positions.items()
         if c in columns and (cond := after_position(spec, position)) is not None
     }
+    conversions = retired_conversions(spec)
     # A retyped column's rows from before the change hold the old column's value converted,
     # and their images the old encoding: they are compared as the evolution's backfill filled
     # them, and the rows written since are compared with their images.
@@ -188,8 +189,8 @@ def image_mismatches(
         columns,
         min_dt=since,
         offsets=offsets,
-        reencoded=list(after_by_column),
-        converted=retired_conversions(spec),
+        reencoded=[c for c in after_by_column if c not in conversions],
+        converted=conversions,
         after_by_column=after_by_column,
     )
     nested = nested_columns(spec)
