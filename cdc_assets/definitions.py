@@ -71,7 +71,13 @@ def build_defs(
     assets = [
         a
         for spec in specs
-        for a in build_table_assets(spec, settings.catalog_name, hourly, settings.specs_dir)
+        for a in build_table_assets(
+            spec,
+            settings.catalog_name,
+            hourly,
+            settings.specs_dir,
+            settings.source_url_of(spec.source),
+        )
     ]
     ingest_job = build_ingest_job()
     upsert_job = build_upsert_job()

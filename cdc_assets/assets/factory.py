@@ -119,10 +119,15 @@ def freshness_policy(spec: TableSpec) -> dg.FreshnessPolicy:
 
 
 def build_table_assets(
-    spec: TableSpec, catalog: str, hourly: dg.PartitionsDefinition, specs_dir: Path
+    spec: TableSpec,
+    catalog: str,
+    hourly: dg.PartitionsDefinition,
+    specs_dir: Path,
+    source_url: str | None = None,
 ) -> list[dg.AssetsDefinition]:
     """The five assets of one table spec (six with history); ``hourly`` is shared by every
-    ledger."""
+    ledger. ``source_url``: the JDBC URL of its source, where reachable (evolution reads a
+    PostgreSQL table's column numbers there)."""
     layouts = layer_layouts(spec)
     descriptions = _descriptions(spec, layouts)
     tags = {**spec.tags, "cdc/connector": spec.source.connector}
@@ -169,7 +174,7 @@ def build_table_assets(
         spec_args("bucketed", "cdc"),
         {**spec_args("base", "bucketed"), "freshness_policy": freshness_policy(spec)},
     )
-    schema = build_schema_asset(spec, specs_dir, spec_args("schema", None))
+    schema = build_schema_asset(spec, specs_dir, spec_args("schema", None), source_url)
     if not spec.history.enabled:
         return [raw, cdc, bucketed, base, schema]
     history = build_history_asset(spec, spec_args("history", "cdc"))

@@ -19,6 +19,7 @@ from cdc_assets.assets.keys import node_name
 from cdc_assets.assets.metadata import markdown_summary
 from cdc_assets.pipeline.artifacts import publish_table
 from cdc_assets.pipeline.converge import EvolutionRejectedError, converge
+from cdc_assets.pipeline.source_schema import source_identity
 from cdc_assets.resources.iceberg import IcebergCatalogResource
 from cdc_assets.resources.spark import SparkResource
 from cdc_assets.settings import artifacts_root
@@ -40,6 +41,11 @@ class EvolveConfig(dg.Config):
     seen_on: str = Field(
         default="", description="the server whose change it is (a sharded table's shard)"
     )
+    source_attnums: dict[str, int] = Field(
+        default_factory=dict,
+        description="PostgreSQL: the source's column numbers (name -> attnum), kept in the "
+        "evolved spec so that later renames and drops are proved by them",
+    )
     source_position: str = Field(
         default="",
         description="the change's source position as JSON (the schema-change record's source "
@@ -54,8 +60,12 @@ def evolve_run_config(table: str, **config: Any) -> dict[str, Any]:
 
 
 def build_schema_asset(
-    spec: TableSpec, specs_dir: Path, asset_args: dict[str, Any]
+    spec: TableSpec, specs_dir: Path, asset_args: dict[str, Any], source_url: str | None = None
 ) -> dg.AssetsDefinition:
+    """``source_url``: the JDBC URL of the table's source, where it is reachable; a PostgreSQL
+    source's column numbers are then read when a change's shape lacks a column (renamed or
+    dropped?)."""
+
     @dg.asset(**asset_args, pool=f"cdc_evolve/{spec.name}")  # type: ignore[untyped-decorator]
     def schema(
         context: dg.AssetExecutionContext,
@@ -83,6 +93,12 @@ def build_schema_asset(
                 change_position=json.loads(config.source_position)
                 if config.source_position
                 else None,
+                source_attnums=config.source_attnums or None,
+                read_identity=(
+                    (lambda: source_identity(spark.get_session(), source_url, spec))
+                    if source_url and not config.source_attnums
+                    else None
+                ),
             )
         except EvolutionRejectedError as err:
             where = f"the change seen on server {config.seen_on}: " if config.seen_on else ""

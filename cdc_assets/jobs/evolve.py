@@ -26,13 +26,14 @@ from cdc_assets.pipeline.schema_topic import (
     newest_schema_change,
     source_tables,
 )
-from cdc_assets.pipeline.source_schema import source_create_table
+from cdc_assets.pipeline.source_schema import source_create_table, source_identity
 from cdc_assets.pipeline.spec_store import current_spec
 from cdc_assets.resources.iceberg import IcebergCatalogResource
 from cdc_assets.resources.kafka import KafkaResource
 from cdc_assets.resources.spark import SparkResource
 from cdc_assets.schema.shape import leading_server, shape_verdict
 from cdc_assets.spec.connect_schema import create_table_from_fields
+from cdc_assets.spec.information_schema import identity_audit
 from cdc_assets.spec.models import TableSpec
 
 EVOLVE_JOB = "evolve_schemas"
@@ -92,6 +93,16 @@ def drift_of(
             # the schema-change topic's newest DDL, where there is one, proves renames
             audit_ddl=[seen.change.ddl] if seen is not None else [],
         )
+        identity = (
+            source_identity(spark(), source_urls[server], current)
+            if spark is not None and source_urls and not current.source.shards
+            else None
+        )
+        if identity is not None:
+            # PostgreSQL: the column numbers prove renames and drops (a shard's numbers are
+            # its own table's, so a sharded spec keeps none)
+            found["audit_ddl"] = [*found["audit_ddl"], *identity_audit(current, identity)]
+            found["source_attnums"] = dict(identity.live)
         if current.source.shards:
             found["seen_on"] = server
     elif seen is not None:

@@ -33,15 +33,18 @@ from cdc_assets.pipeline.tables import ensure_tables, missing_tables
 from cdc_assets.schema.changes import (
     AddColumn,
     ChangeSourceType,
+    DropColumn,
     EvolutionPlan,
     Rejection,
     RenameColumn,
     RetireColumn,
+    SoftDropColumn,
     WidenType,
 )
 from cdc_assets.schema.evolution import apply_plan, classify
 from cdc_assets.schema.recover import dead_letter_reasons
 from cdc_assets.spec.ddl_import import plan_from_ddl
+from cdc_assets.spec.information_schema import SourceIdentity, identity_audit, with_attnums
 from cdc_assets.spec.load import load_spec_text
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.spec.versions import write_spec
@@ -98,6 +101,14 @@ def proposal(
     raise SpecError(f"{current.name}: give a proposed spec or the source's CREATE TABLE")
 
 
+def lacks(plan: EvolutionPlan) -> bool:
+    """Whether the source's shape lacks a column of the spec: a drop or soft drop planned, or a
+    disappearance refused as ambiguous."""
+    return any(isinstance(c, SoftDropColumn | DropColumn) for c in plan.changes) or any(
+        r.blocks for r in plan.rejections
+    )
+
+
 def _backfill_columns(plan: EvolutionPlan, spec: TableSpec) -> list[str]:
     ids = {c.column.id for c in plan.changes if isinstance(c, AddColumn)}
     # A column renamed at the source: rows decoded before the evolution looked its value up
@@ -124,13 +135,18 @@ def converge(
     detected_at: datetime | None = None,
     kafka_offsets: Mapping[Any, int] | None = None,
     change_position: Mapping[str, Any] | None = None,
+    source_attnums: Mapping[str, int] | None = None,
+    read_identity: Callable[[], SourceIdentity | None] | None = None,
 ) -> ConvergeResult:
     """Bring ``table`` to the proposed schema; raise EvolutionRejectedError for unsupported changes.
 
     ``spark`` is called only when there is something to backfill or a table to create, so a no-op
     or a rejection never starts a JVM. ``change_position``: the source position of the change
     (the schema-change record's ``source`` block), which bounds the re-decoding of a column whose
-    encoding changed (`backfill_from_ledger`).
+    encoding changed (`backfill_from_ledger`). ``source_attnums``: PostgreSQL's column
+    numbers, kept in the evolved spec. ``read_identity``: reads them from the live source when
+    the source's shape lacks a column of the spec (is it renamed or dropped?); the renames and
+    drops they prove join the audit trail.
     """
     path = spec_path(specs_dir, table)
     current = current_spec(iceberg_catalog, specs_dir, table)
@@ -140,6 +156,14 @@ def converge(
     plan = proposal(
         current, proposed_yaml=proposed_yaml, source_ddl=source_ddl, audit_ddl=audit_ddl
     )
+    if source_ddl and read_identity is not None and not current.source.shards and lacks(plan):
+        identity = read_identity()
+        if identity is not None:
+            # A column the source's shape lacks: the numbers say renamed or dropped (the
+            # shape alone cannot), so the rename keeps the column's values and history.
+            audit_ddl = [*audit_ddl, *identity_audit(current, identity)]
+            source_attnums = source_attnums or identity.live
+            plan = proposal(current, source_ddl=source_ddl, audit_ddl=audit_ddl)
 
     proposed_plan = plan  # as proposed, with any refusals; `plan` becomes what is applied
 
@@ -187,7 +211,7 @@ def converge(
     fail_once("evolve_start")
     # A continuous worker leaves the table alone until this evolution has committed.
     with table_paused(iceberg_catalog, current, "evolution"):
-        evolved = apply_plan(current, plan)
+        evolved = with_attnums(apply_plan(current, plan), source_attnums or {})
         # Onboarding is evolution from nothing: a table whose first ingest has not run yet (a new
         # spec, the sensor quicker than the ingest) is created at the current version here, then
         # evolved like any other, so the order of the first ingest and the first evolution never

@@ -11,14 +11,17 @@ from cdc_assets.errors import CdcAssetsError, SpecError
 from cdc_assets.pipeline.bootstrap import read_jdbc
 from cdc_assets.spec.ddl_import import default_topic, identifier, spec_from_ddl
 from cdc_assets.spec.information_schema import (
+    SourceIdentity,
     SourceTable,
     as_source_table,
+    attnums_query,
     columns_query,
     create_table,
     json_checks_query,
     json_columns,
     primary_key_query,
     size_query,
+    with_attnums,
 )
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.spec.sizing import SourceSize, buckets_for
@@ -48,6 +51,15 @@ def source_create_table(spark: Any, url: str, table: TableSpec | SourceTable) ->
     if not src.is_postgres and longtext and is_mariadb(spark, url):
         json = json_columns(_rows(spark, url, json_checks_query(src)))
     return create_table(src, columns, key, json=json)
+
+
+def source_identity(spark: Any, url: str, table: TableSpec | SourceTable) -> SourceIdentity | None:
+    """A PostgreSQL table's column numbers (None for other sources, which have none that
+    survive a rename)."""
+    src = as_source_table(table)
+    if not src.is_postgres:
+        return None
+    return SourceIdentity.from_rows(_rows(spark, url, attnums_query(src)))
 
 
 def source_size(spark: Any, url: str, table: TableSpec | SourceTable) -> SourceSize | None:
@@ -113,4 +125,8 @@ def import_source_spec(
         )
     except SpecError as err:
         raise SpecError(f"{source.qualified()}: {err}") from None
+    identity = source_identity(spark, url, source)
+    if identity is not None:
+        # each column's number, by which pull detection later tells its renames and drops
+        spec = with_attnums(spec, identity.live)
     return spec, ddl

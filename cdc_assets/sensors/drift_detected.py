@@ -51,6 +51,12 @@ def build_drift_sensor(
                             trigger="pull",
                             # a sharded table's: named if evolution refuses the change
                             **({"seen_on": server} if server else {}),
+                            # PostgreSQL's column numbers, kept in the evolved spec
+                            **(
+                                {"source_attnums": meta["source_attnums"]}
+                                if meta.get("source_attnums")
+                                else {}
+                            ),
                         ),
                         tags={"cdc/table": table, "cdc/trigger": "schema_drift_detected"}
                         | ({"cdc/server": server} if server else {}),

@@ -111,6 +111,79 @@ def primary_key_query(table: TableSpec | SourceTable) -> str:
     )
 
 
+def attnums_query(table: TableSpec | SourceTable) -> str:
+    """PostgreSQL only: every column's number (``attnum``), name and whether it was dropped.
+
+    A column keeps its number across renames, and a dropped column's number stays in the
+    catalog (``attisdropped``, under a placeholder name) and is never given to another column:
+    the numbers tell a rename from a drop plus an add, which the table's text cannot."""
+    src = as_source_table(table)
+    return (
+        "SELECT a.attname AS name, a.attnum AS attnum, a.attisdropped AS dropped "
+        "FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace "
+        f"WHERE n.nspname = {_lit(src.pg_schema)} AND c.relname = {_lit(src.table)} "
+        "AND c.relkind IN ('r', 'p') AND a.attnum > 0 ORDER BY a.attnum"
+    )
+
+
+@dataclass(frozen=True)
+class SourceIdentity:
+    """A PostgreSQL table's column numbers now: live name -> attnum, and the dropped numbers."""
+
+    live: Mapping[str, int]
+    dropped: frozenset[int]
+
+    @classmethod
+    def from_rows(cls, rows: Sequence[Mapping[str, Any]]) -> SourceIdentity:
+        """From the rows of ``attnums_query``."""
+        live = {str(r["name"]): int(r["attnum"]) for r in rows if not r["dropped"]}
+        dropped = frozenset(int(r["attnum"]) for r in rows if r["dropped"])
+        return cls(live, dropped)
+
+
+def identity_audit(spec: TableSpec, identity: SourceIdentity) -> list[str]:
+    """The renames and drops that the column numbers prove, as the DDL an audit trail holds
+    (``ALTER TABLE ... RENAME COLUMN``, ``DROP COLUMN``), for the spec's columns that know
+    their number (``source_attnum``).
+
+    A number whose column has another name now is a rename, unless the spec's name is live
+    under another number (the table was created anew, or the column dropped and added again:
+    no proof either way). A number the catalog lists as dropped is a drop. A number it does not
+    list at all (a table created anew) proves nothing."""
+    src = SourceTable.of(spec)
+    table = f"{_quote(src.pg_schema, 'postgresql')}.{_quote(src.table, 'postgresql')}"
+    by_number = {n: name for name, n in identity.live.items()}
+    out = []
+    for c in spec.columns:
+        if c.dropped or c.source_attnum is None:
+            continue
+        now = by_number.get(c.source_attnum)
+        if now is not None and now != c.name and c.name not in identity.live:
+            out.append(
+                f"ALTER TABLE {table} RENAME COLUMN {_quote(c.name, 'postgresql')} "
+                f"TO {_quote(now, 'postgresql')}"
+            )
+        elif now is None and c.source_attnum in identity.dropped:
+            out.append(f"ALTER TABLE {table} DROP COLUMN {_quote(c.name, 'postgresql')}")
+    return out
+
+
+def with_attnums(spec: TableSpec, attnums: Mapping[str, int]) -> TableSpec:
+    """``spec`` with the column numbers of its live columns that do not know theirs yet
+    (``attnums``: source name -> attnum; the renames already applied, so names match)."""
+    if not attnums or not any(
+        c.source_attnum is None and not c.dropped and c.name in attnums for c in spec.columns
+    ):
+        return spec
+    data = spec.model_dump(mode="json", by_alias=True)
+    for column in data["columns"]:
+        if column.get("source_attnum") is None and not column.get("dropped"):
+            column["source_attnum"] = attnums.get(column["name"])
+    # validated anew: a copy would keep the cached lookups of the old columns
+    return TableSpec.model_validate(data)
+
+
 def json_checks_query(table: TableSpec | SourceTable) -> str:
     """MariaDB only: the CHECK constraints of the table. A MariaDB JSON column is a LONGTEXT with
     the check ``json_valid(`column`)``, which is the only way to tell it from a LONGTEXT. (MySQL

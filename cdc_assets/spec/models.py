@@ -109,6 +109,10 @@ class ColumnSpec(_Strict):
     # MariaDB and PostgreSQL 11+ give them the default without a change event. Set by the
     # evolution that adds such a column; an image without the field then decodes to it.
     backfill_default: bool = False
+    # PostgreSQL's number of the column (pg_attribute.attnum), kept where the spec was read
+    # from a live source: it stays with the column across renames and is never reused after a
+    # drop, so pull detection proves a rename or a drop by it (``identity_audit``).
+    source_attnum: int | None = Field(default=None, ge=1)
 
     @property
     def sink_name(self) -> str:

@@ -17,6 +17,7 @@ from cdc_assets.settings import ENV_HOME, ENV_SPECS, load_settings
 from cdc_assets.spec import load_spec, load_specs
 from cdc_assets.spec.ddl_import import default_topic, spec_from_ddl
 from cdc_assets.spec.information_schema import (
+    SourceIdentity,
     SourceTable,
     columns_query,
     create_table,
@@ -241,7 +242,14 @@ def test_import_source_command_writes_validates_and_refuses_to_overwrite(
         return SourceSize(3 * 2**30, 12_000_000)
 
     monkeypatch.setattr(source_schema, "source_create_table", fake_create_table)
+
+    def fake_identity(spark: Any, url: str, table: SourceTable) -> SourceIdentity:
+        # a column dropped before onboarding left its number 6 unused
+        numbers = [n if n < 6 else n + 1 for n in range(1, len(PG_ROWS) + 1)]
+        return SourceIdentity({r["name"]: n for r, n in zip(PG_ROWS, numbers)}, frozenset({6}))
+
     monkeypatch.setattr(source_schema, "source_size", fake_size)
+    monkeypatch.setattr(source_schema, "source_identity", fake_identity)
     monkeypatch.setattr(resources, "build_resources", lambda _: {"spark": _FakeSpark()})
     monkeypatch.setenv(
         "CDC_ASSETS_SOURCE_URL_POSTGRESQL_SHOP", "jdbc:postgresql://h/shop?password=pw"
@@ -269,6 +277,8 @@ def test_import_source_command_writes_validates_and_refuses_to_overwrite(
     assert written.base.buckets == 8
     assert "base: bucket(8, order_id), for 3,072.0 MiB, about 12,000,000 rows" in err
     same_shape(written, example("orders"))
+    # each column's PostgreSQL number, by which a later rename or drop is proved
+    assert [c.source_attnum for c in written.columns] == [1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12]
 
     # A second import stops before reading anything; --force replaces the file.
     assert main(command) == 2

@@ -75,7 +75,7 @@ CASES = [
         _set("columns.1.nulable", True),
         "columns[1].nulable: unknown field; valid fields here: backfill_default, comment, "
         "default, dropped, former_names, id, name, nullable, protect, protect_paths, sensitive, "
-        "sink, type",
+        "sink, source_attnum, type",
     ),
     (
         "missing topic",
