@@ -246,7 +246,9 @@ def test_import_source_command_writes_validates_and_refuses_to_overwrite(
     def fake_identity(spark: Any, url: str, table: SourceTable) -> SourceIdentity:
         # a column dropped before onboarding left its number 6 unused
         numbers = [n if n < 6 else n + 1 for n in range(1, len(PG_ROWS) + 1)]
-        return SourceIdentity({r["name"]: n for r, n in zip(PG_ROWS, numbers)}, frozenset({6}))
+        return SourceIdentity(
+            {r["name"]: n for r, n in zip(PG_ROWS, numbers, strict=True)}, frozenset({6})
+        )
 
     monkeypatch.setattr(source_schema, "source_size", fake_size)
     monkeypatch.setattr(source_schema, "source_identity", fake_identity)
