@@ -165,11 +165,35 @@ def create_table_from_fields(spec: TableSpec, fields: list[Mapping[str, Any]]) -
         line = f"  {_quote(name)} {type_text}"
         if not field.get("optional", True):
             line += " NOT NULL"
+        # A known column keeps the spec's default (a schema states a default only for a few
+        # types, and changing one affects inserts only, which arrive as events); a new column
+        # takes the schema's, so that older rows read it (``backfill_default``).
+        default = column.default if column is not None else field_default(field)
+        if default is not None:
+            # quoted: the DDL import keeps a literal's text, so any default reads back the same
+            line += " DEFAULT '" + default.replace("'", "''") + "'"
         lines.append(line)
     keys = ", ".join(_quote(k) for k in spec.primary_key)
     lines.append(f"  PRIMARY KEY ({keys})")
     table = spec.source.table
     return f"CREATE TABLE {_quote(table)} (\n" + ",\n".join(lines) + "\n)"
+
+
+def field_default(field: Mapping[str, Any]) -> str | None:
+    """A field's default as spec text, where the schema states it as itself: a plain integer,
+    string or boolean. Logical types (decimals as bytes, dates and times as numbers) are left
+    out: their default is not the column's text."""
+    value = field.get("default")
+    if value is None or field.get("name"):
+        return None
+    kind = field.get("type")
+    if kind == "boolean" and isinstance(value, bool):
+        return "true" if value else "false"
+    if kind in ("int8", "int16", "int32", "int64") and isinstance(value, int):
+        return str(value)
+    if kind == "string" and isinstance(value, str):
+        return value
+    return None
 
 
 def _stored(spec: TableSpec, fields: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:

@@ -450,7 +450,10 @@ def _evolved_column(
         # Keep the spec's spelling when the DDL only writes the same type differently.
         "type": current.type if same_type else d.type,
         "nullable": d.nullable,
-        "default": d.default,
+        # A column added with a constant default: its older rows read that default, whatever
+        # the source's default becomes later (or a shape without defaults, an event's schema,
+        # says), so it stays.
+        "default": current.default if current.backfill_default else d.default,
         "sensitive": current.sensitive or d.name in sensitive,
         "dropped": False,
         # A DDL without comments (PostgreSQL keeps them apart) leaves the spec's comment.

@@ -158,6 +158,11 @@ def render_worker_properties(
         "key.converter.schemas.enable=true",
         "value.converter=org.apache.kafka.connect.json.JsonConverter",
         "value.converter.schemas.enable=true",
+        # A column with a default that is set to NULL must arrive as null: Kafka's converter
+        # otherwise writes the column's default in its place (KIP-581), and the mirror would
+        # hold a value the source does not.
+        "key.converter.replace.null.with.default=false",
+        "value.converter.replace.null.with.default=false",
         "config.storage.topic=_cdc-connect-configs",
         "offset.storage.topic=_cdc-connect-offsets",
         "status.storage.topic=_cdc-connect-status",

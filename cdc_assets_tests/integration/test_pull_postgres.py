@@ -11,6 +11,7 @@ import json
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from cdc_assets.definitions import build_defs
 from cdc_assets.pipeline.ingest import ingest_incremental
 from cdc_assets.pipeline.source_compare import compare_source
 from cdc_assets.pipeline.source_schema import import_source_spec
+from cdc_assets.pipeline.spec_store import base_table
 from cdc_assets.pipeline.tables import ensure_tables
 from cdc_assets.pipeline.upsert import build_bucketed, merge_base
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
@@ -64,32 +66,37 @@ class PgTable:
         return build_defs(settings=settings, resource_overrides={**resources, "kafka": self.kafka})
 
 
-@pytest.fixture(scope="module")
-def pg(
-    sources_home: Settings, sources_stack: StackState, spark: Any, tmp_path_factory: Any
+@contextmanager
+def pg_table(
+    home: Settings,
+    stack: StackState,
+    spark: Any,
+    specs_dir: Path,
+    name: str,
+    columns: str,
+    rows: str,
 ) -> Iterator[PgTable]:
+    """A live PostgreSQL table ``<name>_<tag>`` of ``columns``, holding ``rows``, mirrored through
+    a Debezium connector of its own and onboarded from its information_schema; removed after."""
     tag = uuid.uuid4().hex[:6]
-    table = f"pull_{tag}"
+    table = f"{name}_{tag}"
     sources.postgres_execute(
-        sources_home,
-        f"CREATE TABLE public.{table} (id bigint PRIMARY KEY, note text, amount numeric(10,2));"
+        home,
+        f"CREATE TABLE public.{table} ({columns});"
         f"GRANT SELECT ON public.{table} TO {sources.CDC_USER};"
         f"CREATE PUBLICATION pub_{tag} FOR TABLE public.{table};"
-        f"INSERT INTO public.{table} VALUES (1, 'one', 1.50), (2, 'two', 2.25);",
+        f"INSERT INTO public.{table} VALUES {rows};",
         "shop",
     )
-    url = next(
-        u for db, kind, u in sources.jdbc_urls(sources_home) if (db, kind) == ("shop", "postgres")
-    )
+    url = next(u for db, kind, u in sources.jdbc_urls(home) if (db, kind) == ("shop", "postgres"))
     connector = extra_connector.register(
-        sources_home,
-        sources_stack.bootstrap_servers,
+        home,
+        stack.bootstrap_servers,
         "postgres",
         tag,
         [f"public.{table}"],
         overrides={"publication.name": f"pub_{tag}"},
     )
-    specs_dir = tmp_path_factory.mktemp("pull-pg-specs")
     try:
         # Onboarding is evolution from an empty schema: version 1 from the information_schema.
         spec, _ = import_source_spec(
@@ -97,38 +104,52 @@ def pg(
             url,
             SourceTable("postgresql", "shop", table, "public"),
             topic_prefix=connector.prefix,
-            namespace=f"pull_{tag}",
+            namespace=f"{name}_{tag}",
         )
         assert spec.source.server_name == connector.prefix
         write_spec(spec, specs_dir / f"{table}.yaml")
         ensure_tables(spark, "lake", spec)
         yield PgTable(
-            sources_home,
-            sources_stack.bootstrap_servers,
+            home,
+            stack.bootstrap_servers,
             table,
             url,
             specs_dir,
-            KafkaResource(
-                bootstrap_servers=sources_stack.bootstrap_servers, home=str(sources_home.home)
-            ),
+            KafkaResource(bootstrap_servers=stack.bootstrap_servers, home=str(home.home)),
             connector,
             iter(range(9_000_000, 2**62)),
         )
     finally:
         admin = KafkaResource(
-            bootstrap_servers=sources_stack.bootstrap_servers, home=str(sources_home.home)
+            bootstrap_servers=stack.bootstrap_servers, home=str(home.home)
         ).admin()
-        extra_connector.remove(sources_home, connector, admin)
+        extra_connector.remove(home, connector, admin)
         sources.postgres_execute(
-            sources_home, f"DROP PUBLICATION pub_{tag}; DROP TABLE public.{table};", "shop"
+            home, f"DROP PUBLICATION pub_{tag}; DROP TABLE public.{table};", "shop"
         )
+
+
+@pytest.fixture(scope="module")
+def pg(
+    sources_home: Settings, sources_stack: StackState, spark: Any, tmp_path_factory: Any
+) -> Iterator[PgTable]:
+    with pg_table(
+        sources_home,
+        sources_stack,
+        spark,
+        tmp_path_factory.mktemp("pull-pg-specs"),
+        "pull",
+        "id bigint PRIMARY KEY, note text, amount numeric(10,2)",
+        "(1, 'one', 1.50), (2, 'two', 2.25)",
+    ) as table:
+        yield table
 
 
 def wait_delivered(pg: PgTable) -> None:
     """Insert and delete a marker row; return when its delete is on the topic."""
     key = next(pg.markers)
     pg.execute(
-        f"INSERT INTO public.{pg.table} (id, note) VALUES ({key}, 'marker');"
+        f"INSERT INTO public.{pg.table} (id) VALUES ({key});"
         f"DELETE FROM public.{pg.table} WHERE id = {key};"
     )
     topic = pg.spec().source.topic
@@ -204,3 +225,125 @@ def test_a_column_added_on_the_live_source_arrives_through_pull_detection(
     )
     assert run.success
     converge(pg, spark, iceberg)  # still equal after compaction and expiry
+
+
+@pytest.fixture(scope="module")
+def people(
+    sources_home: Settings, sources_stack: StackState, spark: Any, tmp_path_factory: Any
+) -> Iterator[PgTable]:
+    with pg_table(
+        sources_home,
+        sources_stack,
+        spark,
+        tmp_path_factory.mktemp("renames-pg-specs"),
+        "people",
+        "id bigint PRIMARY KEY, email text, country text NOT NULL DEFAULT 'NL', "
+        "score integer NOT NULL DEFAULT 0, amount numeric(10,2)",
+        "(1, 'a1@x', 'NL', 10, 1.50), (2, 'a2@x', 'DE', 20, 2.25), "
+        "(3, 'a3@x', 'FR', 30, 3.00), (4, NULL, 'BE', 40, NULL)",
+    ) as table:
+        yield table
+
+
+def ingest_and_upsert(pg: PgTable, spark: Any, iceberg: IcebergCatalogResource) -> int:
+    """One ingest and upsert with the spec as it is now; the dead letters it wrote."""
+    wait_delivered(pg)
+    spec = pg.spec()
+    result = ingest_incremental(spark, "lake", iceberg.load_catalog(), pg.kafka, spec)
+    build_bucketed(spark, "lake", iceberg.load_catalog(), spec)
+    merge_base(spark, "lake", iceberg.load_catalog(), spec)
+    return int(result.dead)
+
+
+def base_rows(spark: Any, pg: PgTable) -> dict[int, dict[str, Any]]:
+    spec = pg.spec()
+    rows = spark.table(f"lake.{base_table(spec)}").collect()
+    return {r["id"]: r.asDict() for r in rows}
+
+
+def test_renames_and_drops_on_the_live_source_keep_each_column_s_values(
+    people: PgTable, spark: Any, iceberg: IcebergCatalogResource, resources: dict[str, Any]
+) -> None:
+    """Real ALTERs on PostgreSQL (issue 54 items 2, 3, 5 and 7). The table's text cannot tell a
+    rename from a drop plus an add; the column numbers (``pg_attribute.attnum``) can. A rename
+    keeps the column (same id, same Iceberg field), so rows not changed since keep their value
+    under the new name; a drop is soft; NOT NULL dropped and a column added with a default
+    converge. First through pull detection, then through the row-schema sensor (push), whose
+    evolution reads the numbers itself. Each ingest runs with the spec it has before the
+    evolution (as a running deployment does), and base equals the live source after each."""
+    pg = people
+    instance = dg.DagsterInstance.ephemeral()
+    converge(pg, spark, iceberg)
+    v1 = pg.spec()
+    assert [c.source_attnum for c in v1.columns] == [1, 2, 3, 4, 5]
+    email_field = iceberg.load_catalog().load_table(base_table(v1)).schema().find_field("email")
+
+    pg.execute(
+        f"ALTER TABLE public.{pg.table} RENAME COLUMN email TO email_address;"
+        f"ALTER TABLE public.{pg.table} DROP COLUMN country;"
+        f"ALTER TABLE public.{pg.table} ALTER COLUMN score DROP NOT NULL;"
+        f"ALTER TABLE public.{pg.table} ADD COLUMN status text NOT NULL DEFAULT 'open';"
+        f"UPDATE public.{pg.table} SET email_address = 'b1@x' WHERE id = 1;"
+        f"UPDATE public.{pg.table} SET score = NULL WHERE id = 2;"
+        f"INSERT INTO public.{pg.table} (id, email_address, score, amount, status) "
+        "VALUES (5, 'b5@x', 50, 5.50, 'closed');"
+    )
+    # The old spec meets the new shape first: the rows without the dropped NOT NULL country
+    # are dead letters until the evolution redrives them.
+    assert ingest_and_upsert(pg, spark, iceberg) == 4
+    defs = pg.defs(resources)
+    (request,) = drift_detected(defs, instance)
+    config = request.run_config["ops"][f"schema__{pg.table}_schema"]["config"]
+    assert 'RENAME COLUMN "email" TO "email_address"' in " ".join(config["audit_ddl"])
+    run = defs.resolve_job_def("evolve_schemas").execute_in_process(
+        instance=instance,
+        run_config=request.run_config,
+        asset_selection=list(request.asset_selection or []),
+    )
+    assert run.success
+    v2 = pg.spec()
+    by_id = {c.id: c for c in v2.columns}
+    assert (by_id[2].name, by_id[2].former_names, by_id[2].dropped) == (
+        "email_address",
+        ["email"],
+        False,
+    )
+    assert by_id[3].name == "country"
+    assert by_id[3].dropped
+    assert by_id[4].nullable
+    status = v2.columns_by_name["status"]
+    assert (status.backfill_default, status.source_attnum) == (True, 6)
+    converge(pg, spark, iceberg)  # base == source: 3's address was never changed since
+    rows = base_rows(spark, pg)
+    assert rows[3]["email"] == "a3@x"  # the Iceberg column keeps its name and field id
+    assert rows[1]["email"] == "b1@x"
+    assert rows[3]["status"] == "open"
+    table = iceberg.load_catalog().load_table(base_table(v2))
+    assert table.schema().find_field("email").field_id == email_field.field_id
+    assert drift_detected(pg.defs(resources), instance) == []
+
+    # Push: the row-schema sensor sees the events' new name; the evolution proves the rename
+    # by the numbers, which it reads from the source.
+    pg.execute(
+        f"ALTER TABLE public.{pg.table} RENAME COLUMN email_address TO contact;"
+        f"UPDATE public.{pg.table} SET contact = 'c2@x' WHERE id = 2;"
+    )
+    ingest_and_upsert(pg, spark, iceberg)
+    defs = pg.defs(resources)
+    sensor = defs.get_sensor_def("schema_changes")
+    result = sensor(dg.build_sensor_context(instance=instance, resources={"kafka": pg.kafka}))
+    assert isinstance(result, dg.SensorResult)
+    (push,) = result.run_requests or []
+    run = defs.resolve_job_def("evolve_schemas").execute_in_process(
+        instance=instance,
+        run_config=push.run_config,
+        asset_selection=list(push.asset_selection or []),
+    )
+    assert run.success
+    v3 = pg.spec()
+    contact = v3.columns_by_name["contact"]
+    assert (contact.id, contact.former_names) == (2, ["email_address", "email"])
+    converge(pg, spark, iceberg)
+    rows = base_rows(spark, pg)
+    assert (rows[3]["email"], rows[2]["email"]) == ("a3@x", "c2@x")
+    assert drift_detected(pg.defs(resources), instance) == []

@@ -149,3 +149,42 @@ def test_a_decimal_widening_in_the_embedded_schema_is_a_change() -> None:
     _, plan = plan_from_ddl(spec, create_table_from_fields(spec, fields))
     assert plan.supported, plan.describe()
     assert "widen column amount: decimal(12,2) -> decimal(16,2)" in plan.describe()
+
+
+def test_defaults_known_columns_keep_theirs_and_new_ones_take_the_schema_s() -> None:
+    """An event's schema states a default only for some types: a known column keeps the spec's
+    (or every push evolution would drop the defaults that pull detection reads back), and a
+    column added with a constant default gets it, so that older rows read it."""
+    spec = _orders()
+    data = spec.model_dump(mode="json", by_alias=True)
+    next(c for c in data["columns"] if c["name"] == "status")["default"] = "pending"
+    with_default = TableSpec.model_validate(data)
+    events = workload(spec, random.Random(3), keys=3, events=5, embed_schema=True)
+    fields = row_fields(next(r for r in events if r.value).value)
+    assert fields is not None
+    added = [
+        {"type": "string", "optional": False, "default": "open", "field": "stage"},
+        {"type": "int32", "optional": True, "default": 0, "field": "tries"},
+        {"type": "boolean", "optional": True, "default": False, "field": "gift"},
+        # a logical type's default is not the column's text: left out
+        {
+            "type": "int32",
+            "optional": True,
+            "name": "io.debezium.time.Date",
+            "default": 19000,
+            "field": "due",
+        },
+    ]
+    ddl = create_table_from_fields(with_default, [*fields, *added])
+    (status,) = [line for line in ddl.splitlines() if line.startswith('  "status"')]
+    assert status.endswith("NOT NULL DEFAULT 'pending',")
+    _, plan = plan_from_ddl(with_default, ddl)
+    assert plan.supported, plan.describe()
+    changes = {c.column.name: c.column for c in plan.changes if hasattr(c, "column")}
+    assert {n: (c.default, c.backfill_default) for n, c in changes.items()} == {
+        "stage": ("open", True),
+        "tries": ("0", True),
+        "gift": ("false", True),
+        "due": (None, False),
+    }
+    assert not [c for c in plan.changes if not hasattr(c, "column")], plan.describe()

@@ -365,3 +365,27 @@ def test_a_sensitive_column_renamed_or_dropped_by_the_audit_trail() -> None:
     assert plan.supported, plan.describe()
     assert [c.new for c in plan.changes if isinstance(c, RenameColumn)] == ["email_address"]
     assert proposed.columns_by_name["email_address"].sensitive
+
+
+def test_a_column_added_with_a_default_keeps_it_whatever_the_source_says_later() -> None:
+    """Its older rows read the default it was added with: a later shape without a default (an
+    event's schema, an ``ALTER COLUMN ... DROP DEFAULT``) or with another one changes nothing
+    (the spec used to become invalid: backfill_default without a default)."""
+    data = next(
+        s for s in load_specs(PROJECT_ROOT / "table_specs") if s.name == "orders"
+    ).model_dump(mode="json", by_alias=True)
+    data["columns"] = [c for c in data["columns"] if c["name"] in ("order_id", "note")]
+    data["primary_key"] = ["order_id"]
+    spec = TableSpec.model_validate(data)
+    base = "CREATE TABLE orders (order_id bigint NOT NULL, note text, PRIMARY KEY (order_id))"
+    _, plan = plan_from_ddl(
+        spec, base.replace("note text", "note text, stage text NOT NULL DEFAULT 'open'")
+    )
+    evolved = apply_plan(spec, plan)
+    stage = evolved.columns_by_name["stage"]
+    assert (stage.default, stage.backfill_default) == ("open", True)
+    for later in ("stage text", "stage text DEFAULT 'closed'"):
+        proposed, again = plan_from_ddl(evolved, base.replace("note text", f"note text, {later}"))
+        assert again.supported, again.describe()
+        assert proposed.columns_by_name["stage"].default == "open"
+        assert not again.changes, again.describe()
