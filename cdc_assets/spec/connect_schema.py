@@ -14,6 +14,9 @@ Pure: no Kafka here.
 
 from __future__ import annotations
 
+import base64
+import datetime
+import decimal
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -180,13 +183,21 @@ def create_table_from_fields(spec: TableSpec, fields: list[Mapping[str, Any]]) -
 
 
 def field_default(field: Mapping[str, Any]) -> str | None:
-    """A field's default as spec text, where the schema states it as itself: a plain integer,
-    string or boolean. Logical types (decimals as bytes, dates and times as numbers) are left
-    out: their default is not the column's text."""
+    """A field's default as spec text: a plain integer, string or boolean as itself, a decimal
+    from its unscaled bytes, a date from its day number. Other logical types (times,
+    timestamps) are left out."""
     value = field.get("default")
-    if value is None or field.get("name"):
+    if value is None:
         return None
-    kind = field.get("type")
+    kind, logical = field.get("type"), field.get("name")
+    if logical == "org.apache.kafka.connect.data.Decimal" and isinstance(value, str):
+        scale = int((field.get("parameters") or {}).get("scale", 0))
+        unscaled = int.from_bytes(base64.b64decode(value), "big", signed=True)
+        return str(decimal.Decimal(unscaled).scaleb(-scale))
+    if logical == "io.debezium.time.Date" and isinstance(value, int):
+        return (datetime.date(1970, 1, 1) + datetime.timedelta(days=value)).isoformat()
+    if logical:
+        return None
     if kind == "boolean" and isinstance(value, bool):
         return "true" if value else "false"
     if kind in ("int8", "int16", "int32", "int64") and isinstance(value, int):

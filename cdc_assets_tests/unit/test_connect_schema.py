@@ -166,13 +166,28 @@ def test_defaults_known_columns_keep_theirs_and_new_ones_take_the_schema_s() -> 
         {"type": "string", "optional": False, "default": "open", "field": "stage"},
         {"type": "int32", "optional": True, "default": 0, "field": "tries"},
         {"type": "boolean", "optional": True, "default": False, "field": "gift"},
-        # a logical type's default is not the column's text: left out
         {
             "type": "int32",
             "optional": True,
             "name": "io.debezium.time.Date",
             "default": 19000,
             "field": "due",
+        },
+        {
+            "type": "bytes",
+            "optional": True,
+            "name": "org.apache.kafka.connect.data.Decimal",
+            "parameters": {"scale": "2", "connect.decimal.precision": "10"},
+            "default": "/4M=",  # -125 unscaled
+            "field": "fee",
+        },
+        # a timestamp's default is not the column's text: left out
+        {
+            "type": "int64",
+            "optional": True,
+            "name": "io.debezium.time.MicroTimestamp",
+            "default": 0,
+            "field": "seen",
         },
     ]
     ddl = create_table_from_fields(with_default, [*fields, *added])
@@ -185,6 +200,8 @@ def test_defaults_known_columns_keep_theirs_and_new_ones_take_the_schema_s() -> 
         "stage": ("open", True),
         "tries": ("0", True),
         "gift": ("false", True),
-        "due": (None, False),
+        "due": ("2022-01-08", True),
+        "fee": ("-1.25", True),
+        "seen": (None, False),
     }
     assert not [c for c in plan.changes if not hasattr(c, "column")], plan.describe()
