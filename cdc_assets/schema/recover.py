@@ -64,8 +64,11 @@ _UNITS = (
 
 def reencoded(was: FieldPlan, now: FieldPlan) -> bool:
     """Whether the same raw value means another value under ``now`` than under ``was``: a
-    temporal unit changed (millis -> micros), or a decimal's unscaled bytes got another scale.
+    temporal unit changed (millis -> micros), a decimal's unscaled bytes got another scale, or
+    a decimal became text.
     (An int read as a bigint is the same number.)"""
+    if (was.wire, now.wire) == (Wire.DECIMAL_BYTES, Wire.STRING):
+        return True  # text that is valid base64 ("1234") reads as unscaled bytes
     if was.wire != now.wire:
         return any(was.wire in unit and now.wire in unit for unit in _UNITS)
     return was.wire is Wire.DECIMAL_BYTES and was.scale != now.scale

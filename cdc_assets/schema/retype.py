@@ -50,10 +50,12 @@ def image_readable(old: Wire, new: Wire) -> bool:
 def value_converts(old: SinkType, new: SinkType) -> bool:
     """Whether an old column's stored values convert exactly, or are refused, into the new
     type: a decimal into another decimal (exact when the value fits the new scale and
-    precision), a timestamp without a zone into one with a zone and back (the wall clock read
-    as UTC, the zone Debezium reads DATETIME values in)."""
+    precision) or into its text, a timestamp without a zone into one with a zone and back (the
+    wall clock read as UTC, the zone Debezium reads DATETIME values in)."""
     if old.name == new.name == "decimal":
         return old != new
+    if (old.name, new.name) == ("decimal", "string"):
+        return True  # its text, every digit of the scale kept, as the source's cast writes it
     return {old.name, new.name} == _TIMESTAMPS
 
 

@@ -21,7 +21,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from cdc_assets.spec.models import TableSpec
+from cdc_assets.errors import CdcAssetsError
+from cdc_assets.schema.wire import Wire, plan_column
+from cdc_assets.spec.models import ColumnSpec, TableSpec
 
 # Debezium semantic names (and Connect logical names) -> PostgreSQL types.
 _NAMED = {
@@ -134,6 +136,33 @@ def column_type(spec_type: str | None, field: Mapping[str, Any]) -> str:
     return spec_type
 
 
+# The wire encodings a plain Connect string carries (text, decimals and times as strings, bytes
+# as base64 or hex): a column sent in any other one that now arrives as a plain string changed
+# type (an ``ALTER COLUMN ... TYPE text``), though "string" alone does not say which text type.
+_STRING_WIRES = {
+    Wire.STRING,
+    Wire.DECIMAL_STRING,
+    Wire.ZONED_TIMESTAMP,
+    Wire.ISO_STRING,
+    Wire.BYTES_BASE64,
+    Wire.BYTES_BASE64_URL,
+    Wire.BYTES_HEX,
+}
+
+
+def known_column_type(spec: TableSpec, column: ColumnSpec, field: Mapping[str, Any]) -> str:
+    """A spec column's type as the schema shows it (``column_type``), and the schema's own
+    mapping when a column the spec sends in another encoding arrives as a plain string."""
+    shown = column_type(column.type, field)
+    if shown != column.type or field.get("name") or field.get("type") != "string":
+        return shown
+    try:
+        wire = plan_column(spec, column).wire
+    except CdcAssetsError:  # a type the wire rules do not know: as the schema shows it
+        return shown
+    return shown if wire in _STRING_WIRES else pg_type(field)
+
+
 def row_fields(value: bytes | str | None) -> list[Mapping[str, Any]] | None:
     """The field schemas of the row image struct of an event with an embedded schema."""
     if value is None:
@@ -164,7 +193,7 @@ def create_table_from_fields(spec: TableSpec, fields: list[Mapping[str, Any]]) -
     for field in _stored(spec, fields):
         name = str(field["field"])
         column = known.get(name)
-        type_text = column_type(column.type if column is not None else None, field)
+        type_text = pg_type(field) if column is None else known_column_type(spec, column, field)
         line = f"  {_quote(name)} {type_text}"
         if not field.get("optional", True):
             line += " NOT NULL"
@@ -227,7 +256,7 @@ def differs(spec: TableSpec, fields: list[Mapping[str, Any]]) -> bool:
         return True
     live = {c.name: c for c in spec.columns if not c.dropped}
     return any(
-        column_type(live[str(f["field"])].type, f) != live[str(f["field"])].type
+        known_column_type(spec, live[str(f["field"])], f) != live[str(f["field"])].type
         for f in _stored(spec, fields)
     )
 

@@ -106,6 +106,8 @@ def exact_conversion(value: str, old: SinkType, new: SinkType) -> tuple[str, str
         exact = f"{converted} = {value}"  # null when either is: the cast overflowed
         inexact = f"({value} IS NOT NULL AND NOT coalesce({exact}, false))"
         return f"CASE WHEN {exact} THEN {converted} END", inexact
+    if (old.name, new.name) == ("decimal", "string"):
+        return f"CAST({value} AS STRING)", "false"  # plain digits, the scale's zeros kept
     if (old.name, new.name) == ("timestamp", "timestamptz"):
         return f"CAST(convert_timezone('UTC', current_timezone(), {value}) AS TIMESTAMP)", "false"
     if (old.name, new.name) == ("timestamptz", "timestamp"):

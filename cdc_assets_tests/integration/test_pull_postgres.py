@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from cdc_assets.pipeline.spec_store import base_table
 from cdc_assets.pipeline.tables import ensure_tables
 from cdc_assets.pipeline.upsert import build_bucketed, merge_base
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
+from cdc_assets.schema.layers import dead_letter_layout
 from cdc_assets.settings import Settings, source_url_variable
 from cdc_assets.spec.information_schema import SourceTable
 from cdc_assets.spec.load import load_spec
@@ -346,4 +348,87 @@ def test_renames_and_drops_on_the_live_source_keep_each_column_s_values(
     converge(pg, spark, iceberg)
     rows = base_rows(spark, pg)
     assert (rows[3]["email"], rows[2]["email"]) == ("a3@x", "c2@x")
+    assert drift_detected(pg.defs(resources), instance) == []
+
+
+@pytest.fixture(scope="module")
+def typed(
+    sources_home: Settings, sources_stack: StackState, spark: Any, tmp_path_factory: Any
+) -> Iterator[PgTable]:
+    with pg_table(
+        sources_home,
+        sources_stack,
+        spark,
+        tmp_path_factory.mktemp("retyped-pg-specs"),
+        "typed",
+        "id bigint PRIMARY KEY, score integer, amount numeric(10,2), fee numeric(8,2), note text",
+        "(1, 10, 1.25, 1.50, 'one'), (2, 20, 2.50, 0.05, 'two'), (3, 30, 3.75, 12, 'three'), "
+        "(4, NULL, NULL, NULL, 'x')",
+    ) as table:
+        yield table
+
+
+def test_types_iceberg_cannot_promote_on_the_live_source(
+    typed: PgTable, spark: Any, iceberg: IcebergCatalogResource, resources: dict[str, Any]
+) -> None:
+    """Real ``ALTER COLUMN ... TYPE`` on PostgreSQL (issue 54 items 4 and 7): integer -> text,
+    numeric(10,2) -> numeric(12,4) and numeric(8,2) -> text. PostgreSQL rewrites the rows
+    without a change event. The ingest reads the rows changed after the ALTER with the old spec
+    first (text that is no integer: dead letters; the new scale's bytes read at the old one, and
+    text that is valid base64 read as bytes: other values); the
+    row-schema sensor places the change at the last event of the old shape (its LSN), and the
+    evolution fills the new columns from the old values before it, converted exactly, and from
+    the images after it. Base equals the live source, and no dead letter is left."""
+    pg = typed
+    converge(pg, spark, iceberg)
+    pg.execute(
+        f"ALTER TABLE public.{pg.table} ALTER COLUMN score TYPE text USING score::text, "
+        "ALTER COLUMN amount TYPE numeric(12,4), ALTER COLUMN fee TYPE text;"
+        f"UPDATE public.{pg.table} SET score = 'x2', amount = 2.1234, fee = 'free' WHERE id = 2;"
+        f"UPDATE public.{pg.table} SET note = 'three!' WHERE id = 3;"
+        f"INSERT INTO public.{pg.table} VALUES (5, 'five', 5.0505, 'n/a', 'five');"
+    )
+    # 'x2' and 'five' are no integers, '12.00' no base64; 'free' is, and reads as other bytes
+    assert ingest_and_upsert(pg, spark, iceberg) == 3
+    instance = dg.DagsterInstance.ephemeral()
+    defs = pg.defs(resources)
+    sensor = defs.get_sensor_def("schema_changes")
+    result = sensor(dg.build_sensor_context(instance=instance, resources={"kafka": pg.kafka}))
+    assert isinstance(result, dg.SensorResult)
+    (request,) = result.run_requests or []
+    config = request.run_config["ops"][f"schema__{pg.table}_schema"]["config"]
+    assert "lsn" in json.loads(config["source_position"])
+    run = defs.resolve_job_def("evolve_schemas").execute_in_process(
+        instance=instance,
+        run_config=request.run_config,
+        asset_selection=list(request.asset_selection or []),
+    )
+    assert run.success
+    evolved = pg.spec()
+    columns = evolved.columns_by_name
+    assert columns["score"].sink_name == "score__string"
+    assert columns["amount"].sink_name == "amount__decimal_12_4"
+    assert columns["fee"].sink_name == "fee__string"
+    (materialization,) = run.get_asset_materialization_events()
+    assert materialization.materialization.metadata["backfill_rejected_rows"].value == 0
+    converge(pg, spark, iceberg)  # base == source, no dead letter left
+    rows = base_rows(spark, pg)
+    assert (rows[1]["score__string"], rows[1]["amount__decimal_12_4"]) == ("10", Decimal("1.25"))
+    assert (rows[2]["score__string"], rows[2]["amount__decimal_12_4"]) == (
+        "x2",
+        Decimal("2.1234"),
+    )
+    assert rows[5]["amount__decimal_12_4"] == Decimal("5.0505")
+    # the old column's text before the ALTER (PostgreSQL's cast writes the scale's zeros), the
+    # images after it ('free' was read as unscaled bytes by the old spec)
+    assert [rows[k]["fee__string"] for k in (1, 2, 3, 4, 5)] == [
+        "1.50",
+        "free",
+        "12.00",
+        None,
+        "n/a",
+    ]
+    assert rows[1]["score"] == 10  # the old column keeps its values
+    dead = dead_letter_layout(evolved)
+    assert spark.table(f"lake.{dead.namespace}.{dead.name}").count() == 0
     assert drift_detected(pg.defs(resources), instance) == []

@@ -57,11 +57,17 @@ def _fields(spec_columns: list[tuple[str, str]]) -> list[dict[str, object]]:
 
 
 def test_registry_versions_are_applied_one_at_a_time_in_order() -> None:
+    import random
+
     spec = SPECS["orders"]
-    now = [(c.name, "string") for c in spec.columns if not c.dropped]
-    v1 = (1, _fields(now))
-    v2 = (2, _fields([*now, ("phone", "string")]))
-    v3 = (3, _fields([*now, ("phone", "string"), ("vip", "boolean")]))
+    record = DebeziumEventFactory(spec, embed_schema=True).create(
+        random_row(spec, random.Random(1))
+    )
+    now = row_fields(record.value)
+    assert now is not None
+    v1 = (1, now)
+    v2 = (2, [*now, *_fields([("phone", "string")])])
+    v3 = (3, [*now, *_fields([("phone", "string"), ("vip", "boolean")])])
     assert next_version(spec, [v1, v2, v3]) == v2  # not the newest: v2 first
     assert next_version(spec, [v1]) is None  # nothing newer than the spec's shape
     assert next_version(spec, []) is None

@@ -205,3 +205,26 @@ def test_defaults_known_columns_keep_theirs_and_new_ones_take_the_schema_s() -> 
         "seen": (None, False),
     }
     assert not [c for c in plan.changes if not hasattr(c, "column")], plan.describe()
+
+
+def test_a_number_that_arrives_as_a_plain_string_changed_type() -> None:
+    """``ALTER COLUMN tax TYPE text``: a plain Connect string does not say which text type, but
+    a numeric column sent as one is no longer numeric; a text column sent as one is unchanged."""
+    spec = _orders()
+    events = workload(spec, random.Random(3), keys=3, events=5, embed_schema=True)
+    fields = row_fields(next(r for r in events if r.value).value)
+    assert fields is not None
+    retyped = [
+        {"type": "string", "optional": True, "field": f["field"]}
+        if f["field"] in ("tax", "note")
+        else f
+        for f in fields
+    ]
+    assert differs(spec, retyped)
+    ddl = create_table_from_fields(spec, retyped)
+    assert '"tax" text' in ddl
+    assert '"note" text' in ddl
+    _, plan = plan_from_ddl(spec, ddl)
+    assert plan.supported, plan.describe()
+    assert [type(c).__name__ for c in plan.changes] == ["RetireColumn", "AddColumn"]
+    assert "column tax: decimal(12,2) -> string" in plan.describe()

@@ -55,13 +55,29 @@ def test_a_type_iceberg_cannot_promote_becomes_a_new_column(policy: str) -> None
 
 
 def test_old_values_that_would_read_as_other_values_are_refused() -> None:
-    """A decimal's unscaled bytes read as text are not its value, and a string column cannot
-    take the decimal's value either: a row image does not say which type wrote it."""
-    _, plan = plan_from_ddl(accounts(), DECIMAL_TO_TEXT)
+    """A date's day number read as an integer is not its value, and the integer column cannot
+    take the date's value either: a row image does not say which type wrote it."""
+    _, plan = plan_from_ddl(accounts(), PG_V1.replace("opened date", "opened integer"))
     assert not plan.changes
     (refusal,) = plan.rejections
-    assert "sent as decimal_" in refusal.reason
+    assert "sent as date_days" in refusal.reason
     assert "cannot be filled exactly" in refusal.reason
+
+
+def test_a_decimal_into_text_is_filled_from_the_old_column_s_text() -> None:
+    """``numeric(12,2)`` -> ``text``: the bytes read as text are not the value (and text that is
+    valid base64 would read as bytes under the old type), so the rows before the change take
+    the old column's value as text (every digit of its scale, as the source's cast writes it)
+    and only the images after it are read."""
+    current = accounts()
+    _, plan = plan_from_ddl(current, DECIMAL_TO_TEXT)
+    assert plan.supported, plan.describe()
+    evolved = apply_plan(current, plan)
+    assert evolved.columns_by_name["balance"].sink_name == "balance__string"
+    ((sink, converted),) = converted_columns(current, evolved).items()
+    assert (sink, converted.retired, converted.misread) == ("balance__string", "balance", True)
+    value, inexact = exact_conversion("x", converted.old, converted.new)
+    assert (value, inexact) == ("CAST(x AS STRING)", "false")
 
 
 @pytest.mark.parametrize(
