@@ -11,7 +11,6 @@ import json
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from decimal import Decimal
 from pathlib import Path
@@ -68,83 +67,110 @@ class PgTable:
         return build_defs(settings=settings, resource_overrides={**resources, "kafka": self.kafka})
 
 
-@contextmanager
-def pg_table(
-    home: Settings,
-    stack: StackState,
-    spark: Any,
-    specs_dir: Path,
-    name: str,
-    columns: str,
-    rows: str,
-) -> Iterator[PgTable]:
-    """A live PostgreSQL table ``<name>_<tag>`` of ``columns``, holding ``rows``, mirrored through
-    a Debezium connector of its own and onboarded from its information_schema; removed after."""
-    tag = uuid.uuid4().hex[:6]
-    table = f"{name}_{tag}"
+# The module's tables: name -> (columns, rows). One publication and one connector capture them
+# all (a connector and its snapshot per table cost half a minute each); each table has a spec
+# directory of its own, so a drift check or a sensor sees only its table.
+TABLES = {
+    "pull": (
+        "id bigint PRIMARY KEY, note text, amount numeric(10,2)",
+        "(1, 'one', 1.50), (2, 'two', 2.25)",
+    ),
+    "people": (
+        "id bigint PRIMARY KEY, email text, country text NOT NULL DEFAULT 'NL', "
+        "score integer NOT NULL DEFAULT 0, amount numeric(10,2)",
+        "(1, 'a1@x', 'NL', 10, 1.50), (2, 'a2@x', 'DE', 20, 2.25), "
+        "(3, 'a3@x', 'FR', 30, 3.00), (4, NULL, 'BE', 40, NULL)",
+    ),
+    "typed": (
+        "id bigint PRIMARY KEY, score integer, amount numeric(10,2), fee numeric(8,2), note text",
+        "(1, 10, 1.25, 1.50, 'one'), (2, 20, 2.50, 0.05, 'two'), (3, 30, 3.75, 12, 'three'), "
+        "(4, NULL, NULL, NULL, 'x')",
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def pg_tables(
+    sources_home: Settings, sources_stack: StackState, spark: Any, tmp_path_factory: Any
+) -> Iterator[dict[str, PgTable]]:
+    """The live PostgreSQL tables ``<name>_<tag>`` of ``TABLES``, mirrored through a Debezium
+    connector of the module's own and each onboarded from its information_schema; removed
+    after."""
+    home, tag = sources_home, uuid.uuid4().hex[:6]
+    names = {name: f"{name}_{tag}" for name in TABLES}
     sources.postgres_execute(
         home,
-        f"CREATE TABLE public.{table} ({columns});"
-        f"GRANT SELECT ON public.{table} TO {sources.CDC_USER};"
-        f"CREATE PUBLICATION pub_{tag} FOR TABLE public.{table};"
-        f"INSERT INTO public.{table} VALUES {rows};",
+        "".join(
+            f"CREATE TABLE public.{table} ({TABLES[name][0]});"
+            f"GRANT SELECT ON public.{table} TO {sources.CDC_USER};"
+            f"INSERT INTO public.{table} VALUES {TABLES[name][1]};"
+            for name, table in names.items()
+        )
+        + f"CREATE PUBLICATION pub_{tag} FOR TABLE "
+        + ", ".join(f"public.{t}" for t in names.values())
+        + ";",
         "shop",
     )
     url = next(u for db, kind, u in sources.jdbc_urls(home) if (db, kind) == ("shop", "postgres"))
     connector = extra_connector.register(
         home,
-        stack.bootstrap_servers,
+        sources_stack.bootstrap_servers,
         "postgres",
         tag,
-        [f"public.{table}"],
+        [f"public.{t}" for t in names.values()],
         overrides={"publication.name": f"pub_{tag}"},
     )
+    kafka = KafkaResource(bootstrap_servers=sources_stack.bootstrap_servers, home=str(home.home))
     try:
-        # Onboarding is evolution from an empty schema: version 1 from the information_schema.
-        spec, _ = import_source_spec(
-            spark,
-            url,
-            SourceTable("postgresql", "shop", table, "public"),
-            topic_prefix=connector.prefix,
-            namespace=f"{name}_{tag}",
-        )
-        assert spec.source.server_name == connector.prefix
-        write_spec(spec, specs_dir / f"{table}.yaml")
-        ensure_tables(spark, "lake", spec)
-        yield PgTable(
-            home,
-            stack.bootstrap_servers,
-            table,
-            url,
-            specs_dir,
-            KafkaResource(bootstrap_servers=stack.bootstrap_servers, home=str(home.home)),
-            connector,
-            iter(range(9_000_000, 2**62)),
-        )
+        out = {}
+        for name, table in names.items():
+            # Onboarding is evolution from an empty schema: version 1 from the
+            # information_schema.
+            spec, _ = import_source_spec(
+                spark,
+                url,
+                SourceTable("postgresql", "shop", table, "public"),
+                topic_prefix=connector.prefix,
+                namespace=table,
+            )
+            assert spec.source.server_name == connector.prefix
+            specs_dir = tmp_path_factory.mktemp(f"{name}-pg-specs")
+            write_spec(spec, specs_dir / f"{table}.yaml")
+            ensure_tables(spark, "lake", spec)
+            out[name] = PgTable(
+                home,
+                sources_stack.bootstrap_servers,
+                table,
+                url,
+                specs_dir,
+                kafka,
+                connector,
+                iter(range(9_000_000, 2**62)),
+            )
+        yield out
     finally:
-        admin = KafkaResource(
-            bootstrap_servers=stack.bootstrap_servers, home=str(home.home)
-        ).admin()
-        extra_connector.remove(home, connector, admin)
+        extra_connector.remove(home, connector, kafka.admin())
         sources.postgres_execute(
-            home, f"DROP PUBLICATION pub_{tag}; DROP TABLE public.{table};", "shop"
+            home,
+            f"DROP PUBLICATION pub_{tag};"
+            + "".join(f"DROP TABLE public.{t};" for t in names.values()),
+            "shop",
         )
 
 
-@pytest.fixture(scope="module")
-def pg(
-    sources_home: Settings, sources_stack: StackState, spark: Any, tmp_path_factory: Any
-) -> Iterator[PgTable]:
-    with pg_table(
-        sources_home,
-        sources_stack,
-        spark,
-        tmp_path_factory.mktemp("pull-pg-specs"),
-        "pull",
-        "id bigint PRIMARY KEY, note text, amount numeric(10,2)",
-        "(1, 'one', 1.50), (2, 'two', 2.25)",
-    ) as table:
-        yield table
+@pytest.fixture
+def pg(pg_tables: dict[str, PgTable]) -> PgTable:
+    return pg_tables["pull"]
+
+
+@pytest.fixture
+def people(pg_tables: dict[str, PgTable]) -> PgTable:
+    return pg_tables["people"]
+
+
+@pytest.fixture
+def typed(pg_tables: dict[str, PgTable]) -> PgTable:
+    return pg_tables["typed"]
 
 
 def wait_delivered(pg: PgTable) -> None:
@@ -227,24 +253,6 @@ def test_a_column_added_on_the_live_source_arrives_through_pull_detection(
     )
     assert run.success
     converge(pg, spark, iceberg)  # still equal after compaction and expiry
-
-
-@pytest.fixture(scope="module")
-def people(
-    sources_home: Settings, sources_stack: StackState, spark: Any, tmp_path_factory: Any
-) -> Iterator[PgTable]:
-    with pg_table(
-        sources_home,
-        sources_stack,
-        spark,
-        tmp_path_factory.mktemp("renames-pg-specs"),
-        "people",
-        "id bigint PRIMARY KEY, email text, country text NOT NULL DEFAULT 'NL', "
-        "score integer NOT NULL DEFAULT 0, amount numeric(10,2)",
-        "(1, 'a1@x', 'NL', 10, 1.50), (2, 'a2@x', 'DE', 20, 2.25), "
-        "(3, 'a3@x', 'FR', 30, 3.00), (4, NULL, 'BE', 40, NULL)",
-    ) as table:
-        yield table
 
 
 def ingest_and_upsert(pg: PgTable, spark: Any, iceberg: IcebergCatalogResource) -> int:
@@ -349,23 +357,6 @@ def test_renames_and_drops_on_the_live_source_keep_each_column_s_values(
     rows = base_rows(spark, pg)
     assert (rows[3]["email"], rows[2]["email"]) == ("a3@x", "c2@x")
     assert drift_detected(pg.defs(resources), instance) == []
-
-
-@pytest.fixture(scope="module")
-def typed(
-    sources_home: Settings, sources_stack: StackState, spark: Any, tmp_path_factory: Any
-) -> Iterator[PgTable]:
-    with pg_table(
-        sources_home,
-        sources_stack,
-        spark,
-        tmp_path_factory.mktemp("retyped-pg-specs"),
-        "typed",
-        "id bigint PRIMARY KEY, score integer, amount numeric(10,2), fee numeric(8,2), note text",
-        "(1, 10, 1.25, 1.50, 'one'), (2, 20, 2.50, 0.05, 'two'), (3, 30, 3.75, 12, 'three'), "
-        "(4, NULL, NULL, NULL, 'x')",
-    ) as table:
-        yield table
 
 
 def test_types_iceberg_cannot_promote_on_the_live_source(
