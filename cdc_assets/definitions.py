@@ -11,7 +11,7 @@ from cdc_assets.assets.consistency import build_consistency_assets
 from cdc_assets.assets.factory import build_table_assets
 from cdc_assets.assets.keys import table_or_name
 from cdc_assets.assets.views import build_refresh_job, build_view_definitions, build_views_sensor
-from cdc_assets.checks.table_checks import build_table_checks
+from cdc_assets.checks.table_checks import build_table_checks, scheduled_only_checks
 from cdc_assets.jobs.artifacts import build_artifacts_job
 from cdc_assets.jobs.checks import build_check_job, build_check_schedules
 from cdc_assets.jobs.continuous import build_continuous_job, build_workers_sensor
@@ -80,14 +80,6 @@ def build_defs(
         )
     ]
     ingest_job = build_ingest_job()
-    upsert_job = build_upsert_job()
-    sync_job = build_sync_job()
-    maintenance_job = build_maintenance_job(specs)
-    evolve_job = build_evolve_job()
-    continuous_job = build_continuous_job(settings.specs_dir)
-    # The drift job reads every reachable source's information_schema: each shard's.
-    source_urls = {s.name: settings.server_source_urls(s.source) for s in specs}
-    drift_job = build_drift_job(specs, settings.specs_dir, source_urls)
     asset_checks = [
         check
         for spec in specs
@@ -95,6 +87,15 @@ def build_defs(
             spec, settings.source_url_of(spec.source), settings.shard_source_urls(spec.source)
         )
     ]
+    scheduled_only = scheduled_only_checks(asset_checks)
+    upsert_job = build_upsert_job(scheduled_only)
+    sync_job = build_sync_job(scheduled_only)
+    maintenance_job = build_maintenance_job(specs)
+    evolve_job = build_evolve_job()
+    continuous_job = build_continuous_job(settings.specs_dir)
+    # The drift job reads every reachable source's information_schema: each shard's.
+    source_urls = {s.name: settings.server_source_urls(s.source) for s in specs}
+    drift_job = build_drift_job(specs, settings.specs_dir, source_urls)
     check_keys: dict[str, list[dg.AssetCheckKey]] = {}
     for checks_def in asset_checks:
         for key in checks_def.check_keys:

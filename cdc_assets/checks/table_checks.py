@@ -10,7 +10,7 @@ were half of the definitions' build and much of Dagster's resolving them. The in
 accounting is one of them: the sensors' ingest runs select it alone.
 """
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -53,6 +53,18 @@ class CheckResources:
 
 
 CheckBody = Callable[[CheckResources], dg.AssetCheckResult]
+
+# Checks that read a whole source table: run by the checks schedule and CI, not after every
+# upsert (a busy table would read its source, and wait out its changes in flight, each time).
+SCHEDULED_ONLY = ("source_values",)
+
+
+def scheduled_only_checks(
+    checks: Iterable[dg.AssetChecksDefinition],
+) -> list[dg.AssetCheckKey]:
+    """The keys of the ``SCHEDULED_ONLY`` checks among ``checks`` (a table has them only where
+    its source is reachable)."""
+    return [k for c in checks for k in c.check_keys if k.name in SCHEDULED_ONLY]
 
 
 def check_result(verdict: rules.Verdict, **extra: Any) -> dg.AssetCheckResult:
@@ -405,6 +417,36 @@ def build_table_checks(
                         lag.pending,
                     )
                 )
+            return check_result(rules.per_shard_verdict(verdicts))
+
+        @check(
+            asset=base,
+            name="source_values",
+            description="Every row of base equals the source table's, value for value (tables of "
+            f"up to {rules.SOURCE_VALUES_MAX_ROWS:,} rows; a difference while changes are in "
+            "flight warns, one with none left fails).",
+        )
+        def source_values(r: CheckResources) -> dg.AssetCheckResult:
+            session = r.session()
+            catalog = r.iceberg.load_catalog()
+            hidden = [c.sink_name for c in spec.columns if c.sensitive]
+            verdicts = {}
+            for view, url in sources:
+                name = view.shard.shard_name if view.shard else view.name
+                rows = health.base_row_count(session, r.catalog_name, view)
+                if rows > rules.SOURCE_VALUES_MAX_ROWS:
+                    verdicts[name] = rules.Verdict(
+                        True,
+                        "WARN",
+                        f"not compared: base holds {rows:,} rows, more than "
+                        f"{rules.SOURCE_VALUES_MAX_ROWS:,}",
+                        {"base_rows": rows},
+                    )
+                    continue
+                diff, in_flight = health.source_values(
+                    session, r.catalog_name, catalog, r.kafka, view, url
+                )
+                verdicts[name] = rules.source_values_verdict(diff, in_flight, hidden)
             return check_result(rules.per_shard_verdict(verdicts))
 
     @dg.multi_asset_check(

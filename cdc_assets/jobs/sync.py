@@ -14,7 +14,7 @@ backfills of the ledger, and the upserts ``ledger_updated`` starts after an evol
 ingest started by hand.
 """
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import dagster as dg
 
@@ -43,12 +43,16 @@ def sync_selection(
     ] + [dg.AssetKey(["consistent", g]) for g in chosen]
 
 
-def build_sync_job() -> AssetJob:
+def build_sync_job(scheduled_only: Sequence[dg.AssetCheckKey] = ()) -> AssetJob:
+    """``scheduled_only``: checks the job leaves to the checks schedule."""
+    selection: dg.AssetSelection = dg.AssetSelection.key_prefixes(
+        *([layer] for layer in SYNC_LAYERS), ["consistent"]
+    )
+    if scheduled_only:
+        selection = selection - dg.AssetSelection.checks(*scheduled_only)
     return dg.define_asset_job(
         SYNC_JOB,
-        selection=dg.AssetSelection.key_prefixes(
-            *([layer] for layer in SYNC_LAYERS), ["consistent"]
-        ),
+        selection=selection,
         description="Kafka -> CDC ledger -> bucketed -> MERGE into base of the selected tables, "
         "in one run (the new_kafka_offsets sensor's micro-batch).",
     )

@@ -5,7 +5,7 @@ One job for every table; a run targets tables by asset selection (the sensor, th
 so the job count stays constant however many tables there are.
 """
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import dagster as dg
 
@@ -29,11 +29,16 @@ def upsert_assets(specs: Iterable[TableSpec]) -> list[dg.AssetKey]:
     ] + [dg.AssetKey(["consistent", g]) for g in groups]
 
 
-def build_upsert_job() -> AssetJob:
+def build_upsert_job(scheduled_only: Sequence[dg.AssetCheckKey] = ()) -> AssetJob:
+    """``scheduled_only``: checks the job leaves to the checks schedule (they read a whole
+    source table: `checks.table_checks.SCHEDULED_ONLY`)."""
+    selection: dg.AssetSelection = dg.AssetSelection.key_prefixes(
+        ["bucketed"], ["base"], ["history"], ["consistent"]
+    )
+    if scheduled_only:
+        selection = selection - dg.AssetSelection.checks(*scheduled_only)
     return dg.define_asset_job(
         UPSERT_JOB,
-        selection=dg.AssetSelection.key_prefixes(
-            ["bucketed"], ["base"], ["history"], ["consistent"]
-        ),
+        selection=selection,
         description="Ledger -> bucketed temp -> MERGE into base, for the selected tables.",
     )

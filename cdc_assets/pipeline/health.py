@@ -4,6 +4,7 @@ and the topic, return plain values for ``cdc_assets.quality.rules`` to judge. No
 from __future__ import annotations
 
 import json
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -15,8 +16,10 @@ from cdc_assets.pipeline.offsets import (
     UNKNOWN_FIELDS_PROPERTY,
     decode_offsets,
 )
+from cdc_assets.pipeline.source_compare import compare_source
 from cdc_assets.pipeline.topic import observe_topic
 from cdc_assets.pipeline.watermark import base_state, readable_snapshot, shard_of
+from cdc_assets.quality.mirror_diff import MirrorDiff
 from cdc_assets.quality.rules import (
     DuplicateKeys,
     ImageMismatches,
@@ -439,3 +442,25 @@ def base_row_count(spark: Any, catalog: str, spec: TableSpec) -> int:
     if spec.shard_column and spec.shard is not None:
         where = f" WHERE {quote(spec.shard_column)} = {literal(spec.shard.shard_name)}"
     return int(spark.sql(f"SELECT count(*) AS n FROM {table}{where}").collect()[0]["n"])
+
+
+def source_values(
+    spark: Any,
+    catalog: str,
+    iceberg_catalog: Any,
+    kafka: KafkaResource,
+    spec: TableSpec,
+    url: str,
+    *,
+    settle_s: float = 10.0,
+) -> tuple[MirrorDiff, int]:
+    """Base against the source table at ``url`` now, and, where they differ, the changes still
+    in flight: Kafka records the ledger has not read and ledger rows the upsert has not applied,
+    counted after a pause (``settle_s``) in which a change the source committed before it was
+    read reaches Kafka."""
+    diff = compare_source(spark, catalog, spec, url)
+    if diff.equal:
+        return diff, 0
+    time.sleep(settle_s)
+    pending = watermark_lag(spark, catalog, iceberg_catalog, spec).pending
+    return diff, kafka_lag(kafka, iceberg_catalog, spec).lag + pending

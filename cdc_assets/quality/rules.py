@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal
 
+from cdc_assets.quality.mirror_diff import MirrorDiff
+
 Severity = Literal["ERROR", "WARN"]
 
 
@@ -388,6 +390,48 @@ def row_count_verdict(base_rows: int, source_rows: int, pending: int) -> Verdict
         + (f" ({pending} changes still pending)" if pending else ""),
         meta,
     )
+
+
+# The source_values check reads the whole source table and base: tables with more rows than this
+# are not compared (their row counts still are, by source_row_count).
+SOURCE_VALUES_MAX_ROWS = 200_000
+
+
+def source_values_verdict(
+    diff: MirrorDiff, in_flight: int, sensitive: Collection[str] = ()
+) -> Verdict:
+    """Fail when base differs from the source table. ``in_flight``: the changes Kafka, the ledger
+    or the upsert still hold after a settling pause: then the difference may be them (WARN);
+    with none, it is a divergence (ERROR). Values of ``sensitive`` columns (sink names) are not
+    shown."""
+    meta: dict[str, object] = {
+        "source_rows": diff.source_rows,
+        "base_rows": diff.base_rows,
+        "missing_from_base": diff.missing,
+        "extra_in_base": diff.extra,
+        "differing": diff.differing,
+        "differing_by_column": dict(diff.by_column),
+        "changes_in_flight": in_flight,
+    }
+    if diff.equal:
+        return Verdict(True, "ERROR", f"base equals the source: {diff.source_rows} rows", meta)
+    hidden = set(sensitive)
+    examples = [
+        f"{key}: "
+        + "; ".join(
+            f"{v.column}: <sensitive>"
+            if v.column in hidden
+            else f"{v.column}: source {v.source!r} base {v.base!r}"
+            for v in values
+        )
+        for key, values in diff.examples
+    ]
+    examples += [f"{k}: missing from base" for k in diff.missing_keys]
+    meta["examples"] = examples + [f"{k}: not in the source" for k in diff.extra_keys]
+    headline = diff.headline()
+    if in_flight:
+        return Verdict(False, "WARN", f"{headline}; {in_flight} changes still in flight", meta)
+    return Verdict(False, "ERROR", f"{headline}, with no change in flight", meta)
 
 
 def conformance_verdict(rows: int, failure_count: int, examples: Sequence[str]) -> Verdict:

@@ -271,8 +271,15 @@ def test_source_row_count_check_exists_only_where_the_source_is_reachable() -> N
     specs = load_specs(PROJECT_ROOT / "table_specs")
     settings = replace(load_settings(), source_urls={source_url_variable("shop"): "jdbc:x"})
     graph = build_defs(specs=specs, settings=settings).resolve_asset_graph()
-    counted = {k.asset_key.path[-1] for k in graph.asset_check_keys if k.name == "source_row_count"}
-    assert counted == {s.name for s in specs if s.source.database == "shop"}
+    for name in ("source_row_count", "source_values"):
+        counted = {k.asset_key.path[-1] for k in graph.asset_check_keys if k.name == name}
+        assert counted == {s.name for s in specs if s.source.database == "shop"}
+    # source_values reads the whole source table: the checks job runs it, an upsert does not
+    defs = build_defs(specs=specs, settings=settings)
+    for job, expected in (("check_tables", True), ("upsert_bases", False), ("sync_tables", False)):
+        keys = defs.resolve_job_def(job).asset_layer.asset_graph.asset_check_keys
+        assert any(k.name == "source_values" for k in keys) == expected, job
+        assert any(k.name == "source_row_count" for k in keys), job
 
 
 def test_freshness_policies_follow_the_spec_sla(defs: dg.Definitions) -> None:

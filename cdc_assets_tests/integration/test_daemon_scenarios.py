@@ -2,9 +2,10 @@
 the runs, concurrently where they do, and base must end equal to the replay oracle.
 
 Each seed picks how the table starts (a new spec whose tables do not exist, or onboarded), what
-the source changes (a column added, widened past INT, renamed, or added and widened in one
-ALTER), how the stream arrives (all before the daemon starts, or in slices while it runs) and
-where a run fails once (an evolution, an ingest before its commit, an upsert's MERGE; or none).
+the source changes (a column added, widened past INT, renamed, dropped, or added and widened, or
+dropped and added, in one ALTER), how the stream arrives (all before the daemon starts, or in
+slices while it runs) and where a run fails once (an evolution, an ingest before its commit, an
+upsert's MERGE; or none).
 Nothing drives the order: the daemon's sensors must reach the same base whatever it is. The
 default seeds run in `make test`; `CDC_ASSETS_SCENARIO_SEEDS=100-199` or
 `benchmarks/soak_scenarios.py` runs more. A seed that fails gets a named test of its own.
@@ -63,6 +64,14 @@ def source_change(v1: TableSpec, change: str) -> tuple[TableSpec, str]:
     if change == "rename":
         return renamed(v1), "ALTER TABLE users RENAME COLUMN display_name TO full_name"
     shape, ddl = v1, []
+    if "drop" in change:
+        # the source's shape without the column (the evolution soft-drops it: its older values
+        # stay, rows changed since read null)
+        data = v1.model_dump(mode="json", by_alias=True)
+        data["columns"] = [c for c in data["columns"] if c["name"] != "country"]
+        data["spec_version"] = v1.spec_version + 1
+        shape = TableSpec.model_validate(data)
+        ddl.append("DROP COLUMN country")
     if "add" in change:
         phone = ColumnSpec(id=9, name="phone", type="varchar(32)")
         shape = with_column(shape, phone, "display_name")

@@ -20,6 +20,7 @@ import dagster as dg
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from cdc_assets.checks.runner import run_checks
 from cdc_assets.definitions import build_defs
 from cdc_assets.pipeline.ingest import ingest_incremental
 from cdc_assets.pipeline.source_compare import compare_source
@@ -253,6 +254,18 @@ def test_a_column_added_on_the_live_source_arrives_through_pull_detection(
     )
     assert run.success
     converge(pg, spark, iceberg)  # still equal after compaction and expiry
+
+    # The source_values check compares base with the live source, value for value: green now;
+    # a base value the source does not hold, with no change in flight, turns it red (ERROR).
+    (equal,), _ = run_checks(pg.defs(resources), instance, checks=["source_values"])
+    assert equal.passed, equal.description
+    table = f"lake.{base_table(pg.spec())}"
+    spark.sql(f"UPDATE {table} SET note = 'not the source' WHERE id = 1")
+    (diverged,), _ = run_checks(pg.defs(resources), instance, checks=["source_values"])
+    assert (diverged.passed, diverged.severity) == (False, "ERROR")
+    assert "1 differing (note 1), with no change in flight" in diverged.description
+    assert diverged.metadata["examples"] == ["(1,): note: source 'one' base 'not the source'"]
+    spark.sql(f"UPDATE {table} SET note = 'one' WHERE id = 1")
 
 
 def ingest_and_upsert(pg: PgTable, spark: Any, iceberg: IcebergCatalogResource) -> int:

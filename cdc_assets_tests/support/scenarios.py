@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 # The seeds `make test` runs (a few minutes); each found failure gets a named test of its own.
 DEFAULT_SEEDS = (3, 20)
@@ -19,6 +19,10 @@ STARTS = ("new spec", "onboarded")
 DELIVERIES = ("at once", "in slices")
 # Where a run fails once (CDC_ASSETS_FAIL_ONCE), or nowhere.
 FAILURES = (None, "evolve_start", "ingest_before_commit", "merge_before_commit")
+# Changes added since (issue 54): drawn after everything else, for a share of the seeds, so that
+# the other seeds keep the scenario they had.
+LATER_CHANGES = ("drop", "drop+add")
+LATER_SHARE = 0.3
 # What keeps the table fresh: the sensors' micro-batch runs, or a continuous worker
 # (pipeline.worker, issue 58) beside the evolution runs. Drawn last: older seeds keep the rest.
 KEEPERS = ("runs", "worker")
@@ -44,7 +48,7 @@ class Scenario:
 
 def scenario(seed: int) -> Scenario:
     rng = random.Random(seed)
-    return Scenario(
+    drawn = Scenario(
         seed=seed,
         start=rng.choice(STARTS),
         change=rng.choice(CHANGES),
@@ -55,6 +59,9 @@ def scenario(seed: int) -> Scenario:
         pauses=tuple(round(rng.uniform(0.0, 8.0), 1) for _ in range(2)),
         keeper=rng.choice(KEEPERS),
     )
+    if rng.random() < LATER_SHARE:
+        return replace(drawn, change=rng.choice(LATER_CHANGES))
+    return drawn
 
 
 def seeds_to_run() -> list[int]:

@@ -9,6 +9,7 @@ import pytest
 import sqlglot
 
 from cdc_assets.quality import rules
+from cdc_assets.quality.mirror_diff import MirrorDiff, ValueDifference
 from cdc_assets.schema.drift import LiveColumn, layout_differences, source_differences
 from cdc_assets.schema.layers import base_layout
 from cdc_assets.spec import load_specs
@@ -163,6 +164,33 @@ def test_dead_letter_rate_and_row_count() -> None:
     assert not off.passed
     assert off.severity == "WARN"
     assert off.summary == "base holds 4 rows, the source 5 (2 changes still pending)"
+
+
+def test_source_values_fail_only_when_nothing_is_in_flight() -> None:
+    same = MirrorDiff("t", 3, 3)
+    assert rules.source_values_verdict(same, 0).passed
+    diff = MirrorDiff(
+        "t",
+        3,
+        3,
+        differing=1,
+        by_column={"score": 1, "email": 1},
+        examples=[
+            (
+                (2,),
+                [ValueDifference("score", None, 0), ValueDifference("email", "a@x", "b@x")],
+            )
+        ],
+    )
+    settled = rules.source_values_verdict(diff, 0, ["email"])
+    assert (settled.passed, settled.severity) == (False, "ERROR")
+    assert settled.summary.endswith("1 differing (email 1, score 1), with no change in flight")
+    # a sensitive column's values are never shown
+    assert settled.metadata["examples"] == ["(2,): score: source None base 0; email: <sensitive>"]
+    busy = rules.source_values_verdict(diff, 4)
+    assert (busy.passed, busy.severity) == (False, "WARN")
+    assert busy.summary.endswith("4 changes still in flight")
+    assert "a@x" in str(busy.metadata["examples"])
 
 
 def test_layout_differences(orders: TableSpec) -> None:
