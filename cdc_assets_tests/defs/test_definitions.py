@@ -23,6 +23,7 @@ from cdc_assets.jobs.sync import SYNC_LAYERS, sync_selection
 from cdc_assets.settings import DEFAULT_TABLES_AT_ONCE, load_settings, source_url_variable
 from cdc_assets.spec import load_specs
 from cdc_assets_tests.conftest import PROJECT_ROOT
+from cdc_assets_tests.support.runs import record_run
 
 TABLES = ["order_items", "orders", "users"]
 
@@ -169,7 +170,6 @@ def test_each_spec_schedule_cron_times_its_own_checks(tmp_path: Path) -> None:
 def test_table_checks_start_no_run_while_the_previous_is_in_flight(defs: dg.Definitions) -> None:
     """At a thousand tables one run of every check can outlast the cron's period: the schedule
     then skips its ticks instead of queueing a run per tick behind it."""
-    from dagster._core.test_utils import create_run_for_test
 
     schedule = defs.get_schedule_def("table_checks")
     with dg.instance_for_test() as instance:
@@ -191,17 +191,13 @@ def test_table_checks_start_no_run_while_the_previous_is_in_flight(defs: dg.Defi
             (dg.DagsterRunStatus.STARTED, True),
             (dg.DagsterRunStatus.CANCELING, True),
         ):
-            run = create_run_for_test(
-                instance, job_name="check_tables", tags=dict(first.tags), status=status
-            )
+            run = record_run(instance, "check_tables", status, tags=first.tags)
             result = tick()
             assert isinstance(result, dg.SkipReason) == skips, (status, result)
             if skips:
                 assert run.run_id in (result.skip_message or "")
             instance.delete_run(run.run_id)
-        other = create_run_for_test(
-            instance, job_name="check_tables", status=dg.DagsterRunStatus.STARTED
-        )
+        other = record_run(instance, "check_tables", dg.DagsterRunStatus.STARTED)
         assert isinstance(tick(), dg.RunRequest), "a run the schedule did not start holds nothing"
         instance.delete_run(other.run_id)
 
@@ -400,14 +396,8 @@ def _succeeded(
 ) -> dg.DagsterRun:
     """A run of ``job`` selecting ``keys`` (None: the whole job) that has just succeeded (its
     RUN_SUCCESS event)."""
-    from dagster._core.test_utils import create_run_for_test
 
-    run = create_run_for_test(
-        instance,
-        job_name=job,
-        asset_selection=None if keys is None else frozenset(keys),
-        status=dg.DagsterRunStatus.STARTED,
-    )
+    run = record_run(instance, job, dg.DagsterRunStatus.STARTED, asset_selection=keys)
     success = dg.DagsterEvent(event_type_value=dg.DagsterEventType.RUN_SUCCESS.value, job_name=job)
     instance.report_dagster_event(success, run_id=run.run_id)
     return run
@@ -461,16 +451,15 @@ def test_ledger_updated_sensor_upserts_every_table_after_a_whole_job_ingest(
 def test_ledger_updated_sensor_leaves_out_tables_whose_upsert_is_queued(
     defs: dg.Definitions,
 ) -> None:
-    from dagster._core.test_utils import create_run_for_test
 
     with dg.instance_for_test() as instance:
         ingest = _succeeded(instance, "ingest_ledgers", {asset_key("cdc", t) for t in TABLES})
-        create_run_for_test(
+        record_run(
             instance,
-            job_name="upsert_bases",
-            asset_selection=frozenset({asset_key("bucketed", "users"), asset_key("base", "users")}),
+            "upsert_bases",
             # NOT_STARTED: a run created and waiting for its launch, like a queued one
-            status=dg.DagsterRunStatus.NOT_STARTED,
+            dg.DagsterRunStatus.NOT_STARTED,
+            asset_selection={asset_key("bucketed", "users"), asset_key("base", "users")},
         )
         # A second ingest of orders in the same tick: the first request covers it.
         _succeeded(instance, "ingest_ledgers", {asset_key("cdc", "orders")})
@@ -497,17 +486,16 @@ def test_ledger_updated_sensor_leaves_out_tables_whose_upsert_is_queued(
 def test_ledger_updated_sensor_leaves_micro_batches_to_themselves(defs: dg.Definitions) -> None:
     """A `sync_tables` run upserts its own tables: its success asks for no upsert, and a queued
     one covers its tables for the ingests that succeed meanwhile."""
-    from dagster._core.test_utils import create_run_for_test
 
     with dg.instance_for_test() as instance:
         _succeeded(instance, "sync_tables", set(sync_selection(["users"])))
         assert _ledger_updated_tick(defs, instance, None)[0] == []
-        create_run_for_test(
+        record_run(
             instance,
-            job_name="sync_tables",
-            asset_selection=frozenset(sync_selection(["orders"])),
+            "sync_tables",
             # NOT_STARTED: a run created and waiting for its launch, like a queued one
-            status=dg.DagsterRunStatus.NOT_STARTED,
+            dg.DagsterRunStatus.NOT_STARTED,
+            asset_selection=sync_selection(["orders"]),
         )
         _succeeded(instance, "ingest_ledgers", {asset_key("cdc", t) for t in ("orders", "users")})
         (request,), _ = _ledger_updated_tick(defs, instance, None)
@@ -556,11 +544,11 @@ def test_new_offsets_sensor_adds_no_run_while_an_ingest_waits(
     sensor = defs.get_sensor_def("new_kafka_offsets")
     kafka = KafkaResource(bootstrap_servers="127.0.0.1:9", home=str(tmp_path))
     with dg.instance_for_test() as instance:
-        create_run_for_test(
+        record_run(
             instance,
-            job_name="ingest_ledgers",
-            asset_selection=frozenset({asset_key("cdc", "users")}),
-            status=dg.DagsterRunStatus.NOT_STARTED,
+            "ingest_ledgers",
+            dg.DagsterRunStatus.NOT_STARTED,
+            asset_selection={asset_key("cdc", "users")},
         )
         # A run that never got queued holds nothing back.
         result = sensor(dg.build_sensor_context(instance=instance, resources={"kafka": kafka}))

@@ -11,7 +11,6 @@ from typing import Any
 
 import dagster as dg
 from confluent_kafka import Producer
-from dagster._core.test_utils import create_run_for_test
 
 from cdc_assets.assets.keys import asset_key, table_of
 from cdc_assets.definitions import build_defs
@@ -35,6 +34,7 @@ from cdc_assets_tests.integration.test_ingest import (
 from cdc_assets_tests.support.bad_records import base_row, users_spec
 from cdc_assets_tests.support.child import run_until_failpoint
 from cdc_assets_tests.support.oracle import expected_outcome
+from cdc_assets_tests.support.runs import record_run
 
 INGEST = """
 from cdc_assets.pipeline.ingest import ingest_incremental
@@ -219,11 +219,11 @@ def test_sensor_requests_one_run_for_the_tables_with_new_offsets(
         # sensor, the UI, a backfill) the sensor waits for it, and no pile of runs that would
         # find nothing builds up; the cursor stays, so the next tick after it asks. Tables not in
         # that run go on.
-        running = create_run_for_test(
+        running = record_run(
             instance,
-            job_name="ingest_ledgers",
-            asset_selection=frozenset({asset_key("cdc", "users")}),
-            status=dg.DagsterRunStatus.STARTED,
+            "ingest_ledgers",
+            dg.DagsterRunStatus.STARTED,
+            asset_selection={asset_key("cdc", "users")},
         )
         produce([DebeziumEventFactory(busy).heartbeat()], busy.source.topic, bootstrap)
         produce([DebeziumEventFactory(other).heartbeat()], other.source.topic, bootstrap)
