@@ -46,11 +46,15 @@ def build_defs(
     settings: Settings | None = None,
     resource_overrides: Mapping[str, Any] | None = None,
     only_tables: Collection[str] | None = None,
+    local_sources: bool = True,
 ) -> dg.Definitions:
     """Definitions for ``specs`` (default: the spec directory of ``settings``, with its views;
     with ``only_tables``, only those specs of the directory and no views: a run worker's)."""
-    # Source URLs default to the local sources of `stack up --sources`, when they run.
-    settings = with_local_sources(settings or load_settings())
+    # Source URLs default to the local sources of `stack up --sources`, when they run; not for
+    # ``local_sources=False`` (the generated-events demo: its tables' rows come from no database).
+    settings = settings or load_settings()
+    if local_sources:
+        settings = with_local_sources(settings)
     from_directory = specs is None
     resources = {**build_resources(settings), **(resource_overrides or {})}
     if specs is None:

@@ -321,7 +321,8 @@ def cmd_checks(settings: Settings, args: argparse.Namespace) -> int:
         if code:
             return code
         console.print("[bold]asset checks[/bold] on the demo's tables")
-    defs = build_defs(settings=settings)
+    # the demo's tables hold generated events, not the local sources' rows
+    defs = build_defs(settings=settings, local_sources=not args.demo)
     outcomes, run_id = run_checks(
         defs, dagster_instance(settings), tables=args.table or None, checks=args.check or None
     )
