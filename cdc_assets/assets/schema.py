@@ -19,8 +19,10 @@ from cdc_assets.assets.keys import node_name
 from cdc_assets.assets.metadata import markdown_summary
 from cdc_assets.pipeline.artifacts import publish_table
 from cdc_assets.pipeline.converge import EvolutionRejectedError, converge
+from cdc_assets.pipeline.ingest import ingest_incremental
 from cdc_assets.pipeline.source_schema import source_identity
 from cdc_assets.resources.iceberg import IcebergCatalogResource
+from cdc_assets.resources.kafka import KafkaResource
 from cdc_assets.resources.spark import SparkResource
 from cdc_assets.settings import artifacts_root
 from cdc_assets.spec.load import load_spec
@@ -72,7 +74,13 @@ def build_schema_asset(
         config: EvolveConfig,
         spark: SparkResource,
         iceberg: IcebergCatalogResource,
+        kafka: KafkaResource,
     ) -> dg.MaterializeResult:  # type: ignore[type-arg]
+        def drain(current: TableSpec) -> None:
+            ingest_incremental(
+                spark.get_session(), spark.catalog.name, iceberg.load_catalog(), kafka, current
+            )
+
         try:
             result = converge(
                 spark.get_session,
@@ -99,6 +107,7 @@ def build_schema_asset(
                     if source_url and not config.source_attnums
                     else None
                 ),
+                drain=drain,
             )
         except EvolutionRejectedError as err:
             where = f"the change seen on server {config.seen_on}: " if config.seen_on else ""

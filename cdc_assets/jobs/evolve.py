@@ -31,10 +31,13 @@ from cdc_assets.pipeline.spec_store import current_spec
 from cdc_assets.resources.iceberg import IcebergCatalogResource
 from cdc_assets.resources.kafka import KafkaResource
 from cdc_assets.resources.spark import SparkResource
+from cdc_assets.schema.evolution import classify
 from cdc_assets.schema.shape import leading_server, shape_verdict
 from cdc_assets.spec.connect_schema import create_table_from_fields
 from cdc_assets.spec.information_schema import identity_audit
 from cdc_assets.spec.models import TableSpec
+from cdc_assets.spec.source_table import followed
+from cdc_assets.spec.versions import render_spec_yaml
 
 EVOLVE_JOB = "evolve_schemas"
 DRIFT_JOB = "check_schema_drift"
@@ -124,10 +127,21 @@ def drift_of(
         verdict = shape_verdict(current, found["source_ddl"], found["audit_ddl"])
         found["plan"] = verdict.describe()
         drift = verdict.changed
-    # A dropped or renamed source table is no shape to evolve to: reported, not drift.
+    # A dropped source table is no shape to evolve to: reported, not drift. A renamed one is
+    # followed (the spec reads the new name's topic after the old one's), where the policy and
+    # the topic's name allow; otherwise reported with the reason.
     tables = source_tables(kafka, current)
     if tables:
         found["source_table"] = {name: state.state for name, state in sorted(tables.items())}
+        renamed = tables.get(current.name)
+        if renamed is not None and renamed.state == "renamed":
+            follow = followed(current, renamed)
+            if isinstance(follow, str):
+                found["source_table_not_followed"] = follow
+            else:
+                found["proposed_spec"] = render_spec_yaml(follow)
+                found["plan"] = classify(current, follow).describe()
+                drift = True
     diffs = {k: v for k, v in iceberg_differences(catalog, current).items() if v}
     found["iceberg_differences"] = diffs
     found["drift"] = drift or bool(diffs)

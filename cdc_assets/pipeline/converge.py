@@ -35,6 +35,7 @@ from cdc_assets.schema.changes import (
     ChangeSourceType,
     DropColumn,
     EvolutionPlan,
+    FollowSourceRename,
     Rejection,
     RenameColumn,
     RetireColumn,
@@ -137,6 +138,7 @@ def converge(
     change_position: Mapping[str, Any] | None = None,
     source_attnums: Mapping[str, int] | None = None,
     read_identity: Callable[[], SourceIdentity | None] | None = None,
+    drain: Callable[[TableSpec], Any] | None = None,
 ) -> ConvergeResult:
     """Bring ``table`` to the proposed schema; raise EvolutionRejectedError for unsupported changes.
 
@@ -146,7 +148,9 @@ def converge(
     encoding changed (`backfill_from_ledger`). ``source_attnums``: PostgreSQL's column
     numbers, kept in the evolved spec. ``read_identity``: reads them from the live source when
     the source's shape lacks a column of the spec (is it renamed or dropped?); the renames and
-    drops they prove join the audit trail.
+    drops they prove join the audit trail. ``drain``: ingests a spec's topic to its end; a
+    followed rename of the source table reads the old topic with it before the spec moves to
+    the new one, so no change of the old name waits for the new table's first change.
     """
     path = spec_path(specs_dir, table)
     current = current_spec(iceberg_catalog, specs_dir, table)
@@ -224,6 +228,10 @@ def converge(
         started = time.monotonic()
         schema_ids = evolve_iceberg(iceberg_catalog, current, evolved, plan)
         seconds["iceberg"] = round(time.monotonic() - started, 2)
+        if drain is not None and any(isinstance(c, FollowSourceRename) for c in plan.changes):
+            started = time.monotonic()
+            drain(current)
+            seconds["drain"] = round(time.monotonic() - started, 2)
 
         started = time.monotonic()
         # The stored version is the one every process reads; the file is this checkout's copy.

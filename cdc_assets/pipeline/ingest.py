@@ -13,11 +13,12 @@ import json
 import os
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from cdc_assets.errors import CdcAssetsError, SchemaChangeStopError
+from cdc_assets.errors import CdcAssetsError, SchemaChangeStopError, SpecError, StackError
 from cdc_assets.pipeline.batch_cache import cached_batch, session_conf
 from cdc_assets.pipeline.envelope_reader import envelope_reader
 from cdc_assets.pipeline.failpoint import armed, fail_once, failpoint, hold
@@ -32,12 +33,17 @@ from cdc_assets.pipeline.offsets import (
     COUNTS_PROPERTY,
     KIND_PROPERTY,
     OFFSETS_PROPERTY,
+    SHIFT_PROPERTY,
     SPEC_VERSION_PROPERTY,
     START_OFFSETS_PROPERTY,
     TOPIC_PROPERTY,
     UNKNOWN_FIELDS_PROPERTY,
+    LedgerMark,
+    TopicRead,
     committed_offsets,
     encode_offsets,
+    ledger_mark,
+    next_read,
 )
 from cdc_assets.pipeline.protection import key_for
 from cdc_assets.pipeline.small_work import offsets_span, small_work_conf
@@ -97,6 +103,32 @@ class IngestResult:
     hours: list[str] = field(default_factory=list)
     snapshot_id: int | None = None
     seconds: float = 0.0
+    topic: str | None = None  # the Kafka topic read (a former name's, while it is drained)
+
+    def then(self, later: IngestResult) -> IngestResult:
+        """This run followed by ``later`` (a former topic drained, then the current one)."""
+        merged = IngestResult(
+            self.table,
+            self.mode,
+            {**later.start_offsets, **self.start_offsets},
+            {**self.end_offsets, **later.end_offsets},
+            self.read + later.read,
+            self.ledger + later.ledger,
+            self.dead + later.dead,
+            self.skipped + later.skipped,
+            unknown_fields=sorted({*self.unknown_fields, *later.unknown_fields}),
+            hours=sorted({*self.hours, *later.hours}),
+            snapshot_id=later.snapshot_id or self.snapshot_id,
+            seconds=self.seconds + later.seconds,
+            topic=later.topic,
+        )
+        for mine, theirs, out in (
+            (self.skip_reasons, later.skip_reasons, merged.skip_reasons),
+            (self.dead_reasons, later.dead_reasons, merged.dead_reasons),
+        ):
+            for reason, n in [*mine.items(), *theirs.items()]:
+                out[reason] = out.get(reason, 0) + n
+        return merged
 
     @property
     def balanced(self) -> bool:
@@ -439,6 +471,23 @@ def ingest_incremental(
     # Kafka's credentials and certificates first (resources/preflight): a refused one fails
     # here naming its setting, before the ledger gets even its empty first snapshot.
     kafka.client_conf()
+    result = _ingest_retried(spark, catalog, iceberg_catalog, kafka, spec, files)
+    # A former name's topic drained (a followed rename): the next one is read in the same run.
+    for _ in spec.source.former_topics:
+        if result.topic == spec.source.topic:
+            break
+        result = result.then(_ingest_retried(spark, catalog, iceberg_catalog, kafka, spec, files))
+    return result
+
+
+def _ingest_retried(
+    spark: Any,
+    catalog: str,
+    iceberg_catalog: Any,
+    kafka: KafkaResource,
+    spec: TableSpec,
+    files: int,
+) -> IngestResult:
     for attempt in range(1, MOVED_RETRIES + 1):
         try:
             return _ingest_once(spark, catalog, iceberg_catalog, kafka, spec, files)
@@ -447,6 +496,42 @@ def ingest_incremental(
                 raise
             time.sleep(0.2 * attempt)
     raise AssertionError("unreachable")
+
+
+def _unread(kafka: KafkaResource, topic: str, mark: LedgerMark) -> bool:
+    """Whether Kafka holds records of ``topic`` (a former name's) past the ledger's mark."""
+    try:
+        partitions = kafka.topic_offsets(topic)
+    except StackError as err:
+        raise StackError(
+            f"{err}; it is the topic of the source table's former name, which the ledger has "
+            "not read to its end: its remaining changes cannot be known"
+        ) from None
+    done = mark.kafka_offsets()
+    return any(p.latest > max(done.get(p.partition, 0), p.earliest) for p in partitions)
+
+
+def _partitions(kafka: KafkaResource, read: TopicRead) -> list[PartitionOffsets]:
+    """The topic's partitions; none yet for the topic of a followed rename that Debezium has
+    not created (no change since the rename): nothing to read."""
+    try:
+        return kafka.topic_offsets(read.topic)
+    except StackError:
+        if read.committed is None:
+            return []
+        raise
+
+
+def shifted(records: Any, shift: Mapping[int, int]) -> Any:
+    """Kafka records numbered as the ledger numbers them (``offsets.SHIFT_PROPERTY``)."""
+    if not any(shift.values()):
+        return records
+    from pyspark.sql import functions as F
+
+    by = F.lit(0).cast("long")
+    for partition, amount in sorted(shift.items()):
+        by = F.when(F.col("partition") == partition, F.lit(amount).cast("long")).otherwise(by)
+    return records.withColumn("offset", F.col("offset") + by)
 
 
 def _ingest_once(
@@ -466,16 +551,34 @@ def _ingest_once(
         raise SourceOrderError(mismatch)
     expected = start_snapshot(table)  # the offsets below are this snapshot's
     remove_stale_branches(table)
-    committed = committed_offsets(table, spec.source.topic)
-    start, end = plan_offsets(kafka.topic_offsets(spec.source.topic), committed, spec.source.topic)
-    result = IngestResult(spec.name, "incremental", start, end)
+    mark = ledger_mark(table)
+    read = next_read(
+        spec.source.topic,
+        spec.source.former_topics,
+        mark,
+        lambda topic: _unread(kafka, topic, mark),
+        spec.name,
+    )
+    if read.topic != spec.source.topic:
+        # A former name's topic, read to its end: its records (and dead letters) are its own.
+        spec = spec.model_copy(
+            update={"source": spec.source.model_copy(update={"topic_": read.topic})}
+        )
+    partitions = _partitions(kafka, read)
+    committed = read.committed
+    if committed is None:  # a topic the ledger moved to: all of it, none expired
+        committed = {p.partition: 0 for p in partitions}
+    start_at, end_at = plan_offsets(partitions, committed, read.topic)
+    # The ledger's numbering (Kafka offset + the topic's shift after a followed rename).
+    start, end = read.ledger(start_at), read.ledger(end_at)
+    result = IngestResult(spec.name, "incremental", start, end, topic=read.topic)
     if all(start[p] >= end[p] for p in end):
         result.seconds = time.monotonic() - started
         return result
 
     hold("ingest_before_read")  # tests: the broker restarts between planning and reading
-    records = read_kafka(spark, kafka, spec.source.topic, start, end)
-    schemas = kafka.topic_schemas(spec.source.topic)  # before the read: every id it may meet
+    records = shifted(read_kafka(spark, kafka, read.topic, start_at, end_at), read.shift)
+    schemas = kafka.topic_schemas(read.topic)  # before the read: every id it may meet
     batch = prepare(classify_records(records, spec, schemas), spec)
     size = offsets_span(start, end)
     with (
@@ -514,7 +617,8 @@ def _ingest_once(
                 .option(f"snapshot-property.{COUNTS_PROPERTY}", _counts_json(result))
                 .option(f"snapshot-property.{KIND_PROPERTY}", "incremental")
                 .option(f"snapshot-property.{SPEC_VERSION_PROPERTY}", str(spec.spec_version))
-                .option(f"snapshot-property.{TOPIC_PROPERTY}", spec.source.topic)
+                .option(f"snapshot-property.{TOPIC_PROPERTY}", read.topic)
+                .option(f"snapshot-property.{SHIFT_PROPERTY}", encode_offsets(read.shift))
                 # Each task writes its own files: a batch mostly falls into one or two hours,
                 # and hash distribution by dt/hr would funnel it through one task.
                 .option("distribution-mode", "none")
@@ -594,6 +698,12 @@ def rebuild_hour(
     from pyspark.sql import functions as F
 
     started = time.monotonic()
+    if spec.source.renamed_from:
+        raise SpecError(
+            f"{spec.name}: an hour of a table whose source table was renamed is not rebuilt "
+            "from Kafka (its ledger numbers two topics' records in one sequence); the ledger "
+            "is the copy to keep"
+        )
     h0, h1 = hour_bounds(partition_key)
     layout = ledger_layout(spec)
     committed = committed_offsets(

@@ -8,8 +8,11 @@ lineage. Hour rebuilds and redrives commit without the property, so they never m
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
+
+from cdc_assets.errors import CdcAssetsError
 
 OFFSETS_PROPERTY = "cdc.offsets"
 START_OFFSETS_PROPERTY = "cdc.start-offsets"
@@ -20,6 +23,11 @@ SPEC_VERSION_PROPERTY = "cdc.spec-version"
 # The fields of the batch's row images its spec did not know (JSON list), when there were any.
 UNKNOWN_FIELDS_PROPERTY = "cdc.unknown-fields"
 TOPIC_PROPERTY = "cdc.topic"
+# After a followed rename of the source table (`source.renamed_from`), the ledger numbers the
+# new topic's records on from where the old topic's ended: ledger offset = Kafka offset + shift
+# (JSON, per partition), so every offset range, upsert window and dead letter stays unique and
+# in order across the rename. Absent: no shift.
+SHIFT_PROPERTY = "cdc.offset-shift"
 # cdc.kind of a redrive commit: rows behind the consumed offsets that an upsert must still read.
 REDRIVE_KIND = "redrive"
 # cdc.kind of a protection rewrite's commits (pipeline.reprotect): values rewritten in place and
@@ -63,6 +71,80 @@ def committed_offsets(table: Any, topic: str | None = None) -> dict[int, int]:
     return decode_offsets(props[OFFSETS_PROPERTY])
 
 
+@dataclass(frozen=True)
+class LedgerMark:
+    """Where a ledger stands: the topic its newest offset commit read (None: no commit yet), the
+    next offset per partition in the ledger's numbering, and that topic's shift to it."""
+
+    topic: str | None = None
+    offsets: dict[int, int] = field(default_factory=dict)
+    shift: dict[int, int] = field(default_factory=dict)
+
+    def kafka_offsets(self) -> dict[int, int]:
+        """The next Kafka offset of ``topic`` to read, per partition."""
+        return {p: o - self.shift.get(p, 0) for p, o in self.offsets.items()}
+
+
+def ledger_mark(table: Any) -> LedgerMark:
+    """The ledger's mark, from its newest snapshot with consumed offsets (pyiceberg table)."""
+    snapshot = committed_snapshot(table)
+    if snapshot is None:
+        return LedgerMark()
+    props = snapshot.summary.additional_properties
+    shift = props.get(SHIFT_PROPERTY)
+    return LedgerMark(
+        props.get(TOPIC_PROPERTY),
+        decode_offsets(props[OFFSETS_PROPERTY]),
+        decode_offsets(shift) if shift else {},
+    )
+
+
+class ForeignTopicError(CdcAssetsError):
+    """The ledger was last written from a topic the spec neither reads nor lists as former."""
+
+
+@dataclass(frozen=True)
+class TopicRead:
+    """What an ingest reads next: ``topic`` from Kafka offsets ``committed`` on (None: from
+    offset 0 of every partition, the first read of a topic the ledger moved to), numbered in
+    the ledger as Kafka offset + ``shift``."""
+
+    topic: str
+    shift: dict[int, int]
+    committed: dict[int, int] | None
+
+    def ledger(self, kafka_offsets: Mapping[int, int]) -> dict[int, int]:
+        return {p: o + self.shift.get(p, 0) for p, o in kafka_offsets.items()}
+
+
+def next_read(
+    topic: str,
+    former_topics: list[str],
+    mark: LedgerMark,
+    unread: Callable[[str], bool],
+    table: str = "",
+) -> TopicRead:
+    """The topic to read next (pure but for ``unread``, which says whether Kafka holds records
+    of a former topic past the mark). The topics of a followed rename are read in turn, each to
+    its end: a former topic's records all precede the rename, the new one's all follow it."""
+    if mark.topic is None or mark.topic == topic:
+        return TopicRead(topic, mark.shift, mark.kafka_offsets())
+    if mark.topic not in former_topics:
+        raise ForeignTopicError(
+            f"{table}: the ledger was last written from topic {mark.topic}, which the spec "
+            f"neither reads ({topic}) nor lists in source.renamed_from; a source table's rename "
+            "is followed by the evolution (which records the old name; a code location not "
+            "reloaded since reads with the spec before it), and a spec pointed at another topic "
+            "by hand would mix two offset sequences in one ledger"
+        )
+    if unread(mark.topic):
+        return TopicRead(mark.topic, mark.shift, mark.kafka_offsets())
+    after = former_topics.index(mark.topic) + 1
+    following = former_topics[after] if after < len(former_topics) else topic
+    # The old topic's end in the ledger's numbering is where the next one's numbering starts.
+    return TopicRead(following, dict(mark.offsets), None)
+
+
 def table_offsets(iceberg_catalog: Any, spec: Any) -> dict[Any, int]:
     """Where a table's ledgers stand, for the audit trail: partition -> next offset, and for a
     sharded table ``<shard>:<partition>`` -> next offset over every shard's ledger."""
@@ -74,7 +156,7 @@ def table_offsets(iceberg_catalog: Any, spec: Any) -> dict[Any, int]:
         ident = f"{layout.namespace}.{layout.name}"
         if not iceberg_catalog.table_exists(ident):
             continue
-        offsets = committed_offsets(iceberg_catalog.load_table(ident), view.source.topic)
+        offsets = ledger_mark(iceberg_catalog.load_table(ident)).offsets
         if view.shard is None:
             return dict(offsets)
         out.update({f"{view.shard.shard_name}:{p}": o for p, o in offsets.items()})

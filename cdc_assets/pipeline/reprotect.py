@@ -52,6 +52,7 @@ from cdc_assets.pipeline.offsets import (
     KIND_PROPERTY,
     OFFSETS_PROPERTY,
     REPROTECT_KIND,
+    SHIFT_PROPERTY,
     START_OFFSETS_PROPERTY,
     TOPIC_PROPERTY,
     committed_snapshot,
@@ -301,8 +302,9 @@ def _ledger_stamp(ledger: Any) -> dict[str, str] | None:
     offsets = props[OFFSETS_PROPERTY]
     # An empty range of records, accounted as such (checks.accounting).
     out = {OFFSETS_PROPERTY: offsets, START_OFFSETS_PROPERTY: offsets, COUNTS_PROPERTY: "{}"}
-    if TOPIC_PROPERTY in props:
-        out[TOPIC_PROPERTY] = props[TOPIC_PROPERTY]
+    for key in (TOPIC_PROPERTY, SHIFT_PROPERTY):
+        if key in props:
+            out[key] = props[key]
     return out
 
 

@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from cdc_assets.pipeline.offsets import committed_offsets
+from cdc_assets.pipeline.offsets import ledger_mark
 from cdc_assets.resources.kafka import KafkaResource, PartitionOffsets
 from cdc_assets.schema.layers import ledger_layout
 from cdc_assets.spec.models import TableSpec
@@ -42,11 +42,13 @@ def observe_topic(kafka: KafkaResource, iceberg_catalog: Any, spec: TableSpec) -
     partitions = kafka.topic_offsets(topic)
     layout = ledger_layout(spec)
     ident = f"{layout.namespace}.{layout.name}"
-    committed = (
-        committed_offsets(iceberg_catalog.load_table(ident), topic)
+    mark = (
+        ledger_mark(iceberg_catalog.load_table(ident))
         if iceberg_catalog.table_exists(ident)
-        else {}
+        else None
     )
+    # In Kafka's numbering; a ledger still on a former name's topic has read none of this one.
+    committed = mark.kafka_offsets() if mark is not None and mark.topic in (None, topic) else {}
     unread = {
         p.partition: max(committed.get(p.partition, p.earliest), p.earliest)
         for p in partitions

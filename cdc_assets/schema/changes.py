@@ -172,6 +172,30 @@ class SetTableSetting:
         return "setting " + "; ".join(f"{p}: {a!r} -> {b!r}" for p, a, b in self.diffs)
 
 
+@dataclass(frozen=True)
+class FollowSourceRename:
+    """The source table was renamed: the spec reads it under its new name and topic, and the
+    old ones join ``source.renamed_from`` (the ledger reads the old topic to its end first)."""
+
+    old_database: str
+    old_table: str
+    old_topic: str
+    database: str
+    table: str
+    topic: str
+    symbol: ClassVar[str] = ">"
+
+    @property
+    def name(self) -> str:
+        return "source"
+
+    def __str__(self) -> str:
+        return (
+            f"source table {self.old_database}.{self.old_table} renamed to "
+            f"{self.database}.{self.table}: read from {self.topic} after {self.old_topic}"
+        )
+
+
 Change = (
     AddColumn
     | WidenType
@@ -183,6 +207,7 @@ Change = (
     | RetireColumn
     | SetColumnAttribute
     | SetTableSetting
+    | FollowSourceRename
 )
 
 

@@ -26,6 +26,7 @@ from cdc_assets.schema.changes import (
     ChangeSourceType,
     DropColumn,
     EvolutionPlan,
+    FollowSourceRename,
     MakeOptional,
     Rejection,
     RenameColumn,
@@ -195,6 +196,17 @@ def apply_plan(current: TableSpec, plan: EvolutionPlan) -> TableSpec:
     for change in plan.changes:
         if isinstance(change, SetTableSetting):
             data[change.field] = change.new
+        elif isinstance(change, FollowSourceRename):
+            was = {"database": change.old_database, "table": change.old_table}
+            data["source"].update(
+                database=change.database,
+                table=change.table,
+                topic=change.topic,
+                renamed_from=[
+                    *data["source"].get("renamed_from", []),
+                    {**was, "topic": change.old_topic},
+                ],
+            )
         elif isinstance(change, AddColumn):
             at = 0 if change.after is None else _index(columns, change.after) + 1
             columns.insert(at, change.column.model_copy(update={"id": next_id}))
@@ -690,6 +702,11 @@ class _Classifier:
             if key in ("spec_version", "columns", "primary_key"):
                 continue
             diffs = _leaf_diff(cur[key], new.get(key), key)
+            if key == "source":
+                follow = _followed_rename(self.current, self.proposed)
+                if follow is not None:
+                    self.changes.append(follow)
+                    diffs = [d for d in diffs if d[0] not in _FOLLOWED]
             blocked = False
             for path, old, value in diffs:
                 if path in _IDENTITY:
@@ -708,6 +725,25 @@ class _Classifier:
                     )
             if diffs and not blocked:
                 self.changes.append(SetTableSetting(key, cur[key], new.get(key), tuple(diffs)))
+
+
+# What following a source table's rename changes (FollowSourceRename).
+_FOLLOWED = {"source.database", "source.table", "source.topic", "source.renamed_from"}
+
+
+def _followed_rename(current: TableSpec, proposed: TableSpec) -> FollowSourceRename | None:
+    """A proposal that points the spec at another source table *and* records the current one
+    as its former name follows a rename (``spec.source_table.followed`` writes such one)."""
+    old, new = current.source, proposed.source
+    if old.shards or new.shards or (old.database, old.table) == (new.database, new.table):
+        return None
+    former = [(f.database, f.table, f.topic) for f in new.renamed_from]
+    expected = [(f.database, f.table, f.topic) for f in old.renamed_from]
+    if former != [*expected, (old.database, old.table, old.topic)]:
+        return None
+    return FollowSourceRename(
+        old.database, old.table, old.topic, new.database, new.table, new.topic
+    )
 
 
 # Defaults the source computes per row or per statement: no constant for older rows.
@@ -754,6 +790,7 @@ __all__ = [
     "ChangeSourceType",
     "DropColumn",
     "EvolutionPlan",
+    "FollowSourceRename",
     "MakeOptional",
     "Rejection",
     "RenameColumn",

@@ -38,7 +38,20 @@ def build_drift_sensor(
             table = table_or_name(observation.asset_key)
             meta = {k: v.value for k, v in observation.metadata.items()}
             server = str(meta.get("seen_on") or "")
-            if meta.get("drift") and meta.get("source_ddl"):
+            if meta.get("drift") and meta.get("proposed_spec"):
+                # The source table was renamed: the evolution points the spec at its new name.
+                requests.append(
+                    dg.RunRequest(
+                        run_key=f"pull:{run.run_id}:{table}",
+                        job_name=EVOLVE_JOB,
+                        asset_selection=[asset_key("schema", table)],
+                        run_config=evolve_run_config(
+                            table, proposed_spec=meta["proposed_spec"], trigger="pull"
+                        ),
+                        tags={"cdc/table": table, "cdc/trigger": "schema_drift_detected"},
+                    )
+                )
+            elif meta.get("drift") and meta.get("source_ddl"):
                 requests.append(
                     dg.RunRequest(
                         run_key=f"pull:{run.run_id}:{table}",

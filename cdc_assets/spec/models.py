@@ -198,6 +198,15 @@ class ShardSpec(_Strict):
         return self.name or shard_name_of(self.server)
 
 
+class FormerSource(_Strict):
+    """A name the source table had before a rename the spec followed (`spec.source_table`), and
+    the topic its changes went to then (read to its end before the new one)."""
+
+    database: SourceName
+    table: SourceName
+    topic: TopicName
+
+
 class SourceSpec(_Strict):
     connector: Connector
     # The source server's logical name: Debezium's `topic.prefix` of its connector. Two servers
@@ -221,6 +230,9 @@ class SourceSpec(_Strict):
         str, StringConstraints(pattern=r"^[a-z_][a-z0-9_]*$", max_length=63)
     ] = "_shard"
     debezium: DebeziumSpec = DebeziumSpec()
+    # Older names of the table, oldest first: written by the evolution that follows a source
+    # table's rename, never by hand. The ledger reads each one's topic to its end, then the next.
+    renamed_from: list[FormerSource] = []
     # How this table's changes are ordered (MySQL family; PostgreSQL orders by LSN). ``binlog``:
     # (file number, position, row) of one server's binlog, which a failover to another server
     # does not continue. ``gtid`` (MariaDB): the GTID sequence number of ``gtid_domain``, which
@@ -237,7 +249,11 @@ class SourceSpec(_Strict):
         if not self.shards:
             if self.topic_ is None:
                 raise ValueError("source.topic: required field is missing (or give source.shards)")
+            if self.topic_ in {f.topic for f in self.renamed_from}:
+                raise ValueError("source.renamed_from: a former topic is the current one")
             return self
+        if self.renamed_from:
+            raise ValueError("source.renamed_from: a sharded table's renames are not followed")
         given = [f for f in ("topic_", "server", "schema_change_topic") if getattr(self, f)]
         if given:
             names = ", ".join(f"source.{f.rstrip('_')}" for f in given)
@@ -284,6 +300,11 @@ class SourceSpec(_Strict):
     def topics(self) -> list[str]:
         """Every Kafka topic this source's changes arrive on."""
         return [s.topic for s in self.shards] if self.shards else [self.topic]
+
+    @property
+    def former_topics(self) -> list[str]:
+        """The topics of the table's former names, oldest first (``renamed_from``)."""
+        return [f.topic for f in self.renamed_from]
 
     def view_of(self, shard: ShardSpec) -> SourceSpec:
         view = self.model_copy(

@@ -20,6 +20,7 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 from sqlglot.tokens import Token, TokenType  # type: ignore[attr-defined]
 
+from cdc_assets.spec.models import FormerSource, TableSpec
 from cdc_assets.spec.schema_change import SchemaChange
 
 TableName = tuple[str | None, str]  # (database or None when the DDL left it out, table)
@@ -54,7 +55,9 @@ class SourceTable:
         return (
             f"source table {database}.{table} was renamed to {new_db or database}.{new_table} "
             f"({self.change.ddl.strip()!r}{where}); its changes now go to that table's topic, "
-            "which this spec does not read: point the spec's source.table (and topic) at it"
+            "which this spec does not read yet: the drift check's evolution follows the rename "
+            "(policy evolve or lenient, a topic of Debezium's default name), else the spec "
+            "must be pointed at it"
         )
 
 
@@ -152,3 +155,39 @@ def source_table_state(changes: Iterable[SchemaChange], database: str, table: st
             ):
                 state = SourceTable("renamed", change, (new[0] or change.database, new[1]))
     return state
+
+
+def followed(spec: TableSpec, state: SourceTable) -> TableSpec | str:
+    """The spec pointed at the table ``state`` says the source table was renamed to (its old
+    name and topic appended to ``source.renamed_from``), or why the rename is not followed.
+
+    Followed under the ``evolve`` and ``lenient`` policies when the topic has Debezium's default
+    name (``<prefix>.<database>.<table>``), so the new table's topic is known. The result is
+    the next version: a proposal the evolution reads as a ``FollowSourceRename``."""
+    source = spec.source
+    if state.state != "renamed" or state.renamed_to is None:
+        return f"source table {source.database}.{source.table} was not renamed"
+    if source.shards:
+        return "a sharded table's renames are not followed: point each shard at it by hand"
+    policy = spec.evolution.policy
+    if policy in ("freeze", "fail"):
+        return f"evolution.policy is {policy}: a renamed source table is not followed"
+    suffix = f".{source.database}.{source.table}"
+    if not source.topic.endswith(suffix):
+        return (
+            f"the topic {source.topic} is not Debezium's default name (<prefix>{suffix}), so "
+            "the renamed table's topic is unknown: propose a spec with its source.table and "
+            "topic, and the old ones appended to source.renamed_from"
+        )
+    database, table = state.renamed_to
+    topic = f"{source.topic[: -len(suffix)]}.{database}.{table}"
+    data = spec.model_dump(mode="json", by_alias=True)
+    data["spec_version"] = spec.spec_version + 1
+    former = FormerSource(database=source.database, table=source.table, topic=source.topic)
+    data["source"].update(
+        database=database,
+        table=table,
+        topic=topic,
+        renamed_from=[*data["source"].get("renamed_from", []), former.model_dump(mode="json")],
+    )
+    return TableSpec.model_validate(data)

@@ -29,13 +29,14 @@ from confluent_kafka import Consumer, TopicPartition
 
 from cdc_assets.checks.runner import CheckOutcome, run_checks
 from cdc_assets.definitions import build_defs
-from cdc_assets.pipeline.ingest import ingest_incremental
+from cdc_assets.pipeline.ingest import ingest_incremental, ledger_identifier
+from cdc_assets.pipeline.offsets import ledger_mark
 from cdc_assets.pipeline.schema_topic import read_schema_changes
 from cdc_assets.pipeline.source_compare import compare_source
 from cdc_assets.pipeline.tables import ensure_tables
 from cdc_assets.pipeline.upsert import build_bucketed, merge_base
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
-from cdc_assets.schema.layers import base_layout, dead_letter_layout
+from cdc_assets.schema.layers import base_layout, dead_letter_layout, ledger_layout
 from cdc_assets.settings import Settings
 from cdc_assets.spec.load import load_spec
 from cdc_assets.spec.models import TableSpec
@@ -43,6 +44,7 @@ from cdc_assets.spec.versions import write_spec
 from cdc_assets.stack import sources
 from cdc_assets.stack.local_stack import StackState
 from cdc_assets_tests.integration.test_ingest import read_table
+from cdc_assets_tests.integration.test_two_servers import drift_detected
 from cdc_assets_tests.support import extra_connector
 
 pytestmark = pytest.mark.integration
@@ -60,9 +62,10 @@ class Source:
     kafka: KafkaResource
     prefix: str
     markers: Iterator[int]
+    name: str = "people"
 
     def spec(self) -> TableSpec:
-        return load_spec(self.specs_dir / "people.yaml")
+        return load_spec(self.specs_dir / f"{self.name}.yaml")
 
     def execute(self, sql: str) -> None:
         sources.mariadb_execute(self.home, sql, self.database)
@@ -86,7 +89,11 @@ def source(
         "seen DATETIME(3));"
         "INSERT INTO people VALUES (1, 'one@x', 'One', 'DE', 1, 1.2500, '2026-01-02 03:04:05.678'),"
         " (2, 'two@x', 'Two', 'FR', 2, 2.1234, NULL),"
-        " (3, 'three@x', NULL, 'IT', 3, -3.5000, '2025-12-31 23:59:59.999');",
+        " (3, 'three@x', NULL, 'IT', 3, -3.5000, '2025-12-31 23:59:59.999');"
+        # renamed to accounts_v2 by a test below: the connector captures both names
+        "CREATE TABLE accounts (id BIGINT NOT NULL PRIMARY KEY, owner VARCHAR(64), "
+        "balance DECIMAL(12,2));"
+        "INSERT INTO accounts VALUES (1, 'a', 1.00), (2, 'b', 2.00), (3, 'c', 3.00);",
     )
     prefix = f"ren{tag}"
     kafka = KafkaResource(
@@ -97,7 +104,7 @@ def source(
         sources_stack.bootstrap_servers,
         "mariadb",
         tag,
-        [f"{database}.people"],
+        [f"{database}.people", f"{database}.accounts", f"{database}.accounts_v2"],
         prefix=prefix,
         schema_changes=True,
     )
@@ -361,6 +368,141 @@ def wait_schema_record(source: Source, ddl: str) -> None:
             return
         time.sleep(1)
     raise AssertionError(f"{ddl!r} not on {source.prefix} within {DELIVERY_TIMEOUT_S:.0f} s")
+
+
+def wait_marker(source: Source, table: str) -> None:
+    """Insert and delete a marker row in ``table`` (an ``id`` and nullable columns); return
+    when its delete is on the table's topic."""
+    key = next(source.markers)
+    source.execute(
+        f"INSERT INTO {table} (id) VALUES ({key}); DELETE FROM {table} WHERE id = {key};"
+    )
+    consumer = Consumer(
+        {
+            "bootstrap.servers": source.bootstrap,
+            "group.id": f"renames-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+        }
+    )
+    topic = f"{source.prefix}.{source.database}.{table}"
+    deadline = time.monotonic() + DELIVERY_TIMEOUT_S
+    try:
+        while time.monotonic() < deadline:
+            if topic not in source.kafka.admin().list_topics(timeout=10).topics:
+                time.sleep(0.5)
+                continue
+            consumer.assign([TopicPartition(topic, 0, 0)])
+            msg = consumer.poll(0.5)
+            while msg is not None or time.monotonic() < deadline:
+                if msg is not None and msg.error() is None and msg.value() is not None:
+                    event = json.loads(msg.value())["payload"]
+                    if event.get("op") == "d" and (event.get("before") or {}).get("id") == key:
+                        return
+                msg = consumer.poll(0.5)
+    finally:
+        consumer.close()
+    raise AssertionError(f"marker {key} not on {topic} within {DELIVERY_TIMEOUT_S:.0f} s")
+
+
+def test_a_renamed_source_table_is_followed_and_no_change_is_lost(
+    source: Source,
+    spark: Any,
+    iceberg: IcebergCatalogResource,
+    resources: dict[str, Any],
+    tmp_path: Path,
+) -> None:
+    """Issue 54 item 6 on the live MariaDB: ``RENAME TABLE accounts TO accounts_v2`` with
+    changes on both sides that no ingest has read yet. The drift check shows the rename (red),
+    its sensor's evolution follows it (the spec reads accounts_v2's topic and records the old
+    name), the old topic is read to its end first, and base equals the live source, each
+    change once: the ledger numbers the new topic's records on after the old one's."""
+    acc = replace(source, specs_dir=tmp_path, name="accounts")
+    spec = TableSpec.model_validate(
+        {
+            "spec_version": 1,
+            "name": "accounts",
+            "source": {
+                "connector": "mariadb",
+                "database": source.database,
+                "table": "accounts",
+                "topic": f"{source.prefix}.{source.database}.accounts",
+            },
+            "columns": [
+                {"id": 1, "name": "id", "type": "bigint", "nullable": False},
+                {"id": 2, "name": "owner", "type": "varchar(64)"},
+                {"id": 3, "name": "balance", "type": "decimal(12,2)"},
+            ],
+            "primary_key": ["id"],
+            "sink": {"namespace": f"acc_{source.prefix}"},
+            "base": {"buckets": 2},
+        }
+    )
+    write_spec(spec, tmp_path / "accounts.yaml")
+    ensure_tables(spark, "lake", spec)
+    wait_marker(acc, "accounts")
+    assert cycle(acc, spark, iceberg) == 0
+    assert compare_source(spark, "lake", spec, acc.url).equal
+
+    acc.execute(
+        "UPDATE accounts SET balance = 20.50 WHERE id = 1;"
+        "INSERT INTO accounts VALUES (4, 'd', 4.00);"
+        "RENAME TABLE accounts TO accounts_v2;"
+        "UPDATE accounts_v2 SET owner = 'A', balance = 21.00 WHERE id = 1;"
+        "DELETE FROM accounts_v2 WHERE id = 2;"
+        "INSERT INTO accounts_v2 VALUES (5, 'e', 5.00);"
+        "UPDATE accounts_v2 SET balance = 44.00 WHERE id = 4;"
+    )
+    wait_schema_record(acc, "RENAME TABLE accounts TO accounts_v2")
+    wait_marker(acc, "accounts_v2")
+    instance = dg.DagsterInstance.ephemeral()
+    defs = acc.defs(resources)
+    outcomes, _ = run_checks(defs, instance, checks=["schema_drift"])
+    assert [(o.passed, o.severity) for o in outcomes] == [(False, "ERROR")]
+    assert "renamed to" in outcomes[0].description
+
+    (request,) = drift_detected(defs, instance)
+    config = request.run_config["ops"]["schema__accounts_schema"]["config"]
+    assert "accounts_v2" in config["proposed_spec"]
+    run = defs.resolve_job_def("evolve_schemas").execute_in_process(
+        instance=instance,
+        run_config=request.run_config,
+        asset_selection=list(request.asset_selection or []),
+    )
+    assert run.success
+    followed = acc.spec()
+    assert (followed.spec_version, followed.source.table) == (2, "accounts_v2")
+    assert followed.source.topic == f"{source.prefix}.{source.database}.accounts_v2"
+    assert followed.source.former_topics == [spec.source.topic]
+    # the evolution read the old topic to its end before moving the spec
+    layout = ledger_layout(spec)
+    ledger = f"{layout.namespace}.{layout.name}"
+    assert ledger_mark(iceberg.load_catalog().load_table(ledger)).topic == spec.source.topic
+
+    assert cycle(acc, spark, iceberg) == 0
+    diff = compare_source(spark, "lake", followed, acc.url)
+    assert diff.equal, diff.summary()
+    rows = spark.sql(
+        f"SELECT _kafka_partition AS p, _kafka_offset AS o FROM {ledger_identifier('lake', spec)}"
+    ).collect()
+    assert len({(r["p"], r["o"]) for r in rows}) == len(rows)  # no offset used twice
+    mark = ledger_mark(iceberg.load_catalog().load_table(ledger))
+    assert mark.topic == followed.source.topic
+    # numbered on from the old topic's end
+    (old,) = acc.kafka.topic_offsets(spec.source.topic)
+    assert mark.shift == {0: old.latest}
+    # the code location reloads the changed spec file (sensors/spec_directory)
+    outcomes, _ = run_checks(acc.defs(resources), instance, checks=["schema_drift"])
+    assert [o.passed for o in outcomes] == [True], outcomes[0].description
+    assert drift_detected(acc.defs(resources), instance) == []
+
+    # the new name goes on
+    acc.execute(
+        "UPDATE accounts_v2 SET owner = 'C' WHERE id = 3; DELETE FROM accounts_v2 WHERE id = 5;"
+    )
+    wait_marker(acc, "accounts_v2")
+    assert cycle(acc, spark, iceberg) == 0
+    diff = compare_source(spark, "lake", acc.spec(), acc.url)
+    assert diff.equal, diff.summary()
 
 
 def test_a_renamed_then_dropped_source_table_is_reported_and_its_mirror_kept(

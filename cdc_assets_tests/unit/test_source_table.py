@@ -9,8 +9,15 @@ import json
 import pytest
 
 from cdc_assets.quality.rules import schema_drift_verdict
+from cdc_assets.schema.evolution import FollowSourceRename, apply_plan, classify
+from cdc_assets.spec.models import TableSpec
 from cdc_assets.spec.schema_change import SchemaChange, parse_schema_change, shapes
-from cdc_assets.spec.source_table import renamed_tables, source_table_state
+from cdc_assets.spec.source_table import (
+    SourceTable,
+    followed,
+    renamed_tables,
+    source_table_state,
+)
 
 DB = "shop"
 
@@ -160,3 +167,71 @@ def test_a_schema_change_topic_is_read_once_then_only_what_was_added(
     monkeypatch.setattr(schema_topic, "FULL_READ_S", -1.0)
     assert len(schema_topic.all_schema_changes(Kafka(), "srv")) == 3  # type: ignore[arg-type]
     assert calls[-1] == {}
+
+
+def spec_of(policy: str = "evolve", topic: str = f"srv.{DB}.people") -> TableSpec:
+    return TableSpec.model_validate(
+        {
+            "spec_version": 3,
+            "name": "people",
+            "source": {"connector": "mariadb", "database": DB, "table": "people", "topic": topic},
+            "columns": [{"id": 1, "name": "id", "type": "bigint", "nullable": False}],
+            "primary_key": ["id"],
+            "evolution": {"policy": policy},
+            "sink": {"namespace": "lake_people"},
+        }
+    )
+
+
+RENAMED = SourceTable("renamed", change("ALTER", "humans", "RENAME TABLE people TO humans"),
+                      (DB, "humans"))  # fmt: skip
+
+
+def test_a_renamed_table_is_followed_through_the_evolution_s_own_plan() -> None:
+    spec = spec_of()
+    proposed = followed(spec, RENAMED)
+    assert isinstance(proposed, TableSpec)
+    assert (proposed.source.table, proposed.source.topic) == ("humans", f"srv.{DB}.humans")
+    assert proposed.source.server_name == "srv"  # the connector is the same
+    assert [f.model_dump() for f in proposed.source.renamed_from] == [
+        {"database": DB, "table": "people", "topic": f"srv.{DB}.people"}
+    ]
+    plan = classify(spec, proposed)
+    assert plan.supported
+    (change_,) = plan.changes
+    assert isinstance(change_, FollowSourceRename)
+    assert "renamed to shop.humans" in str(change_)
+    assert apply_plan(spec, plan) == proposed.model_copy(update={"spec_version": 4})
+    # renamed again, the chain keeps both former names, oldest first
+    again = SourceTable("renamed", change("ALTER", "folk", "RENAME TABLE humans TO folk"),
+                        (DB, "folk"))  # fmt: skip
+    twice = followed(proposed, again)
+    assert isinstance(twice, TableSpec)
+    assert [f.table for f in twice.source.renamed_from] == ["people", "humans"]
+    assert classify(proposed, twice).supported
+
+
+@pytest.mark.parametrize(
+    ("policy", "topic", "reason"),
+    [
+        ("freeze", f"srv.{DB}.people", "evolution.policy is freeze"),
+        ("fail", f"srv.{DB}.people", "evolution.policy is fail"),
+        ("evolve", "people-changes", "not Debezium's default name"),
+    ],
+)
+def test_a_rename_is_not_followed_under_freeze_fail_or_a_routed_topic(
+    policy: str, topic: str, reason: str
+) -> None:
+    refused = followed(spec_of(policy, topic), RENAMED)
+    assert isinstance(refused, str)
+    assert reason in refused
+
+
+def test_pointing_a_spec_at_another_table_without_its_former_name_stays_refused() -> None:
+    spec = spec_of()
+    data = spec.model_dump(mode="json", by_alias=True)
+    data["spec_version"] = 4
+    data["source"].update(table="humans", topic=f"srv.{DB}.humans")
+    plan = classify(spec, TableSpec.model_validate(data))
+    assert not plan.supported
+    assert "new onboarding" in plan.describe()
