@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import dagster as dg
 
@@ -49,6 +49,8 @@ from cdc_assets.spec.connect_schema import (
 )
 from cdc_assets.spec.load import load_spec
 from cdc_assets.spec.models import TableSpec
+from cdc_assets.spec.source_table import SourceTable, followed, renamed_tables
+from cdc_assets.spec.versions import render_spec_yaml
 
 # The cursor's entry for the row-schema reads (a '/' never occurs in a Kafka topic's name, so no
 # schema-change topic's entry can take its place).
@@ -114,6 +116,7 @@ def build_schema_change_sensor(
         at: str,
         seen_on: str = "",
         position: str = "",
+        proposed: str = "",
     ) -> dg.RunRequest | None:
         """The run for the desired shape ``key``, or None while one is in flight or backing
         off after a failure (`schema.reconcile`). ``seen_on``: the shard's server, for a
@@ -124,15 +127,17 @@ def build_schema_change_sensor(
             return None
         if decision.run_key != key:
             context.log.warning(f"{table}: evolution requested again, {decision.why}")
-        extra = {"seen_on": seen_on} if seen_on else {}
+        extra: dict[str, Any] = {"seen_on": seen_on} if seen_on else {}
         if position:
             extra["source_position"] = position
+        if proposed:  # a followed rename of the source table: a spec, not a shape
+            extra["proposed_spec"] = proposed
+        else:
+            extra.update(source_ddl=create, audit_ddl=audit)
         return dg.RunRequest(
             run_key=decision.run_key,
             asset_selection=[asset_key("schema", table)],
-            run_config=evolve_run_config(
-                table, source_ddl=create, audit_ddl=audit, trigger="push", detected_at=at, **extra
-            ),
+            run_config=evolve_run_config(table, trigger="push", detected_at=at, **extra),
             tags={"cdc/table": table, "cdc/trigger": "schema_changes", DESIRED_TAG: key}
             | ({"cdc/server": seen_on} if seen_on else {}),
         )
@@ -271,9 +276,12 @@ def build_schema_change_sensor(
             # DDL), with the DDLs before it as the audit trail: records replayed from an older
             # position (a lost cursor, a new process) can never move the spec backwards.
             by_table: dict[str, list[SeenChange]] = {}
+            follows: dict[str, tuple[SeenChange, tuple[str, str]]] = {}
             # Matched among this topic's specs only: another server's table of the same
             # database and name is another spec's, never this one's.
             for item in sorted(seen, key=lambda i: (i.partition, i.offset)):
+                for table, to in _renames(item, by_topic[topic], current_spec, context):
+                    follows[table] = (item, to)
                 if item.change.kind == "DROP":
                     # No shape to evolve to: the schema_drift check reports the drop, and a
                     # table created again under the name arrives as a CREATE.
@@ -308,11 +316,33 @@ def build_schema_change_sensor(
                     # anew only in the images after it
                     "position": json.dumps(dict(newest.change.position), sort_keys=True),
                 }
+            for table, (item, to) in sorted(follows.items()):
+                shaped = by_table.get(table)
+                if shaped and (shaped[-1].partition, shaped[-1].offset) > (
+                    item.partition,
+                    item.offset,
+                ):
+                    continue  # a table created again under the old name since: that one
+                # The table under a new name: the spec follows it (the evolution reads the old
+                # topic to its end first). Kept until the spec has the new name.
+                desired[table] = {
+                    "follow": list(to),
+                    "key": f"{table}:renamed:{item.run_key}",
+                    "at": datetime.now(UTC).isoformat(),
+                }
             cursor[topic] = {str(p): o for p, o in sorted(next_offsets.items())}
         for table in sorted(desired):
             if table in requested:
                 continue  # a shard's row schema evolves it this tick; compared again next tick
             want = desired[table]
+            if "follow" in want:
+                run = _follow_request(context, request, current_spec, table, want)
+                if run is None:
+                    del desired[table]  # followed already, or refused (the drift check says)
+                elif run is not False:
+                    requests.append(run)
+                    requested.add(table)
+                continue
             try:
                 current = current_spec(table)
             except CdcAssetsError as err:
@@ -354,3 +384,60 @@ def build_schema_change_sensor(
 
 def _server_of(views: list[TableSpec], table: str) -> str:
     return next((v.source.server_name for v in views if v.name == table), "?")
+
+
+def _renames(
+    item: SeenChange,
+    views: list[TableSpec],
+    current_spec: Callable[[str], TableSpec],
+    context: dg.SensorEvaluationContext,
+) -> list[tuple[str, tuple[str, str]]]:
+    """The tables (of one source, not sharded) whose source table ``item`` renames, each with
+    its new (database, table)."""
+    if item.change.kind != "ALTER":
+        return []
+    out = []
+    for old, new in renamed_tables(item.change.ddl):
+        for view in views:
+            if view.source.sharded:
+                continue
+            try:
+                source = current_spec(view.name).source
+            except CdcAssetsError:
+                continue
+            db = old[0] or item.change.database
+            if (db.lower(), old[1].lower()) == (source.database.lower(), source.table.lower()):
+                out.append((view.name, (new[0] or item.change.database, new[1])))
+                context.log.info(
+                    f"{view.name}: source table {db}.{old[1]} renamed to "
+                    f"{new[0] or item.change.database}.{new[1]} ({item.change.ddl.strip()!r})"
+                )
+    return out
+
+
+def _follow_request(
+    context: dg.SensorEvaluationContext,
+    request: Callable[..., dg.RunRequest | None],
+    current_spec: Callable[[str], TableSpec],
+    table: str,
+    want: Mapping[str, Any],
+) -> dg.RunRequest | Literal[False] | None:
+    """The evolution that follows a renamed source table; None when there is nothing to ask
+    (followed already, or refused: the drift check reports why), False while one is in flight
+    or backing off."""
+    try:
+        current = current_spec(table)
+    except CdcAssetsError as err:
+        context.log.warning(f"{table}: {err}")
+        return None
+    database, name = want["follow"]
+    if (current.source.database, current.source.table) == (database, name):
+        return None
+    proposal = followed(current, SourceTable("renamed", None, (database, name)))
+    if isinstance(proposal, str):
+        context.log.warning(f"{table}: the source table's rename is not followed: {proposal}")
+        return None
+    run = request(
+        context, table, "", [], want["key"], want["at"], proposed=render_spec_yaml(proposal)
+    )
+    return False if run is None else run

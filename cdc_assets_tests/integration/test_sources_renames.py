@@ -460,9 +460,17 @@ def test_a_renamed_source_table_is_followed_and_no_change_is_lost(
     assert [(o.passed, o.severity) for o in outcomes] == [(False, "ERROR")]
     assert "renamed to" in outcomes[0].description
 
-    (request,) = drift_detected(defs, instance)
-    config = request.run_config["ops"]["schema__accounts_schema"]["config"]
+    (pulled,) = drift_detected(defs, instance)
+    config = pulled.run_config["ops"]["schema__accounts_schema"]["config"]
     assert "accounts_v2" in config["proposed_spec"]
+    # push: the schema-change sensor reads the RENAME record and asks for the same evolution
+    sensor = defs.get_sensor_def("schema_changes")
+    context = dg.build_sensor_context(instance=instance, resources={"kafka": acc.kafka})
+    result = sensor(context)
+    assert isinstance(result, dg.SensorResult)
+    (request,) = result.run_requests or []
+    pushed = request.run_config["ops"]["schema__accounts_schema"]["config"]
+    assert pushed["proposed_spec"] == config["proposed_spec"]
     run = defs.resolve_job_def("evolve_schemas").execute_in_process(
         instance=instance,
         run_config=request.run_config,
@@ -494,6 +502,13 @@ def test_a_renamed_source_table_is_followed_and_no_change_is_lost(
     outcomes, _ = run_checks(acc.defs(resources), instance, checks=["schema_drift"])
     assert [o.passed for o in outcomes] == [True], outcomes[0].description
     assert drift_detected(acc.defs(resources), instance) == []
+    sensor = acc.defs(resources).get_sensor_def("schema_changes")
+    later = sensor(
+        dg.build_sensor_context(
+            instance=instance, resources={"kafka": acc.kafka}, cursor=result.cursor
+        )
+    )
+    assert not (isinstance(later, dg.SensorResult) and later.run_requests)
 
     # the new name goes on
     acc.execute(
