@@ -28,6 +28,7 @@ from cdc_assets.pipeline.schema_topic import (
 )
 from cdc_assets.pipeline.source_schema import source_create_table, source_identity
 from cdc_assets.pipeline.spec_store import current_spec
+from cdc_assets.pipeline.tables import mark_source_tables
 from cdc_assets.resources.iceberg import IcebergCatalogResource
 from cdc_assets.resources.kafka import KafkaResource
 from cdc_assets.resources.spark import SparkResource
@@ -133,6 +134,8 @@ def drift_of(
     tables = source_tables(kafka, current)
     if tables:
         found["source_table"] = {name: state.state for name, state in sorted(tables.items())}
+        # the mirror is kept, and says so to readers outside Dagster (a table property)
+        mark_source_tables(catalog, current, tables)
         renamed = tables.get(current.name)
         if renamed is not None and renamed.state == "renamed":
             follow = followed(current, renamed)

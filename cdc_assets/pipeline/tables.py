@@ -98,3 +98,38 @@ def ensure_txn_columns(table: Any, layout: TableLayout) -> Any:
             raise
     table.refresh()
     return table
+
+
+# Base's table property for a source table the schema-change topic shows dropped or renamed
+# (``<property>.<shard>`` for one shard of a sharded table): readers outside Dagster see why the
+# mirror stopped changing. Removed once the source table is present again under the spec's name.
+SOURCE_STATE_PROPERTY = "cdc.source-table"
+
+
+def mark_source_tables(iceberg_catalog: Any, spec: TableSpec, states: dict[str, Any]) -> bool:
+    """Set or clear base's ``SOURCE_STATE_PROPERTY`` from ``states`` (spec name or shard name ->
+    ``spec.source_table.SourceTable``); whether base's properties changed."""
+    from cdc_assets.schema.layers import base_layout
+
+    layout = base_layout(spec)
+    ident = f"{layout.namespace}.{layout.name}"
+    if not iceberg_catalog.table_exists(ident):
+        return False
+    want: dict[str, str] = {}
+    for view in spec.shard_specs():
+        name = view.shard.shard_name if view.shard is not None else spec.name
+        key = SOURCE_STATE_PROPERTY if view.shard is None else f"{SOURCE_STATE_PROPERTY}.{name}"
+        state = states.get(name)
+        if state is not None and not state.present:
+            want[key] = state.describe(view.source.database, view.source.table)
+    table = iceberg_catalog.load_table(ident)
+    held = {k: v for k, v in table.properties.items() if k.startswith(SOURCE_STATE_PROPERTY)}
+    if held == want:
+        return False
+    with table.transaction() as txn:
+        stale = [k for k in held if k not in want]
+        if stale:
+            txn.remove_properties(*stale)
+        if want:
+            txn.set_properties(want)
+    return True

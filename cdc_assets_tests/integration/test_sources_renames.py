@@ -33,7 +33,7 @@ from cdc_assets.pipeline.ingest import ingest_incremental, ledger_identifier
 from cdc_assets.pipeline.offsets import ledger_mark
 from cdc_assets.pipeline.schema_topic import read_schema_changes
 from cdc_assets.pipeline.source_compare import compare_source
-from cdc_assets.pipeline.tables import ensure_tables
+from cdc_assets.pipeline.tables import SOURCE_STATE_PROPERTY, ensure_tables
 from cdc_assets.pipeline.upsert import build_bucketed, merge_base
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.layers import base_layout, dead_letter_layout, ledger_layout
@@ -370,6 +370,11 @@ def wait_schema_record(source: Source, ddl: str) -> None:
     raise AssertionError(f"{ddl!r} not on {source.prefix} within {DELIVERY_TIMEOUT_S:.0f} s")
 
 
+def base_table(spec: TableSpec) -> str:
+    layout = base_layout(spec)
+    return f"{layout.namespace}.{layout.name}"
+
+
 def wait_marker(source: Source, table: str) -> None:
     """Insert and delete a marker row in ``table`` (an ``id`` and nullable columns); return
     when its delete is on the table's topic."""
@@ -461,6 +466,8 @@ def test_a_renamed_source_table_is_followed_and_no_change_is_lost(
     assert "renamed to" in outcomes[0].description
 
     (pulled,) = drift_detected(defs, instance)
+    held = iceberg.load_catalog().load_table(base_table(spec)).properties
+    assert "renamed to" in held[SOURCE_STATE_PROPERTY]
     config = pulled.run_config["ops"]["schema__accounts_schema"]["config"]
     assert "accounts_v2" in config["proposed_spec"]
     # push: the schema-change sensor reads the RENAME record and asks for the same evolution
@@ -502,6 +509,8 @@ def test_a_renamed_source_table_is_followed_and_no_change_is_lost(
     outcomes, _ = run_checks(acc.defs(resources), instance, checks=["schema_drift"])
     assert [o.passed for o in outcomes] == [True], outcomes[0].description
     assert drift_detected(acc.defs(resources), instance) == []
+    held = iceberg.load_catalog().load_table(base_table(followed)).properties
+    assert SOURCE_STATE_PROPERTY not in held  # marked renamed by the first drift run, cleared
     sensor = acc.defs(resources).get_sensor_def("schema_changes")
     later = sensor(
         dg.build_sensor_context(
@@ -558,6 +567,10 @@ def test_a_renamed_then_dropped_source_table_is_reported_and_its_mirror_kept(
     assert (dropped.passed, dropped.severity) == (False, "WARN")
     assert "was dropped" in dropped.description
     assert "nothing is deleted" in dropped.description
+    # the drift job marks base for readers outside Dagster
+    drift_detected(defs, instance)
+    marked = iceberg.load_catalog().load_table(f"{base.namespace}.{base.name}").properties
+    assert "was dropped" in marked[SOURCE_STATE_PROPERTY]
     # the drop is no shape: the push sensor asks for no evolution
     sensor = defs.get_sensor_def("schema_changes")
     context = dg.build_sensor_context(instance=instance, resources={"kafka": source.kafka})
