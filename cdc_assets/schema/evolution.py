@@ -89,10 +89,19 @@ def classify(
     ``DROP COLUMN`` in that DDL is then a shard behind, not a drop. (Pull detection compares
     every shard's shape instead, ``schema.shape.leading_server``.)
     """
+    renames = dict(renames or {})
+    if not from_source:
+        # A reviewed spec that keeps a column's id under a new name and lists the old one in
+        # its former_names states the rename itself: a person's proof, as the DDL is a source's.
+        by_id = {c.id: c for c in current.columns}
+        for p in proposed.columns:
+            c = by_id.get(p.id)
+            if c is not None and c.name != p.name and c.name in p.former_names:
+                renames.setdefault(c.name, p.name)
     out = _Classifier(
         current,
         proposed,
-        dict(renames or {}),
+        renames,
         proved_drops,
         from_source=from_source,
         shard_audit=from_source and audited,
@@ -167,7 +176,18 @@ def _lenient(current: TableSpec, proposed: TableSpec, changes: list[Change]) -> 
             continue  # the added column has the proposed type and attributes already
         else:
             out.append(change)
-    return out
+    # apply_plan numbers added columns in plan order: say so in the plan too, so the ids it
+    # shows (and the backfill selects by) are the evolved spec's. The classifier numbered the
+    # columns added as such before the renamed ones were turned into additions.
+    first = max(c.id for c in current.columns) + 1
+    added = (c for c in out if isinstance(c, AddColumn))
+    numbered = {id(c): first + i for i, c in enumerate(added)}
+    return [
+        AddColumn(c.column.model_copy(update={"id": numbered[id(c)]}), c.after)
+        if isinstance(c, AddColumn)
+        else c
+        for c in out
+    ]
 
 
 def renamed_sink(column: ColumnSpec, new_name: str) -> SinkMapping:
@@ -410,8 +430,9 @@ class _Classifier:
             f"renamed to {p.name} (id {p.id}) without proof: a rename and a drop plus an add "
             "look the same in the schema text, and the DDL audit trail has no "
             f"`ALTER TABLE ... RENAME COLUMN {c.name} TO {p.name}` (nor MySQL "
-            f"`CHANGE COLUMN {c.name} {p.name} ...`); pass the audit trail, or give {p.name} a "
-            f"new id to add it as a new column and drop {c.name}",
+            f"`CHANGE COLUMN {c.name} {p.name} ...`); pass the audit trail (in a reviewed "
+            f"spec: list {c.name} in {p.name}'s former_names), or give {p.name} a new id to add "
+            f"it as a new column and drop {c.name}",
         )
 
     def with_default(self, p: ColumnSpec) -> ColumnSpec:

@@ -375,13 +375,12 @@ def base_table(spec: TableSpec) -> str:
     return f"{layout.namespace}.{layout.name}"
 
 
-def wait_marker(source: Source, table: str) -> None:
-    """Insert and delete a marker row in ``table`` (an ``id`` and nullable columns); return
-    when its delete is on the table's topic."""
+def wait_marker(source: Source, table: str, insert: str = "(id) VALUES ({key})") -> None:
+    """Insert (``insert``: the columns and values, with ``{key}``) and delete a marker row in
+    ``table``; return when its delete is on the table's topic."""
     key = next(source.markers)
-    source.execute(
-        f"INSERT INTO {table} (id) VALUES ({key}); DELETE FROM {table} WHERE id = {key};"
-    )
+    values = insert.format(key=key)
+    source.execute(f"INSERT INTO {table} {values}; DELETE FROM {table} WHERE id = {key};")
     consumer = Consumer(
         {
             "bootstrap.servers": source.bootstrap,

@@ -76,15 +76,26 @@ def test_a_soft_drop_must_stay_in_the_file(
     assert "soft-drop column note" in output(capsys)
 
 
-def test_a_rename_needs_the_audit_trail(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    renamed = next_version(
+def test_a_rename_needs_the_audit_trail_or_the_former_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bare = next_version(
+        ORDERS,
+        "{id: 11, name: note, type: text}",
+        "{id: 11, name: remark, type: text, sink: {name: note}}",
+    )
+    old, new = write(tmp_path / "a.yaml", ORDERS), write(tmp_path / "b.yaml", bare)
+    assert main(["specs", "diff", old, new]) == 1
+    assert "column note: renamed to remark (id 11) without proof" in output(capsys)
+    # the reviewed version states it itself: the old name among the column's former names
+    stated = next_version(
         ORDERS,
         "{id: 11, name: note, type: text}",
         "{id: 11, name: remark, type: text, sink: {name: note}, former_names: [note]}",
     )
-    old, new = write(tmp_path / "a.yaml", ORDERS), write(tmp_path / "b.yaml", renamed)
-    assert main(["specs", "diff", old, new]) == 1
-    assert "column note: renamed to remark (id 11) without proof" in output(capsys)
+    new = write(tmp_path / "c.yaml", stated)
+    assert main(["specs", "diff", old, new]) == 0
+    assert "rename column note -> remark (Iceberg column note kept)" in output(capsys)
     audit = write(tmp_path / "audit.sql", "ALTER TABLE public.orders RENAME COLUMN note TO remark;")
     assert main(["specs", "diff", old, new, "--audit", audit]) == 0
     assert "rename column note -> remark (Iceberg column note kept)" in output(capsys)

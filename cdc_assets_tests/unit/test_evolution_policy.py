@@ -64,6 +64,20 @@ def test_lenient_adds_a_renamed_column_and_keeps_the_old_one() -> None:
     assert [type(c).__name__ for c in renamed.changes] == ["RenameColumn"]
 
 
+def test_lenient_numbers_its_added_columns_as_the_evolved_spec_does() -> None:
+    """Found on the live MariaDB: a rename and an added column under lenient gave both added
+    columns the same id in the plan, so the backfill (which selects added columns by id) filled
+    the renamed column's new one and left the plainly added column null in every row the ingest
+    had read before the evolution."""
+    both = RENAMED.replace("balance numeric(12,2),", "balance numeric(12,2),\n    branch integer,")
+    current = under("lenient")
+    _, plan = plan_from_ddl(current, both, RENAME)
+    added = {c.column.name: c.column.id for c in plan.changes if isinstance(c, AddColumn)}
+    evolved = apply_plan(current, plan)
+    assert added == {n: evolved.columns_by_name[n].id for n in ("holder", "branch")}
+    assert len(set(added.values())) == 2
+
+
 def test_lenient_keeps_an_unproved_rename_as_a_drop_plus_an_add() -> None:
     _, evolve = plan_from_ddl(accounts(), RENAMED)
     assert not evolve.supported  # ambiguous without the audit trail
@@ -161,3 +175,21 @@ def test_an_applied_plan_is_a_fixed_point(policy: str, ddl: str, audit: list[str
     evolved = apply_plan(current, plan)
     _, again = plan_from_ddl(evolved, ddl, audit)
     assert (again.changes, again.rejections) == ((), ()), again.describe()
+
+
+def test_a_reviewed_spec_proves_a_rename_by_the_former_name_it_lists() -> None:
+    """Under ``fail`` a person applies the change with a spec file, which carries no DDL: the
+    column kept under its id with the old name in ``former_names`` is the rename, applied as
+    one (same Iceberg column). Without the former name it stays refused as unproved."""
+    current = under("fail")
+    data = current.model_dump(mode="json", by_alias=True)
+    data["spec_version"] += 1
+    column = next(c for c in data["columns"] if c["name"] == "name")
+    column.update(name="holder", sink={**column.get("sink", {}), "name": "name"})
+    unproved = classify(current, TableSpec.model_validate(data))
+    assert not unproved.supported
+    assert "former_names" in unproved.describe()
+    column["former_names"] = ["name"]
+    plan = classify(current, TableSpec.model_validate(data))
+    assert plan.supported, plan.describe()
+    assert [type(c).__name__ for c in plan.changes] == ["RenameColumn"]
