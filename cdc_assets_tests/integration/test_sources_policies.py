@@ -1,7 +1,8 @@
-"""A table's ``evolution.policy`` on a live MariaDB through Debezium (issue 54 item 7): three
-tables, one per policy other than the default, take the same real ALTERs (``RENAME COLUMN``
-and ``ADD COLUMN``) with rows changed after them. The ingest meets the new shape with the old
-spec first, then the schema-change sensor's evolution runs, as in a deployment.
+"""A table's ``evolution.policy`` on a live MariaDB and a live PostgreSQL through Debezium (issue
+54 item 7): on each server three tables, one per policy other than the default, take the same
+real ALTERs (``RENAME COLUMN`` and ``ADD COLUMN``) with rows changed after them. The ingest
+meets the new shape with the old spec first, then the schema-change sensor's evolution runs, as
+in a deployment.
 
 - ``lenient``: the renamed column is added under its new name, the old one soft-dropped, and
   base equals the live source.
@@ -16,7 +17,8 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import dagster as dg
@@ -28,14 +30,17 @@ from cdc_assets.checks.runner import run_checks
 from cdc_assets.errors import SchemaChangeStopError
 from cdc_assets.pipeline.offsets import ledger_mark
 from cdc_assets.pipeline.source_compare import compare_source
+from cdc_assets.pipeline.source_schema import import_source_spec
 from cdc_assets.pipeline.tables import ensure_tables
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.layers import base_layout, ledger_layout
 from cdc_assets.settings import Settings
+from cdc_assets.spec.information_schema import SourceTable
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.spec.versions import render_spec_yaml, write_spec
 from cdc_assets.stack import sources
 from cdc_assets.stack.local_stack import StackState
+from cdc_assets_tests.integration.test_pull_postgres import PgTable, wait_delivered
 from cdc_assets_tests.integration.test_sources_renames import (
     Source,
     cycle,
@@ -50,8 +55,124 @@ POLICIES = ("lenient", "freeze", "fail")
 MARKER = "(id, email) VALUES ({key}, 'marker')"
 
 
+@dataclass
+class Live:
+    """One live table, whichever its server: what the tests below do with it."""
+
+    name: str  # the source table's, and its spec's
+    spec: Callable[[], TableSpec]
+    execute: Callable[[str], None]
+    defs: Callable[[dict[str, Any]], dg.Definitions]
+    url: str
+    kafka: KafkaResource
+    wait: Callable[[], None]  # a marker row's delete is on the topic
+    recorded: Callable[[str], None]  # the connector has recorded this DDL (MariaDB)
+
+
+def of_mariadb(source: Source) -> Live:
+    return Live(
+        source.name,
+        source.spec,
+        source.execute,
+        source.defs,
+        source.url,
+        source.kafka,
+        lambda: wait_marker(source, source.name, MARKER),
+        lambda ddl: wait_schema_record(source, ddl),
+    )
+
+
+def of_postgres(table: PgTable) -> Live:
+    return Live(
+        table.table,
+        table.spec,
+        table.execute,
+        table.defs,
+        table.url,
+        table.kafka,
+        lambda: wait_delivered(table),
+        lambda ddl: None,  # PostgreSQL records no DDL: the newest events show the shape
+    )
+
+
+@pytest.fixture(params=["mariadb", "postgresql"])
+def live(request: pytest.FixtureRequest) -> dict[str, Live]:
+    if request.param == "mariadb":
+        return {p: of_mariadb(s) for p, s in request.getfixturevalue("maria").items()}
+    return {p: of_postgres(t) for p, t in request.getfixturevalue("postgres").items()}
+
+
 @pytest.fixture(scope="module")
-def live(
+def postgres(
+    sources_home: Settings, sources_stack: StackState, spark: Any, tmp_path_factory: Any
+) -> Iterator[dict[str, PgTable]]:
+    """The same three tables on PostgreSQL, onboarded from its information_schema (so renames
+    are proved by column numbers), each under its policy."""
+    home, tag = sources_home, uuid.uuid4().hex[:6]
+    names = {p: f"t_{p}_{tag}" for p in POLICIES}
+    sources.postgres_execute(
+        home,
+        "".join(
+            f"CREATE TABLE public.{t} (id bigint PRIMARY KEY, email text, note varchar(32), "
+            f"score integer); GRANT SELECT ON public.{t} TO {sources.CDC_USER};"
+            f"INSERT INTO public.{t} VALUES (1, 'a@x', 'n1', 1), (2, 'b@x', NULL, 2), "
+            "(3, 'c@x', 'n3', 3);"
+            for t in names.values()
+        )
+        + f"CREATE PUBLICATION pub_{tag} FOR TABLE "
+        + ", ".join(f"public.{t}" for t in names.values())
+        + ";",
+        "shop",
+    )
+    url = next(u for db, kind, u in sources.jdbc_urls(home) if (db, kind) == ("shop", "postgres"))
+    connector = extra_connector.register(
+        home,
+        sources_stack.bootstrap_servers,
+        "postgres",
+        tag,
+        [f"public.{t}" for t in names.values()],
+        overrides={"publication.name": f"pub_{tag}"},
+    )
+    kafka = KafkaResource(bootstrap_servers=sources_stack.bootstrap_servers, home=str(home.home))
+    try:
+        out = {}
+        for policy, table in names.items():
+            spec, _ = import_source_spec(
+                spark,
+                url,
+                SourceTable("postgresql", "shop", table, "public"),
+                topic_prefix=connector.prefix,
+                namespace=table,
+            )
+            spec = spec.model_copy(
+                update={"evolution": spec.evolution.model_copy(update={"policy": policy})}
+            )
+            specs_dir = tmp_path_factory.mktemp(f"policy-pg-{policy}")
+            write_spec(spec, specs_dir / f"{table}.yaml")
+            ensure_tables(spark, "lake", spec)
+            out[policy] = PgTable(
+                home,
+                sources_stack.bootstrap_servers,
+                table,
+                url,
+                specs_dir,
+                kafka,
+                connector,
+                iter(range(9_000_000, 2**62)),
+            )
+        yield out
+    finally:
+        extra_connector.remove(home, connector, kafka.admin())
+        sources.postgres_execute(
+            home,
+            f"DROP PUBLICATION pub_{tag};"
+            + "".join(f"DROP TABLE public.{t};" for t in names.values()),
+            "shop",
+        )
+
+
+@pytest.fixture(scope="module")
+def maria(
     sources_home: Settings, sources_stack: StackState, spark: Any, tmp_path_factory: Any
 ) -> Iterator[dict[str, Source]]:
     """One table per policy in a database of the module's own, a connector capturing them, and
@@ -126,7 +247,7 @@ def live(
         extra_connector.remove(sources_home, connector, kafka.admin())
 
 
-def alter_and_change(source: Source) -> None:
+def alter_and_change(source: Live) -> None:
     """The same real schema change on each table, with every row changed after it."""
     t = source.name
     ddl = f"ALTER TABLE {t} RENAME COLUMN note TO memo"
@@ -136,11 +257,11 @@ def alter_and_change(source: Source) -> None:
         f"INSERT INTO {t} (id, email, memo, score, tier) VALUES (4, 'd@x', 'm4', 4, 'new');"
         f"DELETE FROM {t} WHERE id = 2;"
     )
-    wait_schema_record(source, ddl)
-    wait_marker(source, t, MARKER)
+    source.recorded(ddl)
+    source.wait()
 
 
-def evolve(source: Source, resources: dict[str, Any]) -> dg.ExecuteInProcessResult:
+def evolve(source: Live, resources: dict[str, Any]) -> dg.ExecuteInProcessResult:
     """The schema-change sensor's one request for the table, run."""
     defs = source.defs(resources)
     instance = dg.DagsterInstance.ephemeral()
@@ -172,10 +293,10 @@ def base_rows(spark: Any, spec: TableSpec) -> dict[int, dict[str, Any]]:
 
 
 def test_lenient_adds_the_renamed_column_and_base_equals_the_source(
-    live: dict[str, Source], spark: Any, iceberg: IcebergCatalogResource, resources: dict[str, Any]
+    live: dict[str, Live], spark: Any, iceberg: IcebergCatalogResource, resources: dict[str, Any]
 ) -> None:
     source = live["lenient"]
-    wait_marker(source, source.name, MARKER)
+    source.wait()
     assert cycle(source, spark, iceberg) == 0
     alter_and_change(source)
     assert cycle(source, spark, iceberg) == 0  # the old spec first: memo, tier unknown
@@ -197,10 +318,10 @@ def test_lenient_adds_the_renamed_column_and_base_equals_the_source(
 
 
 def test_freeze_refuses_the_change_and_every_row_still_lands(
-    live: dict[str, Source], spark: Any, iceberg: IcebergCatalogResource, resources: dict[str, Any]
+    live: dict[str, Live], spark: Any, iceberg: IcebergCatalogResource, resources: dict[str, Any]
 ) -> None:
     source = live["freeze"]
-    wait_marker(source, source.name, MARKER)
+    source.wait()
     assert cycle(source, spark, iceberg) == 0
     alter_and_change(source)
     run = evolve(source, resources)
@@ -230,10 +351,10 @@ def test_freeze_refuses_the_change_and_every_row_still_lands(
 
 
 def test_fail_stops_the_table_until_a_person_changes_the_spec(
-    live: dict[str, Source], spark: Any, iceberg: IcebergCatalogResource, resources: dict[str, Any]
+    live: dict[str, Live], spark: Any, iceberg: IcebergCatalogResource, resources: dict[str, Any]
 ) -> None:
     source = live["fail"]
-    wait_marker(source, source.name, MARKER)
+    source.wait()
     assert cycle(source, spark, iceberg) == 0
     spec = source.spec()
     layout = ledger_layout(spec)
