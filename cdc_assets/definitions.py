@@ -147,7 +147,7 @@ def build_defs(
             ),
         ],
         sensors=[
-            build_new_offsets_sensor(specs, sync_job),
+            build_new_offsets_sensor(specs, sync_job, resources["iceberg"].existing_catalog),
             build_ledger_updated_sensor(ingest_job, upsert_job, evolve_job, sync_job),
             build_schema_change_sensor(
                 specs, settings.specs_dir, evolve_job, resources["iceberg"].existing_catalog

@@ -13,7 +13,9 @@ the same reason the upsert goes into the same run as the ingest (``jobs/sync.py`
 
 import hashlib
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 
 import dagster as dg
 
@@ -23,6 +25,7 @@ from cdc_assets.jobs.asset_job import AssetJob
 from cdc_assets.jobs.continuous import live_worker_tables
 from cdc_assets.jobs.ingest import INGEST_JOB
 from cdc_assets.jobs.sync import sync_selection
+from cdc_assets.pipeline.spec_store import current_of, stored_specs
 from cdc_assets.resources.kafka import KafkaResource
 from cdc_assets.sensors.runs import (
     IN_FLIGHT,
@@ -37,9 +40,30 @@ def current_hour_key(now: datetime) -> str:
     return now.astimezone(UTC).strftime("%Y-%m-%d-%H:00")
 
 
-def build_new_offsets_sensor(specs: list[TableSpec], job: AssetJob) -> dg.SensorDefinition:
+def build_new_offsets_sensor(
+    specs: list[TableSpec], job: AssetJob, load_catalog: Callable[[], Any] | None = None
+) -> dg.SensorDefinition:
+    """``load_catalog``: the catalog of stored spec versions, whose topics are watched too (a
+    version that followed a renamed source table reads another topic before a reload)."""
     # Every shard's topic feeds its table: a grown shard runs the table's ingest.
-    by_topic = {view.source.topic: s for s in specs for view in s.shard_specs()}
+    loaded = {view.source.topic: s for s in specs for view in s.shard_specs()}
+
+    def watched(context: dg.SensorEvaluationContext) -> dict[str, TableSpec]:
+        if load_catalog is None:
+            return loaded
+        try:
+            catalog = load_catalog()
+            stored = stored_specs(catalog) if catalog is not None else {}
+        except Exception as exc:  # the loaded topics still run; the next tick tries again
+            context.log.warning(f"stored spec versions not read: {exc}")
+            return loaded
+        out = dict(loaded)
+        for spec in specs:
+            current = current_of(spec, stored)
+            if not current.source.shards and current.source.topic not in out:
+                out[current.source.topic] = spec
+        return out
+
     history = frozenset(s.name for s in specs if s.history.enabled)
     groups = {s.name: s.consistency.group for s in specs if s.consistency is not None}
 
@@ -65,6 +89,7 @@ def build_new_offsets_sensor(specs: list[TableSpec], job: AssetJob) -> dg.Sensor
                 run_requests=[], cursor=context.cursor, skip_reason="an ingest run is waiting"
             )
         seen: dict[str, dict[str, int]] = json.loads(context.cursor or "{}")
+        by_topic = watched(context)
         latest = kafka.latest_offsets(list(by_topic))
         hour = current_hour_key(datetime.now(UTC))
         # A table being read by a micro-batch, or by an ingest started by hand or a backfill.

@@ -595,3 +595,39 @@ def test_base_rows_subtract_merge_on_read_deletes() -> None:
     assert base_rows({"total-records": "396", "total-position-deletes": "198"}) == 198
     assert base_rows({"total-records": "10"}) == 10
     assert base_rows({}) is None
+
+
+def test_new_offsets_sensor_watches_the_topic_a_stored_version_follows(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A code location loaded before an evolution followed a renamed source table still holds
+    the old spec: its sensor must start the run for the new name's topic anyway (the stored
+    version's), or changes there would wait for a reload."""
+    from cdc_assets.pipeline.spec_store import record_spec
+    from cdc_assets.resources import KafkaResource, build_resources
+    from cdc_assets.spec.source_table import SourceTable, followed
+    from cdc_assets.spec.versions import write_spec
+
+    specs_dir = tmp_path / "specs"
+    specs_dir.mkdir()
+    (users,) = [s for s in load_specs(PROJECT_ROOT / "table_specs") if s.name == "users"]
+    write_spec(users, specs_dir / "users.yaml")
+    settings = load_settings({"CDC_ASSETS_HOME": str(tmp_path), "CDC_ASSETS_SPECS": str(specs_dir)})
+    defs = build_defs(settings=settings)  # before the follow: the old topic
+    moved = followed(users, SourceTable("renamed", None, (users.source.database, "users_v2")))
+    assert not isinstance(moved, str)
+    iceberg = build_resources(settings)["iceberg"]
+    Path(iceberg.uri.removeprefix("jdbc:sqlite:")).parent.mkdir(parents=True, exist_ok=True)
+    record_spec(iceberg.load_catalog(), moved, specs_dir)
+
+    def latest_offsets(self: KafkaResource, topics: list[str]) -> dict[str, dict[int, int]]:
+        return {t: {0: 5 if t == moved.source.topic else 0} for t in topics}
+
+    monkeypatch.setattr(KafkaResource, "latest_offsets", latest_offsets)
+    sensor = defs.get_sensor_def("new_kafka_offsets")
+    kafka = KafkaResource(bootstrap_servers="127.0.0.1:9", home=str(tmp_path))
+    with dg.instance_for_test() as instance:
+        result = sensor(dg.build_sensor_context(instance=instance, resources={"kafka": kafka}))
+    assert isinstance(result, dg.SensorResult)
+    (request,) = result.run_requests or []
+    assert request.tags["cdc/tables"] == "users"
