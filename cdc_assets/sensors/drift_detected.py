@@ -38,41 +38,25 @@ def build_drift_sensor(
             table = table_or_name(observation.asset_key)
             meta = {k: v.value for k, v in observation.metadata.items()}
             server = str(meta.get("seen_on") or "")
-            if meta.get("drift") and meta.get("proposed_spec"):
-                # The source table was renamed: the evolution points the spec at its new name.
+            if meta.get("drift") and (meta.get("proposed_spec") or meta.get("source_ddl")):
+                if meta.get("proposed_spec"):
+                    # The source table was renamed: the evolution points the spec at its new
+                    # name.
+                    config: dict[str, Any] = {"proposed_spec": meta["proposed_spec"]}
+                else:
+                    config = {"source_ddl": meta["source_ddl"], "audit_ddl": meta["audit_ddl"]}
+                    if server:  # a sharded table's: named if evolution refuses the change
+                        config["seen_on"] = server
+                    if meta.get("source_attnums"):  # PostgreSQL's, kept in the evolved spec
+                        config["source_attnums"] = meta["source_attnums"]
                 requests.append(
                     dg.RunRequest(
                         run_key=f"pull:{run.run_id}:{table}",
                         job_name=EVOLVE_JOB,
                         asset_selection=[asset_key("schema", table)],
-                        run_config=evolve_run_config(
-                            table, proposed_spec=meta["proposed_spec"], trigger="pull"
-                        ),
-                        tags={"cdc/table": table, "cdc/trigger": "schema_drift_detected"},
-                    )
-                )
-            elif meta.get("drift") and meta.get("source_ddl"):
-                requests.append(
-                    dg.RunRequest(
-                        run_key=f"pull:{run.run_id}:{table}",
-                        job_name=EVOLVE_JOB,
-                        asset_selection=[asset_key("schema", table)],
-                        run_config=evolve_run_config(
-                            table,
-                            source_ddl=meta["source_ddl"],
-                            audit_ddl=meta["audit_ddl"],
-                            trigger="pull",
-                            # a sharded table's: named if evolution refuses the change
-                            **({"seen_on": server} if server else {}),
-                            # PostgreSQL's column numbers, kept in the evolved spec
-                            **(
-                                {"source_attnums": meta["source_attnums"]}
-                                if meta.get("source_attnums")
-                                else {}
-                            ),
-                        ),
+                        run_config=evolve_run_config(table, trigger="pull", **config),
                         tags={"cdc/table": table, "cdc/trigger": "schema_drift_detected"}
-                        | ({"cdc/server": server} if server else {}),
+                        | ({"cdc/server": server} if server and "seen_on" in config else {}),
                     )
                 )
             elif meta.get("drift"):
