@@ -371,7 +371,6 @@ class _TableLoop:
     def _loop(self, log: Any, spark: SparkResource, catalog: Any, kafka: KafkaResource) -> None:
         config = self.config
         own_session_per_thread()
-        session = spark.get_session()
         last_look = float("-inf")  # the first cycle looks at the ledger
         while not self.stop.is_set():
             started = time.monotonic()
@@ -379,6 +378,9 @@ class _TableLoop:
             cycle: _Cycle | None = None
             with self.gate:
                 try:
+                    # Asked every cycle: after a Spark Connect server restart the resource
+                    # hands out a new session (below), and the loop must take it.
+                    session = spark.get_session()
                     (spec,) = _current_specs([self.table], self.specs_dir, catalog)
                     cycle = _Cycle(spec, look_at_ledger=look, files=config.ledger_files_per_commit)
                     for event in cycle.run(
@@ -393,6 +395,11 @@ class _TableLoop:
                         f"{self.table}: cycle failed ({self.failures} in a row): "
                         f"{type(exc).__name__}: {exc}"
                     )
+                    if spark.forget_lost_session(exc):
+                        log.warning(
+                            f"{self.table}: the Spark Connect server lost this worker's "
+                            "session (it was started again); the next cycle opens a new one"
+                        )
                     if self.failures >= config.max_failures:
                         raise
                     cycle = None

@@ -72,6 +72,32 @@ def _in_own_thread(make: Any) -> Any:
     return value
 
 
+# Spark's error conditions for a Connect session the server no longer has: a server started
+# again has none of its predecessor's sessions, and says so on every later call of one.
+LOST_SESSION_CONDITIONS = frozenset(
+    {
+        "NO_ACTIVE_SESSION",
+        "INVALID_HANDLE.SESSION_CHANGED",
+        "INVALID_HANDLE.SESSION_CLOSED",
+        "INVALID_HANDLE.SESSION_NOT_FOUND",
+    }
+)
+
+
+def session_lost(exc: BaseException) -> bool:
+    """True when ``exc`` (or an exception it was raised from) says the Spark Connect server no
+    longer knows the session: a new session works, the old one never will again."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        condition = getattr(current, "getCondition", None)
+        if callable(condition) and condition() in LOST_SESSION_CONDITIONS:
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
 def own_session_per_thread() -> None:
     """From now on, ``get_session()`` in this thread returns a session of its own (created once
     per thread, on the same driver): for threads that run steps of different tables at once,
@@ -107,6 +133,7 @@ class SparkResource(ConfigurableResource):  # type: ignore[type-arg]
     _session: Any = PrivateAttr(default=None)
     _lock: Any = PrivateAttr(default_factory=threading.Lock)
     _thread_sessions: list[Any] = PrivateAttr(default_factory=list)
+    _opened: bool = PrivateAttr(default=False)
 
     def settings(self) -> Settings:
         return replace(load_settings(), home=Path(self.home))
@@ -133,11 +160,36 @@ class SparkResource(ConfigurableResource):  # type: ignore[type-arg]
     def teardown_after_execution(self, context: Any) -> None:
         # A Connect session lives in the server until released; a local driver ends with the
         # run's process (and tests share theirs across runs).
-        if self.remote and self._session is not None:
-            sessions = [*self._thread_sessions, self._session]
+        if self.remote and self._opened:
+            sessions = [*self._thread_sessions, *[x for x in (self._session,) if x is not None]]
             self._thread_sessions.clear()
             self._session = None
+            self._opened = False
             _connect_closed(sessions)
+
+    def forget_lost_session(self, exc: BaseException) -> bool:
+        """After ``exc`` from this thread's session: when it says the Spark Connect server lost
+        the session (the server was started again), forget the sessions made on it, so that the
+        next ``get_session()`` opens new ones on the server now there. True when it did; a long
+        run (a continuous worker) then goes on instead of failing every later call."""
+        if not self.remote or not session_lost(exc):
+            return False
+        sessions = getattr(_THREAD, "sessions", {})
+        with self._lock:
+            root = self._session
+            ours = {id(x) for x in self._thread_sessions}
+            # This thread's sessions of this resource (one per root it has seen): all made on
+            # a server that has since lost them, or on a root already replaced.
+            lost = {key: own for key, own in sessions.items() if id(own) in ours}
+            for key in lost:
+                del sessions[key]
+            if root is not None and (id(root) in lost or not getattr(_THREAD, "own", False)):
+                # The root is the lost server's too. (Another thread may have replaced it
+                # already: then only this thread's sessions go.)
+                self._session = None
+            gone = {id(x) for x in lost.values()}
+            self._thread_sessions[:] = [x for x in self._thread_sessions if id(x) not in gone]
+        return True
 
     def get_session(self) -> Any:
         """The SparkSession, created on first use (fetching missing jars with Maven and compiling
@@ -187,7 +239,9 @@ class SparkResource(ConfigurableResource):  # type: ignore[type-arg]
             session.conf.set("spark.sql.shuffle.partitions", str(self.shuffle_partitions))
             check_executors(session, self.remote)
             self._session = session
-            _connect_opened()
+            if not self._opened:  # once per resource, however often a lost session is renewed
+                self._opened = True
+                _connect_opened()
         if self._session is None:
             from dagster_pyspark.resources import spark_session_from_config
 

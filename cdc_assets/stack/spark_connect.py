@@ -21,7 +21,7 @@ from cdc_assets.settings import Settings
 from cdc_assets.stack import local_process
 from cdc_assets.stack import state as stack_state
 from cdc_assets.stack.jars import require_tool
-from cdc_assets.stack.kafka_broker import HOST, pick_free_port
+from cdc_assets.stack.kafka_broker import HOST, pick_free_port, port_is_free
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 READY_TIMEOUT_S = 180.0
@@ -103,13 +103,17 @@ def running_port(settings: Settings) -> int | None:
 def start_server(settings: Settings, conf: dict[str, str]) -> int:
     """Start the server (or keep the running one of the same master); its port."""
     port = running_port(settings)
-    master = stack_state.section(settings, "spark_connect").get("master")
+    recorded = stack_state.section(settings, "spark_connect")
+    master = recorded.get("master")
     if port is not None and master == conf.get("spark.master") and _accepts(port):
         return port
     stop_server(settings)
     files = server_files(settings)
     files.base.mkdir(parents=True, exist_ok=True)
-    port = pick_free_port()
+    # A server started again (after a crash, a stop) keeps its port where it can: clients hold
+    # its sc:// URL, a continuous worker for as long as it runs.
+    before = recorded.get("port")
+    port = before if isinstance(before, int) and port_is_free(before) else pick_free_port()
     if files.log_file.exists():  # keep the previous run's log, as the broker does
         files.log_file.replace(files.log_file.with_name(files.log_file.name + ".1"))
     command = server_command(

@@ -64,7 +64,7 @@ def test_a_worker_and_micro_batch_runs_at_once_lose_and_double_nothing(
     resources: dict[str, Any],
     tmp_path: Path,
 ) -> None:
-    hot = _worker_spec(it_settings, kafka, "hot")
+    hot = worker_spec(it_settings, kafka, "hot")
     # A low bound: the worker also compacts base while the runs race it.
     maintenance = hot.base.maintenance.model_copy(update={"compact_files_per_bucket": 2})
     spec = hot.model_copy(update={"base": hot.base.model_copy(update={"maintenance": maintenance})})
@@ -105,7 +105,7 @@ def test_a_worker_and_micro_batch_runs_at_once_lose_and_double_nothing(
         def alive() -> None:
             assert worker.is_alive(), outcome
 
-        _until_base_matches(spec, iceberg, want, alive)
+        until_base_matches(spec, iceberg, want, alive)
         [record] = instance.get_run_records(dg.RunsFilter(job_name=CONTINUOUS_JOB))
         run = record.dagster_run
         assert HEARTBEAT_TAG in instance.get_run_by_id(run.run_id).tags  # type: ignore[union-attr]
@@ -152,8 +152,8 @@ def test_a_worker_leaves_a_table_alone_while_maintenance_or_an_evolution_holds_i
     nothing to it until it ends, then catches up, while the worker's other table (its tables in
     loops of their own, two at once) goes on. Maintenance holds the pause over its rewrites (not
     over expiry and orphan removal), an evolution over its commits, and both give it back."""
-    spec = _worker_spec(it_settings, kafka, "calm")
-    second = _worker_spec(it_settings, kafka, "calm")
+    spec = worker_spec(it_settings, kafka, "calm")
+    second = worker_spec(it_settings, kafka, "calm")
     other = TableSpec.model_validate(
         {**second.model_dump(mode="json", by_alias=True), "name": "orders_b"}
     )
@@ -184,7 +184,7 @@ def test_a_worker_leaves_a_table_alone_while_maintenance_or_an_evolution_holds_i
         produce(
             workload(spec, random.Random(61), keys=80, events=300), spec.source.topic, bootstrap
         )
-        _until_base_matches(spec, iceberg, expected_base(spec, kafka), alive)
+        until_base_matches(spec, iceberg, expected_base(spec, kafka), alive)
 
         # Paused: new changes wait in the topic, ledger and base stay where they are.
         with table_paused(catalog, spec, "maintenance"):
@@ -198,11 +198,11 @@ def test_a_worker_leaves_a_table_alone_while_maintenance_or_an_evolution_holds_i
                 other.source.topic,
                 bootstrap,
             )
-            _until_base_matches(other, iceberg, expected_base(other, kafka), alive)
+            until_base_matches(other, iceberg, expected_base(other, kafka), alive)
             time.sleep(3)  # more cycles and heartbeats of the worker
             assert [s.snapshot_id for s in snapshots()] == [s.snapshot_id for s in before]
             alive()
-        _until_base_matches(spec, iceberg, expected_base(spec, kafka), alive)
+        until_base_matches(spec, iceberg, expected_base(spec, kafka), alive)
         assert table_pause(catalog, spec) is None
 
         # Maintenance while the worker runs: the rewrites under the pause, the rest not.
@@ -240,7 +240,7 @@ def test_a_worker_leaves_a_table_alone_while_maintenance_or_an_evolution_holds_i
         produce(
             workload(spec, random.Random(64), keys=80, events=300), spec.source.topic, bootstrap
         )
-        _until_base_matches(evolved, iceberg, expected_base(evolved, kafka), alive)
+        until_base_matches(evolved, iceberg, expected_base(evolved, kafka), alive)
 
         [record] = instance.get_run_records(dg.RunsFilter(job_name=CONTINUOUS_JOB))
         messages = [e.user_message for e in instance.all_logs(record.dagster_run.run_id)]
@@ -277,7 +277,7 @@ def test_a_broker_killed_under_a_worker_and_started_again_loses_and_doubles_noth
     the topic with the ledger holding every record once."""
     state = stack_up(broker)
     kafka = KafkaResource(bootstrap_servers=state.bootstrap_servers, home=str(broker.home))
-    spec = _worker_spec(it_settings, kafka, "steady")
+    spec = worker_spec(it_settings, kafka, "steady")
     specs_dir = tmp_path / "specs"
     specs_dir.mkdir()
     write_spec(spec, specs_dir / f"{spec.name}.yaml")
@@ -306,7 +306,7 @@ def test_a_broker_killed_under_a_worker_and_started_again_loses_and_doubles_noth
         assert back.bootstrap_servers == state.bootstrap_servers  # same port, same data
         for part in slices[3:]:
             produce(part, spec.source.topic, back.bootstrap_servers)
-        _until_base_matches(spec, iceberg, expected_base(spec, kafka), alive)
+        until_base_matches(spec, iceberg, expected_base(spec, kafka), alive)
         [record] = instance.get_run_records(dg.RunsFilter(job_name=CONTINUOUS_JOB))
         messages = [e.user_message for e in instance.all_logs(record.dagster_run.run_id)]
         instance.report_run_canceling(record.dagster_run)
@@ -355,14 +355,14 @@ def _start_worker(
     return worker, outcome
 
 
-def _worker_spec(settings: Settings, kafka: KafkaResource, worker: str) -> Any:
+def worker_spec(settings: Settings, kafka: KafkaResource, worker: str) -> Any:
     plain = isolated(example_spec(settings, "orders"), partitions=2, kafka=kafka)
     return plain.model_copy(
         update={"pipeline": plain.pipeline.model_copy(update={"worker": worker})}
     )
 
 
-def _until_base_matches(spec: Any, iceberg: IcebergCatalogResource, want: Any, alive: Any) -> None:
+def until_base_matches(spec: Any, iceberg: IcebergCatalogResource, want: Any, alive: Any) -> None:
     deadline = time.monotonic() + CATCH_UP_S
     while True:
         alive()
@@ -385,7 +385,7 @@ def test_the_daemon_keeps_a_worker_alive_and_replaces_a_killed_one_losing_nothin
     spec (which onboards its table), the worker brings base to the replay; SIGKILL of its process
     mid-stream leaves its run STARTED, the sensor fails it when its heartbeat stops and starts
     another, and base again equals the replay with every record in the ledger once."""
-    spec = _worker_spec(it_settings, kafka, "w1")
+    spec = worker_spec(it_settings, kafka, "w1")
     specs_dir = tmp_path / "specs"
     specs_dir.mkdir()
     write_spec(spec, specs_dir / f"{spec.name}.yaml")
@@ -421,7 +421,7 @@ def test_the_daemon_keeps_a_worker_alive_and_replaces_a_killed_one_losing_nothin
         # Other runs may be there too (a micro-batch before the worker started, the checks).
         [first] = beating(runs)
         assert first.tags[WORKER_TAG] == "w1"
-        _until_base_matches(spec, iceberg, expected_base(spec, kafka), alive)
+        until_base_matches(spec, iceberg, expected_base(spec, kafka), alive)
         produce(events[600:1200], spec.source.topic, bootstrap)
         time.sleep(1.5)  # mid-stream: the worker is reading or committing this slice
         os.kill(int(first.tags[PID_TAG]), signal.SIGKILL)
@@ -434,7 +434,7 @@ def test_the_daemon_keeps_a_worker_alive_and_replaces_a_killed_one_losing_nothin
             "a second worker",
             300,
         )
-        _until_base_matches(spec, iceberg, expected_base(spec, kafka), alive)
+        until_base_matches(spec, iceberg, expected_base(spec, kafka), alive)
         killed = instance.get_run_by_id(first.run_id)
         assert killed is not None
         assert killed.status == dg.DagsterRunStatus.FAILURE

@@ -12,28 +12,36 @@ from __future__ import annotations
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import dagster as dg
 import pytest
 
 from cdc_assets.demo.events import produce, workload
+from cdc_assets.jobs.continuous import CONTINUOUS_JOB, HEARTBEAT_TAG
 from cdc_assets.resources import build_resources
 from cdc_assets.settings import ENV_HOME, Settings
 from cdc_assets.spec.models import TableSpec
+from cdc_assets.spec.versions import write_spec
 from cdc_assets.stack import spark_connect
 from cdc_assets.stack import state as stack_state
 from cdc_assets.stack.local_stack import StackState, stack_status, stack_up
 from cdc_assets_tests.conftest import PROJECT_ROOT
+from cdc_assets_tests.integration.test_continuous_worker import until_base_matches, worker_spec
 from cdc_assets_tests.integration.test_ingest import isolated
+from cdc_assets_tests.integration.test_spark_cluster import assert_ledger_exact
 from cdc_assets_tests.integration.test_upsert import (
     assert_base_matches,
     example_spec,
     expected_base,
 )
+from cdc_assets_tests.support.daemon import dagster_home, running_daemon, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -196,3 +204,62 @@ def test_a_run_torn_down_in_the_same_process_keeps_the_others_checkpoints(
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     assert proc.stdout.strip().splitlines()[-1] == "counted [7]"
+
+
+def test_a_server_killed_under_a_worker_and_started_again_loses_and_doubles_nothing(
+    it_settings: Settings, connect_port: int, kafka: Any, iceberg: Any, tmp_path: Path
+) -> None:
+    """Issue 58: through a real dagster-daemon, the continuous worker of a table runs on the
+    Connect server; the server is killed with SIGKILL mid-stream and started again 8 s later.
+    It comes back on its port, without the worker's session: the worker's cycles fail, it opens
+    a new session and goes on in the same run, and base equals the replay of the topic with the
+    ledger holding every record once."""
+    spec = worker_spec(it_settings, kafka, "wc")
+    specs_dir = tmp_path / "specs"
+    specs_dir.mkdir()
+    write_spec(spec, specs_dir / f"{spec.name}.yaml")
+    bootstrap = kafka.resolved_bootstrap()
+    events = workload(spec, random.Random(258), keys=120, events=1500)
+    env = {"CDC_ASSETS_HOME": str(it_settings.home), "CDC_ASSETS_SPECS": str(specs_dir)}
+    home = dagster_home(tmp_path)
+    log = tmp_path / "daemon.log"
+    instance = dg.DagsterInstance.from_config(str(home))
+
+    def beating(runs: list[Any]) -> list[Any]:
+        return [
+            r
+            for r in runs
+            if r.job_name == CONTINUOUS_JOB
+            and r.status == dg.DagsterRunStatus.STARTED
+            and HEARTBEAT_TAG in r.tags
+        ]
+
+    produce(events[:500], spec.source.topic, bootstrap)
+    with running_daemon(home, env, log) as daemon:
+
+        def alive() -> None:
+            assert daemon.poll() is None, log.read_text()[-4000:]
+
+        [worker] = beating(
+            wait_until(
+                instance, daemon, log, lambda runs: bool(beating(runs)), "a beating worker", 300
+            )
+        )
+        until_base_matches(spec, iceberg, expected_base(spec, kafka), alive)
+        produce(events[500:1000], spec.source.topic, bootstrap)
+        time.sleep(1.5)  # mid-stream: the worker is reading or committing this slice
+        os.kill(_server_pid(it_settings), signal.SIGKILL)
+        produce(events[1000:], spec.source.topic, bootstrap)
+        time.sleep(8)
+        stack_up(it_settings, spark_connect=True)
+        assert spark_connect.running_port(it_settings) == connect_port  # clients keep the URL
+        until_base_matches(spec, iceberg, expected_base(spec, kafka), alive)
+        messages = [e.user_message for e in instance.all_logs(worker.run_id)]
+        again = instance.get_run_by_id(worker.run_id)
+        assert again is not None
+        assert again.status == dg.DagsterRunStatus.STARTED, messages[-20:]
+        assert any("lost this worker's session" in m for m in messages), messages[-20:]
+        states = [(r.job_name, r.status.value) for r in instance.get_runs()]
+    assert_ledger_exact(spec, iceberg, kafka)
+    print(states)
+    print("\n".join(m for m in messages if "cycle failed" in m or "lost" in m))
