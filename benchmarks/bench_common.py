@@ -62,8 +62,8 @@ def results_plot(name: str, figsize: tuple[float, float] = (6.5, 3.8)) -> Iterat
 
 def make_home(tmp: Path) -> Any:
     """Settings for a fresh CDC home in ``tmp`` whose jar cache links to the project's."""
+    from cdc_assets.jars.maven import ensure_jars
     from cdc_assets.settings import load_settings
-    from cdc_assets.stack.jars import ensure_jars
 
     # The project's cache lives in its default home unless the caller chose another one.
     project = load_settings({"CDC_ASSETS_HOME": str(ROOT / ".cdc-assets"), **os.environ})

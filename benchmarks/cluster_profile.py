@@ -118,7 +118,7 @@ class Child:
             env["CDC_ASSETS_CATALOG_URI"] = f"jdbc:sqlite:{settings.local_catalog_file}"
             env["CDC_ASSETS_WAREHOUSE"] = settings.local_warehouse.as_uri()
         else:
-            from cdc_assets.stack import state as stack_state
+            from cdc_assets.local_servers import state as stack_state
 
             ui = str(stack_state.section(settings, "spark_connect")["ui"])
         self.profile = profile

@@ -426,7 +426,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         base = make_home(Path(tmp))
         if args.daemon:
-            from cdc_assets.stack.jars import ensure_jars
+            from cdc_assets.jars.maven import ensure_jars
 
             ensure_jars("connect", base, quiet=True)
         state = stack_up(base, spark_connect=args.daemon)

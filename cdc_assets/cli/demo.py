@@ -37,11 +37,11 @@ def run_generator_demo(settings: Settings, args: argparse.Namespace) -> int:
     from cdc_assets.assets.keys import asset_key, node_name
     from cdc_assets.definitions import build_defs
     from cdc_assets.demo.stream import produce_demo
+    from cdc_assets.jars.maven import ensure_jars
     from cdc_assets.jobs.upsert import upsert_assets
     from cdc_assets.sensors.new_offsets import current_hour_key
     from cdc_assets.spec import load_specs
     from cdc_assets.stack import local_stack
-    from cdc_assets.stack.jars import ensure_jars
 
     started = time.monotonic()
     steps = 7

@@ -15,9 +15,9 @@ from cdc_assets.settings import ENV_SPECS, Settings
 
 
 def cmd_jars(settings: Settings, _: argparse.Namespace) -> int:
+    from cdc_assets.jars.maven import KINDS, cached_spark_jars, ensure_jars, jar_cache_size
+    from cdc_assets.jars.own import ensure_connect_jar, ensure_udf_jar
     from cdc_assets.stack.class_archive import ensure_archive
-    from cdc_assets.stack.jars import KINDS, cached_spark_jars, ensure_jars, jar_cache_size
-    from cdc_assets.stack.own_jars import ensure_connect_jar, ensure_udf_jar
 
     for kind in KINDS:
         jars = ensure_jars(kind, settings)

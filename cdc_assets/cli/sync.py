@@ -17,7 +17,7 @@ def cmd_sync(settings: Settings, args: argparse.Namespace) -> int:
     runs, in this process) once, or until a cycle finds nothing new (``--until-caught-up``);
     with ``--checks``, every asset check once at the end."""
     from cdc_assets.jobs.inprocess import PipelineDriver
-    from cdc_assets.stack.local_stack import require_bootstrap
+    from cdc_assets.local_servers.endpoints import require_bootstrap
 
     if settings.kafka_bootstrap is None:
         require_bootstrap(settings)  # a clear error when neither a broker nor the stack is up

@@ -219,11 +219,11 @@ def run_live_demo(
     from rich.table import Table
 
     from cdc_assets.cli import dagster_instance
+    from cdc_assets.jars.maven import ensure_jars
     from cdc_assets.jobs.inprocess import PipelineDriver
     from cdc_assets.pipeline.source_compare import compare_source, source_url_for
     from cdc_assets.resources import build_resources
     from cdc_assets.spec import load_specs
-    from cdc_assets.stack.jars import ensure_jars
     from cdc_assets.stack.local_stack import lake_description, stack_up
 
     steps = 8

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from cdc_assets.local_servers import endpoints
 from cdc_assets.resources.iceberg import IcebergCatalogResource
 from cdc_assets.resources.kafka import KafkaResource
 from cdc_assets.resources.secret_refs import hide_secrets
@@ -54,11 +55,9 @@ def _local_catalog(settings: Settings) -> IcebergCatalogResource:
     when one is recorded; else the cluster profile's JDBC catalog and object store when those
     are recorded (``CDC_ASSETS_CLUSTER_CATALOG=jdbc``); else the embedded SQLite file and
     warehouse directory."""
-    from cdc_assets.stack import catalog_server, object_store, rest_catalog
-
-    rest = rest_catalog.recorded(settings)
-    server = catalog_server.recorded(settings)
-    store = object_store.recorded(settings)
+    rest = endpoints.recorded_rest_catalog(settings)
+    server = endpoints.recorded_catalog_server(settings)
+    store = endpoints.recorded_object_store(settings)
     if rest is not None and server is not None and store is not None:
         # The cluster profile on REST: the server holds the catalog's database credentials; the
         # engines write data files themselves, so they keep the object store's properties.
@@ -68,7 +67,7 @@ def _local_catalog(settings: Settings) -> IcebergCatalogResource:
             uri=rest.url,
             warehouse=settings.warehouse or store.warehouse,
             properties={
-                **object_store.catalog_properties(store),
+                **store.catalog_properties(),
                 **rest.client_properties(),
                 **settings.catalog_properties,
             },
@@ -89,7 +88,7 @@ def _local_catalog(settings: Settings) -> IcebergCatalogResource:
             warehouse=settings.warehouse or store.warehouse,
             properties={
                 **server.properties(),
-                **object_store.catalog_properties(store),
+                **store.catalog_properties(),
                 **settings.catalog_properties,
             },
         )
@@ -106,9 +105,8 @@ def _local_spark_connect(settings: Settings) -> str | None:
     """The local stack's Spark Connect server (`stack up --spark-connect`) when it runs and no
     other Spark is configured."""
     from cdc_assets.settings import DEFAULT_SPARK_MASTER
-    from cdc_assets.stack import spark_connect
 
     if settings.spark_master != DEFAULT_SPARK_MASTER:
         return None
-    port = spark_connect.running_port(settings)
-    return None if port is None else spark_connect.remote_url(port)
+    port = endpoints.spark_connect_port(settings)
+    return None if port is None else endpoints.spark_connect_url(port)

@@ -11,6 +11,7 @@ from pydantic import Field
 
 from cdc_assets.errors import StackError
 from cdc_assets.kafka_security import KafkaSecurity
+from cdc_assets.local_servers.endpoints import require_bootstrap, running_registry
 from cdc_assets.resources.schema_registry import TopicSchemas, topic_schemas
 from cdc_assets.settings import load_settings
 
@@ -54,8 +55,6 @@ class KafkaResource(ConfigurableResource):  # type: ignore[type-arg]
     def resolved_bootstrap(self) -> str:
         if self.bootstrap_servers:
             return self.bootstrap_servers
-        from cdc_assets.stack.local_stack import require_bootstrap
-
         return require_bootstrap(replace(load_settings(), home=Path(self.home)))
 
     secured: bool = Field(
@@ -98,9 +97,8 @@ class KafkaResource(ConfigurableResource):  # type: ignore[type-arg]
         """The schema registry's URL: the configured one, else the local stack's, else None."""
         if self.schema_registry_url:
             return self.schema_registry_url
-        from cdc_assets.stack.local_stack import running_registry
-
-        return running_registry(replace(load_settings(), home=Path(self.home)))
+        registry = running_registry(replace(load_settings(), home=Path(self.home)))
+        return registry.url if registry is not None else None
 
     def topic_schemas(self, topic: str) -> TopicSchemas:
         """The writer schemas of the topic's value subject (see `schema_registry`)."""

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cdc_assets.errors import CdcAssetsError
+from cdc_assets.local_servers.endpoints import running_registry
 
 # (registry url, subject, version) -> (schema id, schema text): immutable in a registry.
 _VERSIONS: dict[tuple[str, str, int], tuple[int, str]] = {}
@@ -122,10 +123,12 @@ def configured_registry() -> str | None:
     """The registry of this process's settings: CDC_ASSETS_SCHEMA_REGISTRY_URL, else the local
     stack's while it runs, else None."""
     from cdc_assets.settings import load_settings
-    from cdc_assets.stack.local_stack import running_registry
 
     settings = load_settings()
-    return settings.schema_registry_url or running_registry(settings)
+    if settings.schema_registry_url:
+        return settings.schema_registry_url
+    registry = running_registry(settings)
+    return registry.url if registry is not None else None
 
 
 def framed_schema_id(value: bytes | None) -> int | None:

@@ -139,8 +139,8 @@ class SparkResource(ConfigurableResource):  # type: ignore[type-arg]
         return replace(load_settings(), home=Path(self.home))
 
     def conf(self) -> dict[str, str]:
+        from cdc_assets.jars.maven import cached_spark_jars
         from cdc_assets.resources.class_archive import existing_archive
-        from cdc_assets.stack.jars import cached_spark_jars
 
         settings = self.settings()
         jars = [str(p) for p in cached_spark_jars(settings)]
@@ -245,7 +245,7 @@ class SparkResource(ConfigurableResource):  # type: ignore[type-arg]
         if self._session is None:
             from dagster_pyspark.resources import spark_session_from_config
 
-            from cdc_assets.stack.own_jars import spark_jars
+            from cdc_assets.jars.own import spark_jars
 
             spark_jars(self.settings())
             if self.master.startswith("local"):

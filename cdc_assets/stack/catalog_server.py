@@ -11,38 +11,22 @@ The database, its owner and the owner's password are made once and recorded in t
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass
 from typing import Any
 
+from cdc_assets.local_servers import state as stack_state
+from cdc_assets.local_servers.endpoints import CATALOG_SERVER_SECTION as SECTION
+from cdc_assets.local_servers.endpoints import CatalogServer, recorded_catalog_server
 from cdc_assets.settings import Settings
 from cdc_assets.stack import sources
-from cdc_assets.stack import state as stack_state
 from cdc_assets.stack.kafka_broker import HOST
 
-SECTION = "catalog_server"
 DATABASE = "iceberg_catalog"
 USER = "iceberg"
 
 
-@dataclass(frozen=True)
-class CatalogServer:
-    jdbc_url: str  # jdbc:postgresql://127.0.0.1:<port>/iceberg_catalog
-    user: str
-    password: str
-
-    def properties(self) -> dict[str, str]:
-        """Catalog properties both engines need (Spark passes ``jdbc.*`` to the driver;
-        pyiceberg's SQL catalog takes them into its SQLAlchemy URL, see resources.config)."""
-        return {"jdbc.user": self.user, "jdbc.password": self.password}
-
-
 def recorded(settings: Settings) -> CatalogServer | None:
     """The catalog server the state file names (running or not)."""
-    entry = stack_state.section(settings, SECTION)
-    try:
-        return CatalogServer(entry["jdbc_url"], entry["user"], entry["password"])
-    except (KeyError, TypeError):
-        return None
+    return recorded_catalog_server(settings)
 
 
 def running(settings: Settings) -> CatalogServer | None:

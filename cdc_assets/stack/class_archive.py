@@ -30,7 +30,7 @@ from cdc_assets.settings import Settings
 def ensure_archive(settings: Settings, jars: Sequence[str]) -> Path | None:
     """The archive for these jars, made now by a driver of its own when there is none (about
     half a minute); None when it cannot be made (the reason printed: drivers run without)."""
-    from cdc_assets.stack.jars import locked
+    from cdc_assets.jars.maven import locked
 
     target = archive_path(settings, jars)
     if target is None:
@@ -93,6 +93,7 @@ def _archive(home: Path, out: Path) -> None:
 
     from pyspark.sql import SparkSession
 
+    from cdc_assets.jars.maven import cached_spark_jars
     from cdc_assets.resources.config import (
         DRIVER_JAVA_OPTIONS,
         QUIET_CDS,
@@ -100,7 +101,6 @@ def _archive(home: Path, out: Path) -> None:
         spark_conf,
     )
     from cdc_assets.settings import load_settings
-    from cdc_assets.stack.jars import cached_spark_jars
 
     settings = replace(load_settings(), home=home)
     scratch = Path(tempfile.mkdtemp(prefix="cdc-class-archive-"))

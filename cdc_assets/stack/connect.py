@@ -30,11 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from cdc_assets.errors import StackError
+from cdc_assets.jars.maven import ensure_jars, require_tool
 from cdc_assets.kafka_security import KafkaSecurity
+from cdc_assets.local_servers import state as stack_state
 from cdc_assets.settings import Settings
 from cdc_assets.stack import kafka_tls, local_process, sources
-from cdc_assets.stack import state as stack_state
-from cdc_assets.stack.jars import ensure_jars, require_tool
 from cdc_assets.stack.kafka_broker import HOST
 from cdc_assets.stack.local_process import log_tail
 
@@ -75,7 +75,7 @@ def connect_files(settings: Settings) -> ConnectFiles:
 def connect_classpath(settings: Settings) -> str:
     """Java ``-cp`` value for the worker: Kafka Connect, the Debezium connectors and the
     project's connectors around them (`own_jars.CONNECT_EXT`)."""
-    from cdc_assets.stack.own_jars import ensure_connect_jar
+    from cdc_assets.jars.own import ensure_connect_jar
 
     ensure_jars("connect", settings)
     extensions = ensure_connect_jar(settings)

@@ -20,13 +20,14 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient
 
 from cdc_assets.errors import StackError
+from cdc_assets.jars.maven import require_tool
+from cdc_assets.local_servers.endpoints import HOST as HOST  # the stack's servers import it here
+from cdc_assets.local_servers.endpoints import KAFKA_MAIN_CLASS as MAIN_CLASS
+from cdc_assets.local_servers.endpoints import is_broker_process
 from cdc_assets.stack import local_process
-from cdc_assets.stack.jars import require_tool
 from cdc_assets.stack.kafka_tls import TlsMaterial
 from cdc_assets.stack.local_process import log_tail
 
-HOST = "127.0.0.1"
-MAIN_CLASS = "kafka.Kafka"
 STORAGE_TOOL_CLASS = "kafka.tools.StorageTool"
 BROKER_HEAP = "-Xmx512m"
 LOG4J_TEMPLATE = Path(__file__).with_name("kafka-log4j2.properties")
@@ -195,14 +196,6 @@ def start_broker(files: BrokerFiles, classpath: str, jvm_options: Sequence[str] 
 
 exit_code = local_process.exit_code
 pid_alive = local_process.pid_alive
-
-
-def is_broker_process(pid: int, server_properties: Path) -> bool:
-    """True when ``pid`` runs kafka.Kafka with exactly this server.properties (guards pid reuse)."""
-    if not pid_alive(pid):
-        return False
-    args = local_process.cmdline(pid)
-    return MAIN_CLASS in args and str(server_properties) in args
 
 
 def find_broker_pids(server_properties: Path) -> list[int]:

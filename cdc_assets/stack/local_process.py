@@ -5,7 +5,7 @@ Start in a session of its own with output appended to a log, recognise by comman
 pid reuse), stop by signal with a SIGKILL fallback. A process counts as gone only when all its
 threads are: a killed JVM's main thread turns zombie while its other threads still hold its
 sockets, and a server restarted on the same port in that moment finds the port taken. What each
-server is recorded as (pid, ports) lives in one state file (``stack/state.py``).
+server is recorded as (pid, ports) lives in one state file (``local_servers/state.py``).
 
 Why not a kept library: the servers must outlive the command that started them (`stack up`
 returns, `stack down` runs later from another process) and be found again by command line, and
@@ -25,6 +25,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from cdc_assets.errors import StackError
+from cdc_assets.local_servers.processes import STARTED, cmdline, pid_alive, runs
+
+__all__ = ["cmdline", "pid_alive", "runs"]  # where the stack's modules have always found them
 
 
 def log_tail(log_file: Path, lines: int) -> list[str]:
@@ -34,11 +37,6 @@ def log_tail(log_file: Path, lines: int) -> list[str]:
             return [line.rstrip("\n") for line in deque(handle, maxlen=lines)]
     except FileNotFoundError:
         return []
-
-
-# Popen objects of the processes this interpreter started: polling reaps one that died, which
-# would otherwise linger as a zombie that os.kill(pid, 0) still reports as alive.
-_STARTED: dict[int, subprocess.Popen[bytes]] = {}
 
 
 def start_detached(
@@ -67,62 +65,13 @@ def start_detached(
             )
         except OSError as exc:
             raise StackError(f"cannot start {command[0]}: {exc}") from exc
-    _STARTED[proc.pid] = proc
+    STARTED[proc.pid] = proc
     return proc.pid
 
 
 def exit_code(pid: int) -> int | None:
-    proc = _STARTED.get(pid)
+    proc = STARTED.get(pid)
     return None if proc is None else proc.poll()
-
-
-def pid_alive(pid: int) -> bool:
-    """True when ``pid`` is a running (not zombie) process."""
-    proc = _STARTED.get(pid)
-    if proc is not None:
-        return proc.poll() is None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
-    except OSError:
-        return True
-    # The command name in parentheses may itself contain spaces, so read after the last ')'.
-    fields = stat.rsplit(")", 1)[-1].split()
-    if not (fields and fields[0] in ("Z", "X")):
-        return True
-    # A zombie leader whose other threads have not exited yet still holds the process's files.
-    try:
-        return len(list(Path(f"/proc/{pid}/task").iterdir())) > 1
-    except OSError:
-        return False
-
-
-def cmdline(pid: int) -> list[str]:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except FileNotFoundError:
-        if Path("/proc").is_dir():
-            return []
-        # No procfs (macOS): ask ps; splitting on spaces is enough to spot our arguments.
-        done = subprocess.run(
-            ["ps", "-o", "command=", "-p", str(pid)], capture_output=True, text=True, check=False
-        )
-        return done.stdout.split()
-    except OSError:
-        return []
-    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
-
-
-def runs(pid: int | None, marker: str) -> bool:
-    """True when ``pid`` is alive and one of its arguments contains ``marker``."""
-    if pid is None or not pid_alive(pid):
-        return False
-    return any(marker in arg for arg in cmdline(pid))
 
 
 def find_pids(program: str, marker: str) -> list[int]:
@@ -170,7 +119,7 @@ def _wait_gone(pid: int, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while True:
         if not pid_alive(pid):
-            _STARTED.pop(pid, None)
+            STARTED.pop(pid, None)
             return True
         if time.monotonic() >= deadline:
             return False

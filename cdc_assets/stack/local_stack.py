@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from cdc_assets.errors import StackError
+from cdc_assets.jars.maven import kafka_classpath
+from cdc_assets.local_servers import endpoints
+from cdc_assets.local_servers import state as stack_state
 from cdc_assets.settings import (
     ENV_CLUSTER_CATALOG,
-    ENV_KAFKA_BOOTSTRAP,
     ENV_KAFKA_PORT,
     Settings,
 )
@@ -31,8 +33,6 @@ from cdc_assets.stack import (
     spark_cluster,
     spark_connect,
 )
-from cdc_assets.stack import state as stack_state
-from cdc_assets.stack.jars import kafka_classpath
 
 if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
@@ -302,7 +302,7 @@ def embedded_catalog_properties(settings: Settings) -> dict[str, str]:
 
 
 def cluster_catalog_properties(
-    settings: Settings, server: catalog_server.CatalogServer, store: object_store.ObjectStore
+    settings: Settings, server: endpoints.CatalogServer, store: endpoints.ObjectStore
 ) -> dict[str, str]:
     """The cluster profile's JDBC catalog on PostgreSQL with its warehouse in the object store,
     as Iceberg catalog properties for the REST server over it (S3FileIO on the server's side).
@@ -313,7 +313,7 @@ def cluster_catalog_properties(
         "uri": server.jdbc_url,
         "warehouse": store.warehouse,
         **server.properties(),
-        **object_store.catalog_properties(store),
+        **store.catalog_properties(),
     }
 
 
@@ -330,8 +330,8 @@ def _avro_connectors(settings: Settings, registry: bool, avro: tuple[str, ...]) 
 
 
 def _start_spark_connect(settings: Settings, *, cluster: bool = False) -> int:
+    from cdc_assets.jars.own import spark_jars
     from cdc_assets.resources import build_resources
-    from cdc_assets.stack.own_jars import spark_jars
 
     spark_jars(settings)
     if cluster:
@@ -432,21 +432,6 @@ def read_state(settings: Settings) -> StackState | None:
         ) from exc
 
 
-def require_bootstrap(settings: Settings) -> str:
-    """Kafka bootstrap servers: the configured ones, else the running local stack's."""
-    if settings.kafka_bootstrap:
-        return settings.kafka_bootstrap
-    state = read_state(settings)
-    if state is not None and kafka_broker.is_broker_process(
-        state.kafka_pid, _broker_files(settings).server_properties
-    ):
-        return state.bootstrap_servers
-    raise StackError(
-        "Kafka is not configured and the local stack is not running: run `cdc-assets stack up` "
-        f"or set {ENV_KAFKA_BOOTSTRAP}"
-    )
-
-
 def _broker_files(settings: Settings) -> kafka_broker.BrokerFiles:
     kafka_dir = settings.stack_dir / "kafka"
     return kafka_broker.BrokerFiles(
@@ -468,7 +453,7 @@ def _recorded_pid(settings: Settings) -> int | None:
 
 
 def _serving(state: StackState, files: kafka_broker.BrokerFiles) -> bool:
-    return kafka_broker.is_broker_process(
+    return endpoints.is_broker_process(
         state.kafka_pid, files.server_properties
     ) and kafka_broker.port_answers(state.kafka_port)
 
@@ -477,7 +462,7 @@ def _stop_brokers(settings: Settings, files: kafka_broker.BrokerFiles) -> None:
     """Stop every broker on our config, recorded or stray, and forget the running broker."""
     pids = set(kafka_broker.find_broker_pids(files.server_properties))
     recorded = _recorded_pid(settings)
-    if recorded is not None and kafka_broker.is_broker_process(recorded, files.server_properties):
+    if recorded is not None and endpoints.is_broker_process(recorded, files.server_properties):
         pids.add(recorded)
     for pid in sorted(pids):
         kafka_broker.stop_broker(pid, timeout=STOP_TIMEOUT_S)
@@ -573,7 +558,7 @@ def _kafka_status(settings: Settings) -> KafkaStatus:
         return KafkaStatus(state="stopped", pid=None, bootstrap=None, reason="not started")
     bootstrap = state.bootstrap_servers if state is not None else None
     tail = local_process.log_tail(files.log_file, STATUS_LOG_LINES)
-    if not kafka_broker.is_broker_process(pid, files.server_properties):
+    if not endpoints.is_broker_process(pid, files.server_properties):
         return KafkaStatus(
             state="dead",
             pid=pid,
@@ -649,5 +634,5 @@ def _locked(settings: Settings) -> Any:
 def running_registry(settings: Settings) -> str | None:
     """The Confluent-compatible URL of the local stack's schema registry while it runs, else
     None (see `stack.schema_registry`)."""
-    registry = schema_registry.running(settings)
+    registry = endpoints.running_registry(settings)
     return registry.url if registry is not None else None

@@ -16,39 +16,27 @@ import shutil
 import socket
 import subprocess
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from cdc_assets.errors import StackError
+from cdc_assets.jars.maven import locked, require_tool
+from cdc_assets.local_servers import state as stack_state
+from cdc_assets.local_servers.endpoints import OBJECT_STORE_REGION as REGION
+from cdc_assets.local_servers.endpoints import OBJECT_STORE_SECTION as SECTION
+from cdc_assets.local_servers.endpoints import ObjectStore, recorded_object_store
 from cdc_assets.settings import Settings
 from cdc_assets.stack import local_process
-from cdc_assets.stack import state as stack_state
-from cdc_assets.stack.jars import locked, require_tool
 from cdc_assets.stack.kafka_broker import HOST, pick_free_port, port_is_free
 
 MODULE = "github.com/versity/versitygw/cmd/versitygw"
 VERSION = "v1.8.0"
-SECTION = "object_store"
 BUCKET = "warehouse"
-REGION = "us-east-1"
 ACCESS_KEY = "cdcassets"
 READY_TIMEOUT_S = 60.0
 # 1: the gateway writes an S3 access log (benchmarks/cluster_profile.py counts requests in it).
 ENV_ACCESS_LOG = "CDC_ASSETS_S3_ACCESS_LOG"
 BUILD_TIMEOUT_S = 900
-
-
-@dataclass(frozen=True)
-class ObjectStore:
-    endpoint: str  # http://127.0.0.1:<port>
-    access_key: str
-    secret_key: str
-    bucket: str
-
-    @property
-    def warehouse(self) -> str:
-        return f"s3://{self.bucket}/"
 
 
 def binary(settings: Settings) -> Path:
@@ -113,13 +101,7 @@ def running(settings: Settings) -> ObjectStore | None:
 def recorded(settings: Settings) -> ObjectStore | None:
     """The object store the state file names, running or not (runs use it; a stopped store is a
     failed request, named by the S3 client, not another warehouse)."""
-    entry = stack_state.section(settings, SECTION)
-    try:
-        return ObjectStore(
-            entry["endpoint"], entry["access_key"], entry["secret_key"], entry["bucket"]
-        )
-    except (KeyError, TypeError):
-        return None
+    return recorded_object_store(settings)
 
 
 def start(settings: Settings) -> ObjectStore:
@@ -193,17 +175,9 @@ def filesystem(store: ObjectStore) -> Any:
 
 
 def catalog_properties(store: ObjectStore) -> dict[str, str]:
-    """Catalog properties that give Spark (S3FileIO, on the driver and every executor) and
-    pyiceberg (PyArrow) the same view of the store."""
-    return {
-        "io-impl": "org.apache.iceberg.aws.s3.S3FileIO",
-        "s3.endpoint": store.endpoint,
-        "s3.path-style-access": "true",
-        "s3.access-key-id": store.access_key,
-        "s3.secret-access-key": store.secret_key,
-        "client.region": REGION,
-        "s3.region": REGION,
-    }
+    """Catalog properties that give Spark (S3FileIO) and pyiceberg (PyArrow) the same view of
+    the store."""
+    return store.catalog_properties()
 
 
 def _wait_ready(pid: int, port: int, log: Path) -> None:

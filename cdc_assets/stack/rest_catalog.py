@@ -22,17 +22,18 @@ import secrets
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
 
 from cdc_assets.errors import StackError
+from cdc_assets.jars.maven import ensure_jars, require_tool
+from cdc_assets.local_servers import state as stack_state
+from cdc_assets.local_servers.endpoints import REST_CATALOG_SECTION as SECTION
+from cdc_assets.local_servers.endpoints import REST_CLIENT_ID as CLIENT_ID
+from cdc_assets.local_servers.endpoints import RestCatalog, recorded_rest_catalog
 from cdc_assets.settings import Settings
 from cdc_assets.stack import local_process
-from cdc_assets.stack import state as stack_state
-from cdc_assets.stack.jars import ensure_jars, require_tool
 from cdc_assets.stack.kafka_broker import HOST, pick_free_port, port_is_free
 
-SECTION = "rest_catalog"
 MAIN_CLASS = "io.cdcassets.rest.LoopbackRestCatalog"
 HEAP = "-Xmx256m"
 READY_TIMEOUT_S = 60.0
@@ -41,26 +42,6 @@ READY_TIMEOUT_S = 60.0
 TOKEN_PROPERTY = "rest.auth.token"  # the server's properties (jvm/rest), not a client's
 CLIENT_ID_PROPERTY = "rest.auth.client-id"
 CLIENT_SECRET_PROPERTY = "rest.auth.client-secret"
-CLIENT_ID = "cdc-assets"
-
-
-@dataclass(frozen=True)
-class RestCatalog:
-    port: int
-    token: str | None = None
-    client_secret: str | None = None  # of CLIENT_ID, for the client credentials flow
-
-    @property
-    def url(self) -> str:
-        return f"http://{HOST}:{self.port}"
-
-    def client_properties(self) -> dict[str, str]:
-        """What a client (Spark's RESTCatalog, pyiceberg's) needs beyond the URI: the token."""
-        return {"token": self.token} if self.token else {}
-
-    def credential(self) -> str | None:
-        """The catalog property ``credential`` of the client credentials flow (``id:secret``)."""
-        return f"{CLIENT_ID}:{self.client_secret}" if self.client_secret else None
 
 
 def _directory(settings: Settings) -> Path:
@@ -72,7 +53,7 @@ def classpath(settings: Settings) -> str:
     client (HadoopFileIO for a ``file:`` warehouse)."""
     import pyspark
 
-    from cdc_assets.stack.own_jars import ensure_rest_jar
+    from cdc_assets.jars.own import ensure_rest_jar
 
     jars = ensure_jars("rest-catalog", settings)
     hadoop = sorted((Path(pyspark.__file__).parent / "jars").glob("hadoop-client-*.jar"))
@@ -85,14 +66,7 @@ def classpath(settings: Settings) -> str:
 def recorded(settings: Settings) -> RestCatalog | None:
     """The REST catalog the stack started and has not stopped, running or not: runs keep using
     it while it is down (a failed request, named by the client), never another catalog."""
-    entry = stack_state.section(settings, SECTION)
-    try:
-        int(entry["pid"])
-        return RestCatalog(
-            int(entry["port"]), entry.get("token") or None, entry.get("client_secret") or None
-        )
-    except (KeyError, TypeError, ValueError):
-        return None
+    return recorded_rest_catalog(settings)
 
 
 def running(settings: Settings) -> RestCatalog | None:

@@ -20,22 +20,21 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
 
 from cdc_assets.errors import JarSetupError, StackError
+from cdc_assets.jars.maven import JVM_DIR, STAMP_NAME, locked, require_tool, run_quietly, swap_in
+from cdc_assets.local_servers import state as stack_state
+from cdc_assets.local_servers.endpoints import REGISTRY_SECTION as SECTION
+from cdc_assets.local_servers.endpoints import Registry, running_registry
+from cdc_assets.local_servers.endpoints import registry_app_dir as app_dir
 from cdc_assets.settings import Settings
 from cdc_assets.stack import local_process
-from cdc_assets.stack import state as stack_state
-from cdc_assets.stack.jars import JVM_DIR, STAMP_NAME, locked, require_tool, run_quietly, swap_in
 from cdc_assets.stack.kafka_broker import HOST, pick_free_port, port_is_free
 
-SECTION = "schema_registry"
 POM = JVM_DIR / "registry" / "pom.xml"
 HEAP = "-Xmx256m"
 READY_TIMEOUT_S = 90.0
-CCOMPAT_PATH = "/apis/ccompat/v7"
-NATIVE_PATH = "/apis/registry/v2"
 # Build-time Quarkus settings: the app jar has no Jandex index of its own, and its production
 # profile would package a legacy jar.
 BUILD_PROPERTIES = (
@@ -43,25 +42,6 @@ BUILD_PROPERTIES = (
     "-Dquarkus.index-dependency.registry-app.group-id=io.apicurio",
     "-Dquarkus.index-dependency.registry-app.artifact-id=apicurio-registry-app",
 )
-
-
-@dataclass(frozen=True)
-class Registry:
-    port: int
-
-    @property
-    def url(self) -> str:
-        """The Confluent-compatible API (what ``CDC_ASSETS_SCHEMA_REGISTRY_URL`` names)."""
-        return f"http://{HOST}:{self.port}{CCOMPAT_PATH}"
-
-    @property
-    def native_url(self) -> str:
-        """The registry's own v2 API, which Kafka Connect's Apicurio converter speaks."""
-        return f"http://{HOST}:{self.port}{NATIVE_PATH}"
-
-
-def app_dir(settings: Settings) -> Path:
-    return settings.jars_dir / "registry"
 
 
 def ensure_built(settings: Settings, *, quiet: bool = False) -> Path:
@@ -105,12 +85,7 @@ def ensure_built(settings: Settings, *, quiet: bool = False) -> Path:
 
 def running(settings: Settings) -> Registry | None:
     """The stack's registry while its process runs, else None."""
-    entry = stack_state.section(settings, SECTION)
-    try:
-        pid, port = int(entry["pid"]), int(entry["port"])
-    except (KeyError, TypeError, ValueError):
-        return None
-    return Registry(port) if local_process.runs(pid, str(app_dir(settings))) else None
+    return running_registry(settings)
 
 
 def start(settings: Settings) -> Registry:

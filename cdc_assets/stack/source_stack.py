@@ -9,9 +9,9 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass, field, replace
 
+from cdc_assets.local_servers import state as stack_state
 from cdc_assets.settings import Settings, source_url_variable
 from cdc_assets.stack import connect, sources
-from cdc_assets.stack import state as stack_state
 
 
 @dataclass(frozen=True)

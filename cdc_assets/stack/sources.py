@@ -5,8 +5,8 @@ Both come from Debian's packages (`make sources-setup`), keep their data under t
 once for Debezium: MariaDB with a ROW binlog and strict GTIDs, PostgreSQL with logical WAL and a
 pgoutput publication, a ``cdc`` user with replication rights, and the example tables created from
 the DDL files in ``cdc_assets/sources/sql/``. The ``sources`` section of the stack's state file
-(``stack/state.py``) records ports, pids and the ``cdc`` password (also read by the Kafka Connect
-module).
+(``local_servers/state.py``) records ports, pids and the ``cdc`` password (also read by the
+Kafka Connect module).
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from cdc_assets.errors import StackError
+from cdc_assets.local_servers import state as stack_state
 from cdc_assets.settings import Settings
 from cdc_assets.stack import local_process
-from cdc_assets.stack import state as stack_state
 from cdc_assets.stack.kafka_broker import (
     HOST,
     pick_free_port,

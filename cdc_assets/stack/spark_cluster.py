@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from cdc_assets.errors import StackError
+from cdc_assets.jars.maven import require_tool
+from cdc_assets.local_servers import state as stack_state
 from cdc_assets.settings import Settings
 from cdc_assets.stack import local_process
-from cdc_assets.stack import state as stack_state
-from cdc_assets.stack.jars import require_tool
 from cdc_assets.stack.kafka_broker import HOST, pick_free_port
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"

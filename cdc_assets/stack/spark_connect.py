@@ -17,17 +17,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cdc_assets.errors import StackError
+from cdc_assets.jars.maven import require_tool
+from cdc_assets.local_servers import state as stack_state
+from cdc_assets.local_servers.endpoints import SPARK_CONNECT_MARKER as MARKER_CONF
+from cdc_assets.local_servers.endpoints import spark_connect_port, spark_connect_url
 from cdc_assets.settings import Settings
 from cdc_assets.stack import local_process
-from cdc_assets.stack import state as stack_state
-from cdc_assets.stack.jars import require_tool
 from cdc_assets.stack.kafka_broker import HOST, pick_free_port, port_is_free
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 READY_TIMEOUT_S = 180.0
 STOP_TIMEOUT_S = 30.0
-# An argument of the server's command line naming the stack, to recognise its process.
-MARKER_CONF = "spark.cdc_assets.stack"
 
 
 @dataclass(frozen=True)
@@ -86,18 +86,12 @@ def _properties_value(value: str) -> str:
 
 
 def remote_url(port: int) -> str:
-    return f"sc://{HOST}:{port}"
+    return spark_connect_url(port)
 
 
 def running_port(settings: Settings) -> int | None:
     """The port of this stack's running server, None when it does not run."""
-    entry = stack_state.section(settings, "spark_connect")
-    pid, port = entry.get("pid"), entry.get("port")
-    if not isinstance(pid, int) or not isinstance(port, int):
-        return None
-    if not local_process.runs(pid, f"{MARKER_CONF}={settings.stack_dir}"):
-        return None
-    return port
+    return spark_connect_port(settings)
 
 
 def start_server(settings: Settings, conf: dict[str, str]) -> int:

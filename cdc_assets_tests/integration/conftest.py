@@ -22,6 +22,8 @@ from typing import Any
 import pytest
 
 from cdc_assets.cli import console, main
+from cdc_assets.jars.maven import ensure_jars
+from cdc_assets.jars.own import spark_jars
 from cdc_assets.resources import (
     IcebergCatalogResource,
     KafkaResource,
@@ -30,9 +32,7 @@ from cdc_assets.resources import (
 )
 from cdc_assets.settings import ENV_HOME, ENV_SPECS, Settings, load_settings
 from cdc_assets.stack import spark_connect
-from cdc_assets.stack.jars import ensure_jars
 from cdc_assets.stack.local_stack import StackState, stack_down, stack_up
-from cdc_assets.stack.own_jars import spark_jars
 from cdc_assets_tests.conftest import PROJECT_ROOT
 
 

@@ -17,6 +17,8 @@ import pytest
 from confluent_kafka import Consumer, Producer
 
 from cdc_assets.errors import StackError
+from cdc_assets.jars.maven import ensure_jars, jar_cache_size
+from cdc_assets.local_servers.endpoints import require_bootstrap
 from cdc_assets.settings import (
     ENV_HOME,
     ENV_KAFKA_BOOTSTRAP,
@@ -25,10 +27,8 @@ from cdc_assets.settings import (
     load_settings,
 )
 from cdc_assets.stack import kafka_broker
-from cdc_assets.stack.jars import ensure_jars, jar_cache_size
 from cdc_assets.stack.local_stack import (
     read_state,
-    require_bootstrap,
     stack_down,
     stack_status,
     stack_up,

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from cdc_assets.errors import JarSetupError
+from cdc_assets.jars import own as own_jars
 from cdc_assets.settings import load_settings
-from cdc_assets.stack import own_jars
 
 
 def test_compiled_once_then_cached_then_rebuilt_on_change(

@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 
 from cdc_assets.demo.events import produce, workload
+from cdc_assets.local_servers import state as stack_state
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource, build_resources
 from cdc_assets.schema.layers import base_layout, ledger_layout
 from cdc_assets.settings import ENV_HOME, Settings
@@ -44,7 +45,6 @@ from cdc_assets.stack import (
     spark_cluster,
     spark_connect,
 )
-from cdc_assets.stack import state as stack_state
 from cdc_assets.stack.local_stack import (
     cluster_catalog_properties,
     stack_down,

@@ -25,12 +25,12 @@ import pytest
 
 from cdc_assets.demo.events import produce, workload
 from cdc_assets.jobs.continuous import CONTINUOUS_JOB, HEARTBEAT_TAG
+from cdc_assets.local_servers import state as stack_state
 from cdc_assets.resources import build_resources
 from cdc_assets.settings import ENV_HOME, Settings
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.spec.versions import write_spec
 from cdc_assets.stack import spark_connect
-from cdc_assets.stack import state as stack_state
 from cdc_assets.stack.local_stack import StackState, stack_status, stack_up
 from cdc_assets_tests.conftest import PROJECT_ROOT
 from cdc_assets_tests.integration.test_continuous_worker import until_base_matches, worker_spec

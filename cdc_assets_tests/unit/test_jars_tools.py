@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from cdc_assets.errors import ToolMissingError
+from cdc_assets.jars import maven as jars
 from cdc_assets.settings import load_settings
-from cdc_assets.stack import jars
 
 
 @pytest.mark.parametrize(
@@ -38,7 +38,7 @@ def test_unknown_jar_kind() -> None:
 
 
 def test_missing_javac_stops_the_udf_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from cdc_assets.stack import own_jars
+    from cdc_assets.jars import own as own_jars
 
     real_which = jars.shutil.which
     monkeypatch.setattr(
@@ -55,7 +55,7 @@ def test_sessions_start_without_the_udf_jar_when_it_cannot_be_built(
 ) -> None:
     """The project's functions are a speed-up: no javac means a warning and Spark's own
     functions (pipeline.envelope_reader), not a session that cannot start."""
-    from cdc_assets.stack import own_jars
+    from cdc_assets.jars import own as own_jars
 
     maven = [tmp_path / "iceberg.jar"]
     monkeypatch.setattr(own_jars, "ensure_jars", lambda kind, settings: maven)

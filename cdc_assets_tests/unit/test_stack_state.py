@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from cdc_assets.errors import StackError
+from cdc_assets.local_servers import state
 from cdc_assets.settings import Settings, load_settings
-from cdc_assets.stack import state
 
 pytestmark = pytest.mark.unit
 

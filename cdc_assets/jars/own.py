@@ -26,9 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cdc_assets.errors import JarSetupError, ToolMissingError
-from cdc_assets.resources.config import UDF_JAR_NAME
-from cdc_assets.settings import Settings
-from cdc_assets.stack.jars import (
+from cdc_assets.jars.maven import (
     JVM_DIR,
     STAMP_NAME,
     ensure_jars,
@@ -37,6 +35,8 @@ from cdc_assets.stack.jars import (
     run_quietly,
     swap_in,
 )
+from cdc_assets.resources.config import UDF_JAR_NAME
+from cdc_assets.settings import Settings
 
 log = logging.getLogger(__name__)
 
