@@ -36,7 +36,7 @@ from cdc_assets.pipeline.offsets import (
     encode_offsets,
 )
 from cdc_assets.pipeline.upsert import load_table, spark_identifier
-from cdc_assets.resources.kafka import KafkaResource
+from cdc_assets.resources.kafka_client import KafkaClient
 from cdc_assets.schema.layers import (
     TableLayout,
     cuts_layout,
@@ -145,7 +145,7 @@ def ingest_transactions(
     spark: Any,
     catalog: str,
     iceberg_catalog: Any,
-    kafka: KafkaResource,
+    kafka: KafkaClient,
     group: str,
     specs: list[TableSpec],
 ) -> int:
@@ -236,7 +236,7 @@ def update_cut(
     spark: Any,
     catalog: str,
     iceberg_catalog: Any,
-    kafka: KafkaResource,
+    kafka: KafkaClient,
     group: str,
     specs: list[TableSpec],
 ) -> CutResult:

@@ -17,7 +17,7 @@ from cdc_assets.pipeline.offsets import OFFSETS_PROPERTY
 from cdc_assets.pipeline.topic import observe_topic
 from cdc_assets.pipeline.watermark import base_state, shard_of
 from cdc_assets.quality.fleet import TableMetrics
-from cdc_assets.resources.kafka import KafkaResource
+from cdc_assets.resources.kafka_client import KafkaClient
 from cdc_assets.schema.layers import base_layout, dead_letter_layout, ledger_layout
 from cdc_assets.spec.models import TableSpec
 
@@ -54,7 +54,7 @@ def dead_letter_reasons(iceberg_catalog: Any, spec: TableSpec) -> dict[str, int]
 
 
 def table_metrics(
-    kafka: KafkaResource,
+    kafka: KafkaClient,
     iceberg_catalog: Any,
     spec: TableSpec,
     *,
@@ -119,7 +119,7 @@ def newest_run_seconds(
 
 
 def fleet_metrics(
-    kafka: KafkaResource, iceberg_catalog: Any, specs: list[TableSpec], instance: Any = None
+    kafka: KafkaClient, iceberg_catalog: Any, specs: list[TableSpec], instance: Any = None
 ) -> list[TableMetrics]:
     runs = newest_run_seconds(instance, [s.name for s in specs]) if instance is not None else {}
     now_s = datetime.now(UTC).timestamp()

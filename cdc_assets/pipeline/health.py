@@ -27,7 +27,7 @@ from cdc_assets.quality.rules import (
     NullCounts,
     WatermarkLag,
 )
-from cdc_assets.resources.kafka import KafkaResource
+from cdc_assets.resources.kafka_client import KafkaClient
 from cdc_assets.schema.drift import LiveColumn, layout_differences
 from cdc_assets.schema.layers import (
     TableLayout,
@@ -266,7 +266,7 @@ def watermark_lag(spark: Any, catalog: str, iceberg_catalog: Any, spec: TableSpe
     )
 
 
-def kafka_lag(kafka: KafkaResource, iceberg_catalog: Any, spec: TableSpec) -> KafkaLag:
+def kafka_lag(kafka: KafkaClient, iceberg_catalog: Any, spec: TableSpec) -> KafkaLag:
     obs = observe_topic(kafka, iceberg_catalog, spec)
     return KafkaLag(sum(obs.lag.values()), obs.retention_headroom_s, obs.retention_ms)
 
@@ -448,7 +448,7 @@ def source_values(
     spark: Any,
     catalog: str,
     iceberg_catalog: Any,
-    kafka: KafkaResource,
+    kafka: KafkaClient,
     spec: TableSpec,
     url: str,
     *,

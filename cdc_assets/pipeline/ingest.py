@@ -48,7 +48,7 @@ from cdc_assets.pipeline.offsets import (
 from cdc_assets.pipeline.protection import key_for
 from cdc_assets.pipeline.small_work import offsets_span, small_work_conf
 from cdc_assets.pipeline.tables import ensure_txn_columns
-from cdc_assets.resources.kafka import KafkaResource, PartitionOffsets
+from cdc_assets.resources.kafka_client import KafkaClient, PartitionOffsets
 from cdc_assets.resources.schema_registry import TopicSchemas, value_subject
 from cdc_assets.schema.layers import dead_letter_layout, ledger_layout, order_mismatch
 from cdc_assets.schema.policy import fail_stop_reason
@@ -150,7 +150,7 @@ FETCH_MAX_WAIT_MS = 10
 
 def read_kafka(
     spark: Any,
-    kafka: KafkaResource,
+    kafka: KafkaClient,
     topic: str,
     start: dict[int, int],
     end: dict[int, int],
@@ -457,7 +457,7 @@ def ingest_incremental(
     spark: Any,
     catalog: str,
     iceberg_catalog: Any,
-    kafka: KafkaResource,
+    kafka: KafkaClient,
     spec: TableSpec,
     *,
     files: int = 0,
@@ -484,7 +484,7 @@ def _ingest_retried(
     spark: Any,
     catalog: str,
     iceberg_catalog: Any,
-    kafka: KafkaResource,
+    kafka: KafkaClient,
     spec: TableSpec,
     files: int,
 ) -> IngestResult:
@@ -498,7 +498,7 @@ def _ingest_retried(
     raise AssertionError("unreachable")
 
 
-def _unread(kafka: KafkaResource, topic: str, mark: LedgerMark) -> bool:
+def _unread(kafka: KafkaClient, topic: str, mark: LedgerMark) -> bool:
     """Whether Kafka holds records of ``topic`` (a former name's) past the ledger's mark."""
     try:
         partitions = kafka.topic_offsets(topic)
@@ -511,7 +511,7 @@ def _unread(kafka: KafkaResource, topic: str, mark: LedgerMark) -> bool:
     return any(p.latest > max(done.get(p.partition, 0), p.earliest) for p in partitions)
 
 
-def _partitions(kafka: KafkaResource, read: TopicRead) -> list[PartitionOffsets]:
+def _partitions(kafka: KafkaClient, read: TopicRead) -> list[PartitionOffsets]:
     """The topic's partitions; none yet for the topic of a followed rename that Debezium has
     not created (no change since the rename): nothing to read."""
     try:
@@ -538,7 +538,7 @@ def _ingest_once(
     spark: Any,
     catalog: str,
     iceberg_catalog: Any,
-    kafka: KafkaResource,
+    kafka: KafkaClient,
     spec: TableSpec,
     files: int = 0,
 ) -> IngestResult:
@@ -685,7 +685,7 @@ def rebuild_hour(
     spark: Any,
     catalog: str,
     iceberg_catalog: Any,
-    kafka: KafkaResource,
+    kafka: KafkaClient,
     spec: TableSpec,
     partition_key: str,
 ) -> IngestResult:

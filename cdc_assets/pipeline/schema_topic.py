@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from cdc_assets.resources.kafka import KafkaResource
+from cdc_assets.resources.kafka_client import KafkaClient
 from cdc_assets.resources.schema_registry import (
     TopicSchemas,
     decode_framed,
@@ -55,7 +55,7 @@ def matches(spec: TableSpec, change: SchemaChange, topic: str) -> bool:
 
 
 def read_schema_changes(
-    kafka: KafkaResource, topic: str, start: dict[int, int], max_records: int = 10_000
+    kafka: KafkaClient, topic: str, start: dict[int, int], max_records: int = 10_000
 ) -> tuple[list[SeenChange], dict[int, int]]:
     """Table changes recorded on ``topic`` from ``start`` (next offset per partition; earliest
     where missing) up to the current end, and the offsets to start from next time."""
@@ -115,7 +115,7 @@ _read_topics: dict[tuple[str, str], tuple[float, dict[int, int], list[SeenChange
 _read_lock = threading.Lock()
 
 
-def all_schema_changes(kafka: KafkaResource, topic: str) -> list[SeenChange]:
+def all_schema_changes(kafka: KafkaClient, topic: str) -> list[SeenChange]:
     """Every table change retained on ``topic``, in the order of its partitions and offsets."""
     key = (kafka.resolved_bootstrap(), topic)
     with _read_lock:
@@ -133,7 +133,7 @@ def all_schema_changes(kafka: KafkaResource, topic: str) -> list[SeenChange]:
     return sorted(seen, key=lambda c: (c.partition, c.offset))
 
 
-def newest_schema_change(kafka: KafkaResource, spec: TableSpec) -> SeenChange | None:
+def newest_schema_change(kafka: KafkaClient, spec: TableSpec) -> SeenChange | None:
     """The newest shape (CREATE or ALTER) of the spec's table on its schema-change topic (None:
     none retained); of a sharded table, the newest on any shard's. A DROP has no shape:
     `source_tables` reports it."""
@@ -153,7 +153,7 @@ def _recorded(seen: SeenChange) -> tuple[int, int, int]:
     return (seen.change.ts_ms or 0, seen.partition, seen.offset)
 
 
-def source_tables(kafka: KafkaResource, spec: TableSpec) -> dict[str, SourceTable]:
+def source_tables(kafka: KafkaClient, spec: TableSpec) -> dict[str, SourceTable]:
     """Whether the spec's source table (each shard's, of a sharded table: keyed by shard name,
     else by the spec's name) still exists under its name, from its schema-change topic: dropped
     or renamed (`spec.source_table`). {} for a source without one (PostgreSQL)."""
@@ -181,7 +181,7 @@ def source_tables(kafka: KafkaResource, spec: TableSpec) -> dict[str, SourceTabl
 
 
 def newest_change_of(
-    kafka: KafkaResource, topic: str, database: str, table: str
+    kafka: KafkaClient, topic: str, database: str, table: str
 ) -> SeenChange | None:
     """The newest recorded change of ``database.table`` on schema-change topic ``topic`` (None:
     no record of it is retained): what a spec of that table is onboarded from."""
@@ -197,7 +197,7 @@ def newest_change_of(
 
 
 def newest_row_schema(
-    kafka: KafkaResource, spec: TableSpec, tail: int = 20
+    kafka: KafkaClient, spec: TableSpec, tail: int = 20
 ) -> list[Mapping[str, Any]] | None:
     """The row-image field schemas of the newest event on the spec's topic that embeds its
     schema, or whose Avro writer schema the registry holds (None when the events carry no
@@ -254,7 +254,7 @@ def newest_row_schema(
 
 
 def row_schema_change_position(
-    kafka: KafkaResource, spec: TableSpec, fields: list[Mapping[str, Any]], tail: int = 500
+    kafka: KafkaClient, spec: TableSpec, fields: list[Mapping[str, Any]], tail: int = 500
 ) -> dict[str, int] | None:
     """The source position (``{"lsn": n}``) after which every record on a PostgreSQL table's
     topic has the row fields ``fields``, read from the newest ``tail`` records of each partition
@@ -308,7 +308,7 @@ def _lsn(value: bytes | None) -> int | None:
 
 
 def row_schema_versions(
-    kafka: KafkaResource, spec: TableSpec
+    kafka: KafkaClient, spec: TableSpec
 ) -> list[tuple[int, list[Mapping[str, Any]]]] | None:
     """The row fields of every writer schema version of the spec's value subject, oldest first,
     as (schema id, fields); None when the topic has no subject in a registry (JSON, or no

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cdc_assets.pipeline.offsets import ledger_mark
-from cdc_assets.resources.kafka import KafkaResource, PartitionOffsets
+from cdc_assets.resources.kafka_client import KafkaClient, PartitionOffsets
 from cdc_assets.schema.layers import ledger_layout
 from cdc_assets.spec.models import TableSpec
 
@@ -36,7 +36,7 @@ class TopicObservation:
         return (self.oldest_unread_ms + self.retention_ms) / 1000 - time.time()
 
 
-def observe_topic(kafka: KafkaResource, iceberg_catalog: Any, spec: TableSpec) -> TopicObservation:
+def observe_topic(kafka: KafkaClient, iceberg_catalog: Any, spec: TableSpec) -> TopicObservation:
     """Offsets of the spec's topic compared with what the ledger has committed."""
     topic = spec.source.topic
     partitions = kafka.topic_offsets(topic)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -12,21 +12,9 @@ from pydantic import Field
 from cdc_assets.errors import StackError
 from cdc_assets.kafka_security import KafkaSecurity
 from cdc_assets.local_servers.endpoints import require_bootstrap, running_registry
+from cdc_assets.resources.kafka_client import PartitionOffsets
 from cdc_assets.resources.schema_registry import TopicSchemas, topic_schemas
 from cdc_assets.settings import load_settings
-
-
-@dataclass(frozen=True)
-class PartitionOffsets:
-    """Low and high watermarks of one topic partition (high = next offset to be written)."""
-
-    partition: int
-    earliest: int
-    latest: int
-
-    @property
-    def retained(self) -> int:
-        return self.latest - self.earliest
 
 
 class KafkaResource(ConfigurableResource):  # type: ignore[type-arg]
