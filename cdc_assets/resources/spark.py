@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
@@ -49,8 +50,33 @@ def _connect_closed(sessions: list[Any]) -> None:
             return
         done = list(_connect_sessions)
         _connect_sessions.clear()
-    for session in done:
-        session.stop()
+    _stop_within(done, STOP_TIMEOUT_S)
+
+
+# How long a run's end waits for its Connect sessions to be released. The client retries a
+# server that went away for many minutes, at the release and again at the interpreter's exit
+# (PySpark registers a cache cleanup per client with atexit): a run worker whose server had
+# gone lingered half an hour after its run ended.
+STOP_TIMEOUT_S = 15.0
+
+
+def _stop_within(sessions: list[Any], timeout_s: float) -> None:
+    """Stop ``sessions`` (release on the server, close the channel); those not stopped within
+    ``timeout_s`` (the server is away) only close their channel, which asks nothing of the
+    server, so that nothing at the process's exit waits for it either."""
+
+    def stop_all() -> None:
+        for session in sessions:
+            with contextlib.suppress(Exception):
+                session.stop()
+
+    stopper = threading.Thread(target=stop_all, name="spark-connect-stop", daemon=True)
+    stopper.start()
+    stopper.join(timeout_s)
+    if stopper.is_alive():
+        for session in sessions:
+            with contextlib.suppress(Exception):
+                session.client.close()
 
 
 def _in_own_thread(make: Any) -> Any:

@@ -94,3 +94,40 @@ def test_a_lost_session_is_forgotten_so_the_next_one_is_new() -> None:
     assert spark._session is fresh_root
     local = SparkResource(catalog=spark.catalog, home="unused")
     assert not local.forget_lost_session(_lost())
+
+
+class _Client:
+    def __init__(self) -> None:
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class _Session:
+    """A Connect session whose release waits on ``release`` (a server away retries for long)."""
+
+    def __init__(self, release: threading.Event | None = None) -> None:
+        self.release = release
+        self.stopped = False
+        self.client = _Client()
+
+    def stop(self) -> None:
+        if self.release is not None:
+            self.release.wait()
+        self.stopped = True
+
+
+def test_a_run_end_never_waits_long_for_a_server_that_went_away() -> None:
+    """Sessions are stopped; those that do not stop in time (the server is away) only close
+    their channel, so that neither the run's end nor the process's exit waits for the
+    server."""
+    never = threading.Event()
+    fine, stuck = _Session(), _Session(release=never)
+    started = time.monotonic()
+    spark_module._stop_within([fine, stuck], 0.5)
+    assert time.monotonic() - started < 5
+    assert fine.stopped
+    assert not stuck.stopped
+    assert stuck.client.closed
+    never.set()

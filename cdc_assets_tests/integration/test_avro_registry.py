@@ -25,6 +25,7 @@ from cdc_assets.definitions import build_defs
 from cdc_assets.demo.events import DebeziumEventFactory, KafkaRecord, produce, workload
 from cdc_assets.demo.events.avro import RegistryFraming
 from cdc_assets.kafka_security import ENV_REGISTRY_CA, ENV_REGISTRY_PASSWORD, ENV_REGISTRY_USERNAME
+from cdc_assets.local_servers import endpoints
 from cdc_assets.pipeline.evolve import read_history
 from cdc_assets.pipeline.ingest import ingest_incremental
 from cdc_assets.pipeline.offsets import committed_offsets
@@ -322,7 +323,7 @@ def test_registry_behind_basic_auth_and_tls(
         return ingest_incremental(spark, "lake", iceberg.load_catalog(), through, spec)
 
     with auth_gateway(upstream, "cdc", "right-password", cert, key) as gateway:
-        url = gateway + schema_registry.CCOMPAT_PATH
+        url = gateway + endpoints.REGISTRY_CCOMPAT_PATH
         before = committed_offsets(iceberg.load_catalog().load_table(table))
         with pytest.raises(SchemaRegistryError, match=ENV_REGISTRY_PASSWORD) as refused:
             ingest_as("wrong-password", material.ca, url)

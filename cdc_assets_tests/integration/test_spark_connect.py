@@ -259,6 +259,16 @@ def test_a_server_killed_under_a_worker_and_started_again_loses_and_doubles_noth
         assert again is not None
         assert again.status == dg.DagsterRunStatus.STARTED, messages[-20:]
         assert any("lost this worker's session" in m for m in messages), messages[-20:]
+        # The worker ends while its server is up (the module stops the server after this test).
+        instance.report_run_canceling(again)
+        wait_until(
+            instance,
+            daemon,
+            log,
+            lambda runs: all(r.is_finished for r in runs if r.run_id == worker.run_id),
+            "the worker's run to end",
+            120,
+        )
         states = [(r.job_name, r.status.value) for r in instance.get_runs()]
     assert_ledger_exact(spec, iceberg, kafka)
     print(states)
