@@ -355,6 +355,17 @@ def _start_worker(
     return worker, outcome
 
 
+def beating_workers(runs: list[Any]) -> list[Any]:
+    """The worker runs among ``runs`` that are started and have beaten at least once."""
+    return [
+        r
+        for r in runs
+        if r.job_name == CONTINUOUS_JOB
+        and r.status == dg.DagsterRunStatus.STARTED
+        and HEARTBEAT_TAG in r.tags
+    ]
+
+
 def worker_spec(settings: Settings, kafka: KafkaResource, worker: str) -> Any:
     plain = isolated(example_spec(settings, "orders"), partitions=2, kafka=kafka)
     return plain.model_copy(
@@ -400,15 +411,6 @@ def test_the_daemon_keeps_a_worker_alive_and_replaces_a_killed_one_losing_nothin
     log = tmp_path / "daemon.log"
     instance = dg.DagsterInstance.from_config(str(home))
 
-    def beating(runs: list[Any]) -> list[Any]:
-        return [
-            r
-            for r in runs
-            if r.job_name == CONTINUOUS_JOB
-            and r.status == dg.DagsterRunStatus.STARTED
-            and HEARTBEAT_TAG in r.tags
-        ]
-
     produce(events[:600], spec.source.topic, bootstrap)
     with running_daemon(home, env, log) as daemon:
 
@@ -416,10 +418,10 @@ def test_the_daemon_keeps_a_worker_alive_and_replaces_a_killed_one_losing_nothin
             assert daemon.poll() is None, log.read_text()[-4000:]
 
         runs = wait_until(
-            instance, daemon, log, lambda runs: bool(beating(runs)), "a beating worker", 300
+            instance, daemon, log, lambda runs: bool(beating_workers(runs)), "a beating worker", 300
         )
         # Other runs may be there too (a micro-batch before the worker started, the checks).
-        [first] = beating(runs)
+        [first] = beating_workers(runs)
         assert first.tags[WORKER_TAG] == "w1"
         until_base_matches(spec, iceberg, expected_base(spec, kafka), alive)
         produce(events[600:1200], spec.source.topic, bootstrap)
@@ -430,7 +432,7 @@ def test_the_daemon_keeps_a_worker_alive_and_replaces_a_killed_one_losing_nothin
             instance,
             daemon,
             log,
-            lambda runs: any(r.run_id != first.run_id for r in beating(runs)),
+            lambda runs: any(r.run_id != first.run_id for r in beating_workers(runs)),
             "a second worker",
             300,
         )

@@ -24,7 +24,6 @@ import dagster as dg
 import pytest
 
 from cdc_assets.demo.events import produce, workload
-from cdc_assets.jobs.continuous import CONTINUOUS_JOB, HEARTBEAT_TAG
 from cdc_assets.local_servers import state as stack_state
 from cdc_assets.resources import build_resources
 from cdc_assets.settings import ENV_HOME, Settings
@@ -33,7 +32,11 @@ from cdc_assets.spec.versions import write_spec
 from cdc_assets.stack import spark_connect
 from cdc_assets.stack.local_stack import StackState, stack_status, stack_up
 from cdc_assets_tests.conftest import PROJECT_ROOT
-from cdc_assets_tests.integration.test_continuous_worker import until_base_matches, worker_spec
+from cdc_assets_tests.integration.test_continuous_worker import (
+    beating_workers,
+    until_base_matches,
+    worker_spec,
+)
 from cdc_assets_tests.integration.test_ingest import isolated
 from cdc_assets_tests.integration.test_spark_cluster import assert_ledger_exact
 from cdc_assets_tests.integration.test_upsert import (
@@ -225,24 +228,20 @@ def test_a_server_killed_under_a_worker_and_started_again_loses_and_doubles_noth
     log = tmp_path / "daemon.log"
     instance = dg.DagsterInstance.from_config(str(home))
 
-    def beating(runs: list[Any]) -> list[Any]:
-        return [
-            r
-            for r in runs
-            if r.job_name == CONTINUOUS_JOB
-            and r.status == dg.DagsterRunStatus.STARTED
-            and HEARTBEAT_TAG in r.tags
-        ]
-
     produce(events[:500], spec.source.topic, bootstrap)
     with running_daemon(home, env, log) as daemon:
 
         def alive() -> None:
             assert daemon.poll() is None, log.read_text()[-4000:]
 
-        [worker] = beating(
+        [worker] = beating_workers(
             wait_until(
-                instance, daemon, log, lambda runs: bool(beating(runs)), "a beating worker", 300
+                instance,
+                daemon,
+                log,
+                lambda runs: bool(beating_workers(runs)),
+                "a beating worker",
+                300,
             )
         )
         until_base_matches(spec, iceberg, expected_base(spec, kafka), alive)
