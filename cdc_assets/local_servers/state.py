@@ -38,9 +38,20 @@ def state_path(settings: Settings) -> Path:
 
 
 def read(settings: Settings) -> dict[str, Any]:
-    """The whole state ({} when nothing was ever started)."""
+    """The whole state ({} when nothing was ever started).
+
+    A reader takes no lock and creates nothing: writers replace the file atomically, so a read
+    sees one whole version. (A reader that created the lock file raced ``stack down --purge``
+    deleting the directory.) Only a directory with files of an older release is locked, to fold
+    them in."""
     if not settings.stack_dir.exists():
         return {}
+    if not _has_legacy(settings):
+        path = state_path(settings)
+        try:
+            return _parse(path)
+        except FileNotFoundError:
+            return {}
     with _locked(settings):
         return _load(settings)
 
@@ -97,6 +108,12 @@ def file_lock(path: Path) -> Iterator[None]:
 
 def _locked(settings: Settings) -> Any:
     return file_lock(settings.stack_dir / LOCK_FILE)
+
+
+def _has_legacy(settings: Settings) -> bool:
+    return any(
+        (settings.stack_dir / relative).exists() for relative in (*LEGACY.values(), LEGACY_PID_FILE)
+    )
 
 
 def _load(settings: Settings) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -364,7 +365,23 @@ def stack_down(settings: Settings, *, purge: bool = False) -> None:
         source_stack.down(settings)
         _stop_brokers(settings, _broker_files(settings))
         if purge:
-            shutil.rmtree(settings.stack_dir)
+            _remove_tree(settings.stack_dir)
+
+
+def _remove_tree(path: Path, attempts: int = 5) -> None:
+    """Delete ``path``; a file another process adds while it goes (a server's last log line)
+    only costs a retry."""
+    for attempt in range(attempts):
+        try:
+            shutil.rmtree(path)
+        except OSError:
+            if not path.exists():
+                return
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.2)
+        else:
+            return
 
 
 def lake_description(settings: Settings) -> str:

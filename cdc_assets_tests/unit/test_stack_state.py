@@ -75,3 +75,17 @@ def test_a_damaged_file_names_the_reset(tmp_path: Path) -> None:
     state.state_path(settings).write_text("{not json")
     with pytest.raises(StackError, match="stack down"):
         state.read(settings)
+
+
+def test_a_reader_creates_nothing_in_the_stack_dir(tmp_path: Path) -> None:
+    # A reader that created the lock file raced `stack down --purge` removing the directory
+    # ("Directory not empty" at a test session's teardown).
+    settings = _settings(tmp_path)
+    state.put(settings, kafka={"pid": 1})
+    (settings.stack_dir / state.LOCK_FILE).unlink()
+    before = sorted(p.name for p in settings.stack_dir.iterdir())
+    assert state.read(settings) == {"kafka": {"pid": 1}}
+    assert state.section(settings, "sources") == {}
+    assert sorted(p.name for p in settings.stack_dir.iterdir()) == before
+    state.state_path(settings).unlink()
+    assert state.read(settings) == {}
