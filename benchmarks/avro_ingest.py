@@ -47,8 +47,8 @@ def main() -> None:
 
     from cdc_assets.demo.events import produce, workload
     from cdc_assets.demo.events.avro import RegistryFraming
-    from cdc_assets.pipeline.ingest import ingest_incremental
-    from cdc_assets.pipeline.tables import ensure_tables
+    from cdc_assets.pipeline.ingest.ingest import ingest_incremental
+    from cdc_assets.pipeline.shared.tables import ensure_tables
     from cdc_assets.resources import build_resources
     from cdc_assets.spec import load_specs
     from cdc_assets.stack import schema_registry

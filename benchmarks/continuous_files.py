@@ -68,7 +68,7 @@ def mode_name(bound: int) -> str:
 def base_files(catalog: Any, spec: Any) -> tuple[int, int, int]:
     """(data files, delete files, upsert commits) of base now: every snapshot but the
     compactions' (``replace``)."""
-    from cdc_assets.pipeline.maintenance import summary_count
+    from cdc_assets.pipeline.maintenance.maintenance import summary_count
     from cdc_assets.schema.layers import base_layout
 
     layout = base_layout(spec)
@@ -90,7 +90,7 @@ def run_mode(
     from cdc_assets.definitions import build_defs
     from cdc_assets.demo.events import produce
     from cdc_assets.jobs.continuous import CONTINUOUS_JOB, WORKER_TAG, worker_run_config
-    from cdc_assets.pipeline.tables import ensure_tables
+    from cdc_assets.pipeline.shared.tables import ensure_tables
     from cdc_assets.spec import load_spec
     from cdc_assets.spec.versions import write_spec
 

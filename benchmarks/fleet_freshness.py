@@ -165,7 +165,7 @@ def measure(
     import dagster as dg
 
     from cdc_assets.jobs.inprocess import PipelineDriver
-    from cdc_assets.pipeline.watermark import base_state
+    from cdc_assets.pipeline.shared.watermark import base_state
     from cdc_assets.resources import build_resources
     from cdc_assets.schema.layers import base_layout
 

@@ -42,7 +42,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 
 def cli_publish(spec: Any, index_root: Path) -> None:
     """The baseline's publish: a ``python -m build`` process, then every index page rewritten."""
-    from cdc_assets.pipeline.artifacts import (
+    from cdc_assets.pipeline.evolution.artifacts import (
         MANIFEST_SUFFIX,
         normalized,
         published_versions,
@@ -73,7 +73,7 @@ def cli_publish(spec: Any, index_root: Path) -> None:
 
 
 def baseline(spark: Any, catalog: str, specs: list[Any], index_root: Path) -> None:
-    from cdc_assets.pipeline.tables import ensure_tables
+    from cdc_assets.pipeline.shared.tables import ensure_tables
 
     for spec in specs:
         ensure_tables(spark, catalog, spec)  # no namespaces given: one statement per layer

@@ -106,8 +106,8 @@ def counts(spark: Any, history: str) -> tuple[int, int]:
 
 
 def run_size(spark: Any, catalog: Any, settings: Any, rows: int, args: Any) -> dict[str, Any]:
-    from cdc_assets.pipeline.history import update_history
-    from cdc_assets.pipeline.tables import ensure_tables
+    from cdc_assets.pipeline.shared.tables import ensure_tables
+    from cdc_assets.pipeline.upsert.history import update_history
     from cdc_assets.schema.layers import history_layout, ledger_layout
     from cdc_assets.spec import load_specs
     from cdc_assets.spec.models import HistorySpec

@@ -586,7 +586,7 @@ class Bench:
     def baseline(self, topic: str, label: str, case: str = BASELINE) -> Measurement:
         from pyspark.sql import functions as F
 
-        from cdc_assets.pipeline.ingest import read_kafka
+        from cdc_assets.pipeline.ingest.ingest import read_kafka
 
         start, end = self.offsets(topic)
         out = self.scratch / f"parquet-{uuid.uuid4().hex[:8]}"
@@ -615,7 +615,7 @@ class Bench:
     def prepare_ledger(self, topic: str, *, protected: bool = False) -> Any:
         """The users spec (``protected``: with protected columns) on ``topic`` with a fresh
         namespace, so its ledger starts empty."""
-        from cdc_assets.pipeline.tables import ensure_tables
+        from cdc_assets.pipeline.shared.tables import ensure_tables
 
         if self.dead is not None:
             raise JvmDiedError(self.dead)
@@ -632,9 +632,9 @@ class Bench:
         return int(snapshot.summary[key]) if snapshot else 0
 
     def cdc_ingest(self, topic: str, label: str, case: str = OURS) -> Measurement:
-        from cdc_assets.pipeline.batch_cache import session_conf
-        from cdc_assets.pipeline.envelope_reader import READER_CONF
-        from cdc_assets.pipeline.ingest import ingest_incremental
+        from cdc_assets.pipeline.ingest.envelope_reader import READER_CONF
+        from cdc_assets.pipeline.ingest.ingest import ingest_incremental
+        from cdc_assets.pipeline.shared.batch_cache import session_conf
 
         if self.dead is not None:
             return Measurement(case, error=f"skipped: {self.dead}")
@@ -672,14 +672,14 @@ class Bench:
         """
         from pyspark import StorageLevel
 
-        from cdc_assets.pipeline.batch_cache import COMPRESSED_CONF, session_conf
-        from cdc_assets.pipeline.ingest import (
+        from cdc_assets.pipeline.ingest.ingest import (
             classify_records,
             ledger_identifier,
             ledger_rows,
             prepare,
             read_kafka,
         )
+        from cdc_assets.pipeline.shared.batch_cache import COMPRESSED_CONF, session_conf
 
         start, end = self.offsets(topic)
 
@@ -750,7 +750,7 @@ class Bench:
     def latency(self, templates: Templates, seed: int) -> dict[str, Any]:
         """Produce a 1,000-event batch to a fresh topic; from its last ack to a full pyiceberg
         scan of the ledger, through one ingest_incremental call."""
-        from cdc_assets.pipeline.ingest import ingest_incremental
+        from cdc_assets.pipeline.ingest.ingest import ingest_incremental
         from cdc_assets.schema.layers import ledger_layout
 
         runs = []
@@ -1144,7 +1144,7 @@ def main() -> None:
     # The code under test is imported right after its version is read, so both agree even if
     # someone commits while the benchmark runs.
     info: dict[str, Any] = {"code": code_version(), "load_average_before": os.getloadavg()}
-    importlib.import_module("cdc_assets.pipeline.ingest")
+    importlib.import_module("cdc_assets.pipeline.ingest.ingest")
     from cdc_assets.settings import ENV_PROTECTION_KEY
 
     os.environ.setdefault(ENV_PROTECTION_KEY, BENCH_PROTECTION_KEY)

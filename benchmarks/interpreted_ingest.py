@@ -3,7 +3,8 @@
 The ingest decodes each batch in one query (``sql.batch_decode``) and Spark compiles generated
 code for its stages, cached by the code's text. A table's decode is code of its own, so with
 many tables each batch mostly compiles its decode again; with a few it finds it cached. Below
-``INTERPRETED_ROWS`` (``pipeline/small_work.py``) the ingest runs without code generation. This
+``INTERPRETED_ROWS`` (``pipeline/shared/small_work.py``) the ingest runs without code generation.
+This
 script measures one batch of n records both ways, decode, summary and the ledger rows (written
 to Spark's ``noop`` sink), in two drivers:
 
@@ -44,8 +45,7 @@ DRIVERS = {"fleet": "1", "warm": None}  # spark.sql.codegen.cache.maxEntries
 
 def batch_seconds(spark: Any, kafka: Any, spec: Any, conf: dict[str, str]) -> float:
     """One batch of the spec's whole topic through the ingest's decode, summary and rows."""
-    from cdc_assets.pipeline.batch_cache import cached_batch, session_conf
-    from cdc_assets.pipeline.ingest import (
+    from cdc_assets.pipeline.ingest.ingest import (
         IngestResult,
         _summarise,
         classify_records,
@@ -53,6 +53,7 @@ def batch_seconds(spark: Any, kafka: Any, spec: Any, conf: dict[str, str]) -> fl
         prepare,
         read_kafka,
     )
+    from cdc_assets.pipeline.shared.batch_cache import cached_batch, session_conf
 
     partitions = kafka.topic_offsets(spec.source.topic)
     start = {p.partition: p.earliest for p in partitions}
@@ -70,7 +71,7 @@ def batch_seconds(spark: Any, kafka: Any, spec: Any, conf: dict[str, str]) -> fl
 
 def child(args: argparse.Namespace) -> None:
     """One driver: every size's tables, interpreted then compiled; JSON lines on stdout."""
-    from cdc_assets.pipeline.small_work import ADAPTIVE_CONF, INTERPRETED_CONF
+    from cdc_assets.pipeline.shared.small_work import ADAPTIVE_CONF, INTERPRETED_CONF
     from cdc_assets.resources import build_resources
     from cdc_assets.spec import load_specs
 
@@ -115,7 +116,7 @@ def main() -> None:
         return
 
     from cdc_assets.demo.events import produce, workload
-    from cdc_assets.pipeline.small_work import INTERPRETED_ROWS
+    from cdc_assets.pipeline.shared.small_work import INTERPRETED_ROWS
     from cdc_assets.spec import load_specs
     from cdc_assets.stack.local_stack import stack_down, stack_up
 

@@ -6,7 +6,7 @@ tombstones and base) are code of their own per table, with the window's offsets 
 as literals, so Spark's code cache never serves them again: a profile of a fleet's busy cycle
 (JFR on the driver JVM) put 15% of its samples in compiling generated code. Since 1a4da93 the
 upsert runs interpreted when everything its statements read is under ``INTERPRETED_ROWS``
-(``pipeline/small_work.py``). This script runs the in-process driver's cycles (the
+(``pipeline/shared/small_work.py``). This script runs the in-process driver's cycles (the
 ``ingest_ledgers`` run, then ``upsert_bases``; ``tables_at_once`` 2, one bucket per base) over
 fresh copies of one fleet, alternating the two ways round by round in one driver, after one
 untimed round that warms the driver. Every base must equal the first copy's row for row, or the
@@ -65,8 +65,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds per way")
     args = parser.parse_args()
 
-    from cdc_assets.pipeline import small_work
-    from cdc_assets.pipeline import upsert as upsert_module
+    from cdc_assets.pipeline.shared import small_work
+    from cdc_assets.pipeline.upsert import upsert as upsert_module
 
     def generated(rows: int | None) -> dict[str, str]:
         return {}

@@ -58,7 +58,7 @@ def produce_topics(topics: list[str], bootstrap: str) -> None:
 def many_topics(spark: Any, kafka: Any, ends: dict[str, dict[int, int]]) -> Any:
     """One Kafka batch source over every topic's offsets from 0 to its end, with the ingest's
     reader options."""
-    from cdc_assets.pipeline.ingest import FETCH_MAX_WAIT_MS
+    from cdc_assets.pipeline.ingest.ingest import FETCH_MAX_WAIT_MS
 
     reader = (
         spark.read.format("kafka")
@@ -92,7 +92,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
 
-    from cdc_assets.pipeline.ingest import read_kafka
+    from cdc_assets.pipeline.ingest.ingest import read_kafka
 
     with tempfile.TemporaryDirectory() as tmp, local_driver(Path(tmp)) as (_, state, res):
         spark, kafka = res["spark"].get_session(), res["kafka"]

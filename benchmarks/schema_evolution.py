@@ -61,9 +61,9 @@ def main() -> None:
 
     from cdc_assets.definitions import build_defs
     from cdc_assets.demo.events import DebeziumEventFactory, produce, workload
-    from cdc_assets.pipeline.ingest import ingest_incremental
-    from cdc_assets.pipeline.tables import ensure_tables
-    from cdc_assets.pipeline.upsert import build_bucketed, merge_base
+    from cdc_assets.pipeline.ingest.ingest import ingest_incremental
+    from cdc_assets.pipeline.shared.tables import ensure_tables
+    from cdc_assets.pipeline.upsert.upsert import build_bucketed, merge_base
     from cdc_assets.resources import build_resources
     from cdc_assets.schema.evolution import apply_plan, classify
     from cdc_assets.spec import load_specs

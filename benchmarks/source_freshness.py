@@ -98,8 +98,8 @@ def topic_events(bootstrap: str, topic: str) -> list[dict[str, Any]]:
 
 def base_watermarks(catalog: Any, spec: Any) -> list[tuple[int, dict[int, int]]]:
     """(commit time ms, watermark) of every base snapshot that recorded one, oldest first."""
-    from cdc_assets.pipeline.offsets import decode_offsets
-    from cdc_assets.pipeline.watermark import WATERMARK
+    from cdc_assets.pipeline.shared.offsets import decode_offsets
+    from cdc_assets.pipeline.shared.watermark import WATERMARK
     from cdc_assets.schema.layers import base_layout
 
     layout = base_layout(spec)

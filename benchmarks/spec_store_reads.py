@@ -71,8 +71,8 @@ def _appended(catalog: Any, specs: list[Any], specs_dir: Path, *, merge: bool) -
     merging (``merge`` False, before bcae74c) or with it (before compaction)."""
     import pyarrow as pa
 
-    from cdc_assets.pipeline.meta_tables import create_meta_table
-    from cdc_assets.pipeline.spec_store import version_row
+    from cdc_assets.pipeline.evolution.spec_store import version_row
+    from cdc_assets.pipeline.shared.meta_tables import create_meta_table
     from cdc_assets.schema.history import spec_versions_layout
 
     layout = spec_versions_layout()
@@ -95,15 +95,15 @@ def _timed(fn: Any, repeats: int) -> float:
 
 
 def _reread(catalog: Any, repeats: int, cache: bool) -> float:
-    from cdc_assets.pipeline.spec_store import stored_specs
+    from cdc_assets.pipeline.evolution.spec_store import stored_specs
 
     stored_specs(catalog, cache=cache)  # the first tick reads the table
     return _timed(partial(stored_specs, catalog, cache=cache), repeats)
 
 
 def measure(count: int, repeats: int, tmp: Path) -> list[dict[str, Any]]:
-    from cdc_assets.pipeline.meta_tables import data_files
-    from cdc_assets.pipeline.spec_store import record_spec, stored_specs
+    from cdc_assets.pipeline.evolution.spec_store import record_spec, stored_specs
+    from cdc_assets.pipeline.shared.meta_tables import data_files
     from cdc_assets.schema.history import spec_versions_layout
 
     specs = _specs(count)

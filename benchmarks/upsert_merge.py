@@ -11,7 +11,8 @@ between runs), with one warmed-up `local[2]` Spark session:
 - plain_merge (a): one MERGE INTO base USING (newest change per key by ROW_NUMBER() over the
   ledger's new rows): WHEN MATCHED AND op = 'd' THEN DELETE, WHEN MATCHED THEN UPDATE, WHEN NOT
   MATCHED AND op <> 'd' THEN INSERT (the seeds' shape);
-- cdc_upsert (b): `build_bucketed` + `merge_base` from cdc_assets/pipeline/upsert.py, what the
+- cdc_upsert (b): `build_bucketed` + `merge_base` from cdc_assets/pipeline/upsert/upsert.py, what
+the
   product runs (ordering guard, tombstones, watermark in the same commit);
 - pyiceberg_upsert (c): pyiceberg's `Table.upsert` on the same base, given the newest change per
   key where that change is not a delete (it has no delete branch), as an in-memory Arrow table
@@ -446,7 +447,7 @@ class Table:
     """One spec's tables in the benchmark: set up, reset between runs, measured, checked."""
 
     def __init__(self, bench: Bench, spec: Any, rows: int, seed: int, scratch: Path) -> None:
-        from cdc_assets.pipeline.upsert import plain_identifier, spark_identifier
+        from cdc_assets.pipeline.upsert.upsert import plain_identifier, spark_identifier
         from cdc_assets.schema.layers import (
             base_layout,
             bucketed_layout,
@@ -478,8 +479,8 @@ class Table:
 
     def create(self) -> float:
         """Tables, the base rows with their upsert state, an empty tombstones snapshot."""
-        from cdc_assets.pipeline.tables import ensure_tables
-        from cdc_assets.pipeline.watermark import (
+        from cdc_assets.pipeline.shared.tables import ensure_tables
+        from cdc_assets.pipeline.shared.watermark import (
             UpsertState,
             commit_properties_only,
             snapshot_properties,
@@ -511,13 +512,13 @@ class Table:
 
     def write_ledger(self, changed: float) -> Workload:
         """Replace the ledger with this fraction's changes; compute the expected bases."""
-        from cdc_assets.pipeline.offsets import (
+        from cdc_assets.pipeline.shared.offsets import (
             KIND_PROPERTY,
             OFFSETS_PROPERTY,
             TOPIC_PROPERTY,
             encode_offsets,
         )
-        from cdc_assets.pipeline.watermark import snapshot_properties
+        from cdc_assets.pipeline.shared.watermark import snapshot_properties
 
         started = time.perf_counter()
         kind = self.skew
@@ -646,7 +647,7 @@ class Table:
         )
 
     def run_plain(self, run: Run) -> Callable[[], None]:
-        from cdc_assets.pipeline.upsert import merge_plan
+        from cdc_assets.pipeline.upsert.upsert import merge_plan
         from cdc_assets.sql.plan import shuffles_between_scan_and_join
 
         sql = self.plain_merge_sql()
@@ -661,14 +662,14 @@ class Table:
         return action
 
     def run_ours(self, run: Run, prune: bool = True) -> Callable[[], None]:
-        from cdc_assets.pipeline.upsert import build_bucketed, merge_base
+        from cdc_assets.pipeline.upsert.upsert import build_bucketed, merge_base
 
         def action() -> None:
             began = time.perf_counter()
             built = build_bucketed(self.spark, self.bench.catalog, self.bench.iceberg(), self.spec)
             run.steps["build_bucketed"] = time.perf_counter() - began
             if self.bench.args.explain:  # the plan merge_base will run, after the build
-                from cdc_assets.pipeline.upsert import PLACEHOLDER_CONNECTORS
+                from cdc_assets.pipeline.upsert.upsert import PLACEHOLDER_CONNECTORS
                 from cdc_assets.sql.upsert import render_base_merge
 
                 sql = render_base_merge(

@@ -66,7 +66,7 @@ class ReadSide:
 
     def __init__(self, res: dict[str, Any], spec: Any, rng: random.Random) -> None:
         from cdc_assets.demo.events import DebeziumEventFactory
-        from cdc_assets.pipeline.upsert import spark_identifier
+        from cdc_assets.pipeline.upsert.upsert import spark_identifier
         from cdc_assets.schema.layers import base_layout
 
         self.res, self.spec, self.rng = res, spec, rng
@@ -86,8 +86,8 @@ class ReadSide:
 
     def produce_and_upsert(self, records: list[Any]) -> dict[str, float]:
         from cdc_assets.demo.events import produce
-        from cdc_assets.pipeline.ingest import ingest_incremental
-        from cdc_assets.pipeline.upsert import build_bucketed, merge_base
+        from cdc_assets.pipeline.ingest.ingest import ingest_incremental
+        from cdc_assets.pipeline.upsert.upsert import build_bucketed, merge_base
 
         kafka = self.res["kafka"]
         produce(records, self.spec.source.topic, kafka.resolved_bootstrap())
@@ -177,8 +177,8 @@ def run_format(
 ) -> dict[str, Any]:
     from confluent_kafka.admin import NewTopic
 
-    from cdc_assets.pipeline.maintenance import maintain_table
-    from cdc_assets.pipeline.tables import ensure_tables
+    from cdc_assets.pipeline.maintenance.maintenance import maintain_table
+    from cdc_assets.pipeline.shared.tables import ensure_tables
     from cdc_assets.spec import load_spec
 
     users = load_spec(ROOT / "table_specs" / "users.yaml")

@@ -26,7 +26,7 @@ from cdc_assets.jobs.maintenance import build_maintenance_job, build_maintenance
 from cdc_assets.jobs.onboard import build_onboard_job
 from cdc_assets.jobs.sync import build_sync_job
 from cdc_assets.jobs.upsert import build_upsert_job
-from cdc_assets.pipeline.spec_store import load_with_stored_versions
+from cdc_assets.pipeline.evolution.spec_store import load_with_stored_versions
 from cdc_assets.resources import build_resources
 from cdc_assets.run_launcher import tables_from_env
 from cdc_assets.sensors.drift_detected import build_drift_sensor

@@ -77,7 +77,7 @@ DEFAULT_WORKER_TABLES_AT_ONCE = 1
 # warm driver took 0.88x the time per table with three at once as with two, and four no less
 # than three (benchmarks/fleet_widths.py, docs/benchmarks.md): a small table's steps mostly wait
 # on round trips. A driver caches one large batch at a time whatever the width
-# (pipeline/batch_cache.py).
+# (pipeline/shared/batch_cache.py).
 DEFAULT_TABLES_AT_ONCE = 3
 # CDC_ASSETS_SOURCE_URL_<SERVER>_<DATABASE>, CDC_ASSETS_SOURCE_URL_<CONNECTOR>_<DATABASE> or
 # CDC_ASSETS_SOURCE_URL_<DATABASE>, looked up in that order: a JDBC URL of a source database, for

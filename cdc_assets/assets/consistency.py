@@ -3,7 +3,7 @@
 It depends on the history assets of the group's tables and runs after them in ``upsert_bases``
 and ``sync_tables`` runs, in a pool of its own so that two runs of one group never publish at
 once. Each run reads the new transaction records, moves the cut as far as every table allows
-and points the ``<table>_consistent`` views at it (`cdc_assets.pipeline.consistency`).
+and points the ``<table>_consistent`` views at it (`cdc_assets.pipeline.upsert.consistency`).
 """
 
 from typing import Any
@@ -13,7 +13,7 @@ import dagster as dg
 from cdc_assets.assets.keys import asset_key
 from cdc_assets.assets.metadata import markdown_summary
 from cdc_assets.checks.table_checks import check_result
-from cdc_assets.pipeline.consistency import (
+from cdc_assets.pipeline.upsert.consistency import (
     CutResult,
     current_lag,
     cut_history,

@@ -10,8 +10,8 @@ from typing import Any
 import dagster as dg
 
 from cdc_assets.assets.metadata import commit_metadata, markdown_summary
-from cdc_assets.pipeline.history import HistoryResult, update_history
-from cdc_assets.pipeline.upsert import load_table
+from cdc_assets.pipeline.upsert.history import HistoryResult, update_history
+from cdc_assets.pipeline.upsert.upsert import load_table
 from cdc_assets.resources.iceberg import IcebergCatalogResource
 from cdc_assets.resources.spark import SparkResource
 from cdc_assets.schema.layers import history_layout

@@ -21,9 +21,14 @@ import dagster as dg
 from pydantic import Field
 
 from cdc_assets.assets.metadata import commit_metadata, markdown_summary
-from cdc_assets.pipeline import catch_up
-from cdc_assets.pipeline.ingest import IngestResult, hour_bounds, ingest_incremental, rebuild_hour
-from cdc_assets.pipeline.tables import ensure_tables
+from cdc_assets.pipeline.evolution import catch_up
+from cdc_assets.pipeline.ingest.ingest import (
+    IngestResult,
+    hour_bounds,
+    ingest_incremental,
+    rebuild_hour,
+)
+from cdc_assets.pipeline.shared.tables import ensure_tables
 from cdc_assets.resources.iceberg import IcebergCatalogResource
 from cdc_assets.resources.kafka import KafkaResource
 from cdc_assets.resources.spark import SparkResource
@@ -188,7 +193,7 @@ def _view_metadata(
     metadata["spec_version"] = spec.spec_version
     if result.read:
         # An evolution may have made a newer spec while this run decoded with `spec`: its
-        # rows and dead letters get the newer version's values (pipeline.catch_up).
+        # rows and dead letters get the newer version's values (pipeline.evolution.catch_up).
         caught = catch_up.after_ingest(session, catalog_name, catalog, spec, specs_dir, started_at)
         if caught is not None:
             say = log.warning if caught.changed else log.info

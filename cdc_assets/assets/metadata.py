@@ -8,7 +8,7 @@ from typing import Any
 
 import dagster as dg
 
-from cdc_assets.pipeline.iceberg_types import sink_text
+from cdc_assets.pipeline.shared.iceberg_types import sink_text
 
 # Snapshot summary fields (Iceberg's names) reported under our names.
 COMMIT_FIELDS = {

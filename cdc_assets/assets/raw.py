@@ -4,7 +4,7 @@ from typing import Any
 
 import dagster as dg
 
-from cdc_assets.pipeline.topic import observe_topic
+from cdc_assets.pipeline.shared.topic import observe_topic
 from cdc_assets.resources.iceberg import IcebergCatalogResource
 from cdc_assets.resources.kafka import KafkaResource
 from cdc_assets.spec.models import TableSpec

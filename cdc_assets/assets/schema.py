@@ -17,10 +17,10 @@ from pydantic import Field
 
 from cdc_assets.assets.keys import node_name
 from cdc_assets.assets.metadata import markdown_summary
-from cdc_assets.pipeline.artifacts import publish_table
-from cdc_assets.pipeline.converge import EvolutionRejectedError, converge
-from cdc_assets.pipeline.ingest import ingest_incremental
-from cdc_assets.pipeline.source_schema import source_identity
+from cdc_assets.pipeline.bootstrap.source_schema import source_identity
+from cdc_assets.pipeline.evolution.artifacts import publish_table
+from cdc_assets.pipeline.evolution.converge import EvolutionRejectedError, converge
+from cdc_assets.pipeline.ingest.ingest import ingest_incremental
 from cdc_assets.resources.iceberg import IcebergCatalogResource
 from cdc_assets.resources.kafka import KafkaResource
 from cdc_assets.resources.spark import SparkResource

@@ -10,16 +10,16 @@ from typing import Any
 import dagster as dg
 
 from cdc_assets.assets.metadata import commit_metadata, live_rows, markdown_summary
-from cdc_assets.pipeline import catch_up
-from cdc_assets.pipeline.offsets import encode_offsets
-from cdc_assets.pipeline.upsert import (
+from cdc_assets.pipeline.evolution import catch_up
+from cdc_assets.pipeline.shared.offsets import encode_offsets
+from cdc_assets.pipeline.shared.watermark import UpsertState
+from cdc_assets.pipeline.upsert.upsert import (
     BucketedResult,
     MergeResult,
     build_bucketed,
     load_table,
     merge_base_again,
 )
-from cdc_assets.pipeline.watermark import UpsertState
 from cdc_assets.resources.iceberg import IcebergCatalogResource
 from cdc_assets.resources.spark import SparkResource
 from cdc_assets.schema.layers import base_layout
@@ -248,7 +248,7 @@ def _merge_view(
     meta = merge_metadata(result)
     if result.applied:
         # Rows decoded under an older spec than the file's now (an evolution ran meanwhile):
-        # carry their recovered values to base (pipeline.catch_up says why that is safe).
+        # carry their recovered values to base (pipeline.evolution.catch_up says why that is safe).
         caught = catch_up.after_upsert(
             session,
             catalog_name,

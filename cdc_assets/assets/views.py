@@ -16,8 +16,8 @@ from typing import Any
 import dagster as dg
 
 from cdc_assets.assets.keys import asset_key, table_of
-from cdc_assets.pipeline.artifacts import publish_view
-from cdc_assets.pipeline.views import (
+from cdc_assets.pipeline.evolution.artifacts import publish_view
+from cdc_assets.pipeline.evolution.views import (
     create_view,
     current_view,
     live_columns,

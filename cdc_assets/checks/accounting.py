@@ -8,7 +8,7 @@ from typing import Any
 
 import dagster as dg
 
-from cdc_assets.pipeline.offsets import (
+from cdc_assets.pipeline.shared.offsets import (
     COUNTS_PROPERTY,
     START_OFFSETS_PROPERTY,
     committed_snapshot,

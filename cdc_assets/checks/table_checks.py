@@ -1,6 +1,6 @@
 """The asset checks of one table spec, with thresholds from its ``checks`` and ``freshness``.
 
-Each check measures with ``cdc_assets.pipeline.health`` and judges with ``rules``; which
+Each check measures with ``cdc_assets.pipeline.health.health`` and judges with ``rules``; which
 severity a failure gets is decided per rule there. ``primary_key_unique`` is blocking: when it
 fails, assets downstream of base in the same run are not materialized.
 
@@ -22,11 +22,11 @@ from cdc_assets.assets.keys import asset_key, node_name
 from cdc_assets.checks import accounting
 from cdc_assets.checks.failsafe import failsafe
 from cdc_assets.jobs.upsert import UPSERT_JOB
-from cdc_assets.pipeline import conformance, health
-from cdc_assets.pipeline.history import compare_history
-from cdc_assets.pipeline.protection import configured_key
-from cdc_assets.pipeline.protection_audit import audit_protection
-from cdc_assets.pipeline.schema_topic import source_tables
+from cdc_assets.pipeline.evolution.schema_topic import source_tables
+from cdc_assets.pipeline.health import conformance, health
+from cdc_assets.pipeline.health.protection_audit import audit_protection
+from cdc_assets.pipeline.shared.protection import configured_key
+from cdc_assets.pipeline.upsert.history import compare_history
 from cdc_assets.quality import rules
 from cdc_assets.resources.iceberg import IcebergCatalogResource
 from cdc_assets.resources.kafka import KafkaResource

@@ -18,7 +18,7 @@ def cmd_fleet(settings: Settings, args: argparse.Namespace) -> int:
     """Every table's lag, watermark delay, dead letters by reason, evolutions and run times,
     worst first; with --prometheus, the same as Prometheus exposition text (a file for
     node_exporter's textfile collector, or - for stdout); with --serve, on an HTTP endpoint."""
-    from cdc_assets.pipeline.fleet import fleet_metrics
+    from cdc_assets.pipeline.health.fleet import fleet_metrics
     from cdc_assets.quality.fleet import prometheus_text, worst_first
     from cdc_assets.resources import build_resources
     from cdc_assets.spec import load_specs

@@ -111,7 +111,7 @@ def _specs_import_schema_record(settings: Settings, args: argparse.Namespace) ->
     """Onboard a MySQL/MariaDB table from Debezium's schema-change topic: the newest record of
     the table (its full column list after the last DDL) becomes version 1 of its spec, through
     the same DDL import as `import-ddl`; the spec watches that topic for later changes."""
-    from cdc_assets.pipeline.schema_topic import newest_change_of
+    from cdc_assets.pipeline.evolution.schema_topic import newest_change_of
     from cdc_assets.resources import build_resources
     from cdc_assets.spec.ddl_import import default_topic, spec_from_ddl
     from cdc_assets.spec.versions import render_spec_yaml
@@ -197,7 +197,7 @@ def source_jdbc_url(
 def _specs_import_source(settings: Settings, args: argparse.Namespace) -> int:
     """Onboard a live table: its information_schema becomes version 1 of its spec, written to
     the spec directory (never over an existing spec without --force) and loaded back."""
-    from cdc_assets.pipeline.source_schema import import_source_spec, source_size
+    from cdc_assets.pipeline.bootstrap.source_schema import import_source_spec, source_size
     from cdc_assets.resources import build_resources
     from cdc_assets.spec.ddl_import import identifier
     from cdc_assets.spec.information_schema import SourceTable
@@ -304,8 +304,8 @@ def _specs_export(settings: Settings, args: argparse.Namespace) -> int:
     on a branch of their own."""
     from datetime import UTC, datetime
 
-    from cdc_assets.pipeline.evolve import read_history
-    from cdc_assets.pipeline.spec_store import base_table, stored_specs
+    from cdc_assets.pipeline.evolution.spec_store import base_table, stored_specs
+    from cdc_assets.pipeline.shared.meta_tables import read_history
     from cdc_assets.resources import build_resources
     from cdc_assets.spec import load_specs
     from cdc_assets.spec.export import (

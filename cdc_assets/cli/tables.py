@@ -29,7 +29,7 @@ from cdc_assets.settings import Settings
 def cmd_bootstrap(settings: Settings, args: argparse.Namespace) -> int:
     """Load base from a dump. A dump read here from the live source (--jdbc-url or --source)
     without --position is stitched by a watermark read from the source before the dump."""
-    from cdc_assets.pipeline.bootstrap import (
+    from cdc_assets.pipeline.bootstrap.bootstrap import (
         bootstrap_base,
         bootstrap_from_source,
         read_files,
@@ -132,8 +132,8 @@ def shard_view(spec: Any, shard: str | None) -> Any:
 def cmd_rollback(settings: Settings, args: argparse.Namespace) -> int:
     from datetime import datetime
 
-    from cdc_assets.pipeline.bootstrap import rollback_watermark
-    from cdc_assets.pipeline.offsets import encode_offsets
+    from cdc_assets.pipeline.bootstrap.bootstrap import rollback_watermark
+    from cdc_assets.pipeline.shared.offsets import encode_offsets
     from cdc_assets.resources import build_resources
 
     spec = shard_view(find_spec(settings, args.table), args.shard)
@@ -164,7 +164,7 @@ def cmd_history(settings: Settings, args: argparse.Namespace) -> int:
 
     from rich.table import Table
 
-    from cdc_assets.pipeline.history import read_as_of, update_history
+    from cdc_assets.pipeline.upsert.history import read_as_of, update_history
     from cdc_assets.resources import build_resources
 
     spec = find_spec(settings, args.table)
@@ -208,7 +208,7 @@ def cmd_history(settings: Settings, args: argparse.Namespace) -> int:
 
 def cmd_consistent(settings: Settings, args: argparse.Namespace) -> int:
     """Move a consistency group's cut as far as its tables allow, and say where it stands."""
-    from cdc_assets.pipeline.consistency import update_cut
+    from cdc_assets.pipeline.upsert.consistency import update_cut
     from cdc_assets.resources import build_resources
     from cdc_assets.spec import load_specs
     from cdc_assets.spec.groups import consistency_groups
@@ -242,7 +242,7 @@ def cmd_consistent(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_redrive(settings: Settings, args: argparse.Namespace) -> int:
-    from cdc_assets.pipeline.redrive import redrive
+    from cdc_assets.pipeline.ingest.redrive import redrive
     from cdc_assets.resources import build_resources
     from cdc_assets.spec import load_specs
 
@@ -269,7 +269,7 @@ def cmd_redrive(settings: Settings, args: argparse.Namespace) -> int:
 
 def cmd_protect_rewrite(settings: Settings, args: argparse.Namespace) -> int:
     """Rewrite a table's values stored before their protection; 1 while any is left."""
-    from cdc_assets.pipeline.reprotect import reprotect_table
+    from cdc_assets.pipeline.maintenance.reprotect import reprotect_table
     from cdc_assets.resources import build_resources
 
     spec = find_spec(settings, args.table)
@@ -390,7 +390,7 @@ def cmd_backfill(settings: Settings, args: argparse.Namespace) -> int:
     """Phase 3 of an evolution on its own: recover columns from the ledger's row images."""
     from datetime import datetime
 
-    from cdc_assets.pipeline.evolve import backfill_from_ledger
+    from cdc_assets.pipeline.evolution.evolve import backfill_from_ledger
     from cdc_assets.resources import build_resources
 
     spec = find_spec(settings, args.table)

@@ -204,7 +204,7 @@ class TableOutcome:
 
 def versions_applied(iceberg_catalog: Any, table: str) -> list[str]:
     """``1 -> 2 (push, applied)``-style lines from the schema history of ``table``."""
-    from cdc_assets.pipeline.evolve import read_history
+    from cdc_assets.pipeline.shared.meta_tables import read_history
 
     return [
         f"{e.from_version} -> {e.to_version} ({e.trigger}, {e.decision})"
@@ -221,7 +221,7 @@ def run_live_demo(
     from cdc_assets.cli import dagster_instance
     from cdc_assets.jars.maven import ensure_jars
     from cdc_assets.jobs.inprocess import PipelineDriver
-    from cdc_assets.pipeline.source_compare import compare_source, source_url_for
+    from cdc_assets.pipeline.bootstrap.source_compare import compare_source, source_url_for
     from cdc_assets.resources import build_resources
     from cdc_assets.spec import load_specs
     from cdc_assets.stack.local_stack import lake_description, stack_up

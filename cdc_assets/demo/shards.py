@@ -161,7 +161,7 @@ def run_workload(
 
 def compare(spark: Any, catalog: str, spec: TableSpec, settings: Settings) -> dict[str, Any]:
     """Each shard's source table against its rows of base: shard -> MirrorDiff."""
-    from cdc_assets.pipeline.source_compare import compare_source
+    from cdc_assets.pipeline.bootstrap.source_compare import compare_source
 
     return {
         v.shard.shard_name: compare_source(spark, catalog, v, url(settings, v.shard.shard_name))

@@ -203,7 +203,7 @@ def spark_jars(settings: Settings) -> list[Path]:
 
     The project's functions are a speed-up: when they cannot be compiled (a JRE without
     ``javac``, say), a warning says so and sessions read Kafka values with Spark's own functions
-    (`pipeline.envelope_reader`)."""
+    (`pipeline.ingest.envelope_reader`)."""
     jars = ensure_jars("spark", settings)
     try:
         return [*jars, ensure_udf_jar(settings)]

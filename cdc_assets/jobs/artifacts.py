@@ -7,8 +7,8 @@ from pathlib import Path
 
 import dagster as dg
 
-from cdc_assets.pipeline.artifacts import publish_tables, publish_view
-from cdc_assets.pipeline.views import live_columns, published_schema
+from cdc_assets.pipeline.evolution.artifacts import publish_tables, publish_view
+from cdc_assets.pipeline.evolution.views import live_columns, published_schema
 from cdc_assets.resources.spark import SparkResource
 from cdc_assets.schema.views import derive_all, table_schema
 from cdc_assets.settings import artifacts_root

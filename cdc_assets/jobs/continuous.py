@@ -14,7 +14,8 @@ another state), so a worker and a run on the same table never lose or double a r
 cycle reads the table's newest spec (an evolution committed since is never decoded stale), and a
 cycle that fails is retried by the next, after a backoff; ``max_failures`` failed cycles in a row
 of one table end the run, which the ``continuous_workers`` sensor starts again. A table whose
-pause an evolution or maintenance holds (``pipeline.pause``) is left alone until it ends; base is
+pause an evolution or maintenance holds (``pipeline.shared.pause``) is left alone until it ends;
+base is
 compacted here once it holds more than ``base.maintenance.compact_files_per_bucket`` files per
 bucket, since a commit every few seconds adds files faster than a daily maintenance removes them.
 """
@@ -35,15 +36,15 @@ from cdc_assets.assets.history import history_table
 from cdc_assets.assets.keys import asset_key
 from cdc_assets.assets.ledger import ingest_table
 from cdc_assets.assets.upsert import base_table, bucketed_table
-from cdc_assets.pipeline.maintenance import (
+from cdc_assets.pipeline.evolution.spec_store import with_stored_versions
+from cdc_assets.pipeline.maintenance.maintenance import (
     FILE_TOTALS,
     MaintenanceConflictError,
     compact_tables,
     needs_compaction,
     summary_count,
 )
-from cdc_assets.pipeline.pause import Pause, table_pause
-from cdc_assets.pipeline.spec_store import with_stored_versions
+from cdc_assets.pipeline.shared.pause import Pause, table_pause
 from cdc_assets.resources.iceberg import IcebergCatalogResource
 from cdc_assets.resources.kafka import KafkaResource
 from cdc_assets.resources.spark import SparkResource, own_session_per_thread

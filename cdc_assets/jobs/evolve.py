@@ -20,15 +20,15 @@ from pydantic import Field
 from cdc_assets.assets.keys import asset_key
 from cdc_assets.errors import SpecError
 from cdc_assets.jobs.asset_job import AssetJob
-from cdc_assets.pipeline.health import iceberg_differences
-from cdc_assets.pipeline.schema_topic import (
+from cdc_assets.pipeline.bootstrap.source_schema import source_create_table, source_identity
+from cdc_assets.pipeline.evolution.schema_topic import (
     newest_row_schema,
     newest_schema_change,
     source_tables,
 )
-from cdc_assets.pipeline.source_schema import source_create_table, source_identity
-from cdc_assets.pipeline.spec_store import current_spec
-from cdc_assets.pipeline.tables import mark_source_tables
+from cdc_assets.pipeline.evolution.spec_store import current_spec
+from cdc_assets.pipeline.health.health import iceberg_differences
+from cdc_assets.pipeline.shared.tables import mark_source_tables
 from cdc_assets.resources.iceberg import IcebergCatalogResource
 from cdc_assets.resources.kafka import KafkaResource
 from cdc_assets.resources.spark import SparkResource

@@ -13,7 +13,7 @@ from croniter import croniter
 from pydantic import Field
 
 from cdc_assets.errors import SpecError
-from cdc_assets.pipeline.maintenance import (
+from cdc_assets.pipeline.maintenance.maintenance import (
     MaintenanceConflictError,
     MaintenanceResult,
     maintain_table,

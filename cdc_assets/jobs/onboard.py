@@ -1,5 +1,5 @@
 """The `onboard_tables` job: create the Iceberg tables of the selected specs (all by default)
-and publish each table's schema package (`pipeline.artifacts`; a no-op when published).
+and publish each table's schema package (`pipeline.evolution.artifacts`; a no-op when published).
 
 One shared job for every table keeps loading fast at thousands of tables. The packages build
 in processes of their own (``publish_tables``) while Spark creates the tables: a package build
@@ -11,8 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 import dagster as dg
 from pydantic import Field
 
-from cdc_assets.pipeline.artifacts import publish_tables
-from cdc_assets.pipeline.tables import ensure_tables
+from cdc_assets.pipeline.evolution.artifacts import publish_tables
+from cdc_assets.pipeline.shared.tables import ensure_tables
 from cdc_assets.resources.spark import SparkResource
 from cdc_assets.settings import artifacts_root
 from cdc_assets.spec.models import TableSpec

@@ -1,6 +1,6 @@
 """Fleet metrics: per table (and source server), the numbers a monitoring stack scrapes, in the
 Prometheus exposition format, and the order a fleet summary lists tables in (worst first). Pure:
-measured values in, text out; ``pipeline.fleet`` measures them.
+measured values in, text out; ``pipeline.health.fleet`` measures them.
 """
 
 from __future__ import annotations

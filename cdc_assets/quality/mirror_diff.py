@@ -5,7 +5,8 @@ sink names. Each source row is turned into the base row it should be through the
 mapping (renames, transforms, type overrides: ``cdc_assets.schema.sink_values``), values are
 brought to one form per sink type (decimals at their scale, instants in UTC), and rows are
 matched by primary key. Equal means same type and same value: ``True`` is not ``1`` and a naive
-``datetime`` is not an aware one. Reading the rows is ``cdc_assets.pipeline.source_compare``'s job.
+``datetime`` is not an aware one. Reading the rows is
+``cdc_assets.pipeline.bootstrap.source_compare``'s job.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Verdicts of the table checks: measured values + thresholds from the spec -> pass or fail.
 
-Pure (no Dagster, Spark or pyiceberg): the measurements come from ``cdc_assets.pipeline.health``
+Pure (no Dagster, Spark or pyiceberg): the measurements come from
+``cdc_assets.pipeline.health.health``
 and the Dagster shell in this package turns a ``Verdict`` into an ``AssetCheckResult``.
 
 Severity is chosen per rule, not per check:

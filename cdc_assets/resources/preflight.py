@@ -153,7 +153,7 @@ def check_executors(session: Any, where: str, timeout: float = EXECUTOR_TIMEOUT_
 
 
 def _cancel(session: Any) -> None:
-    from cdc_assets.pipeline.session_kind import is_connect
+    from cdc_assets.pipeline.shared.session_kind import is_connect
 
     try:
         if is_connect(session):

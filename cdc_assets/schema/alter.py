@@ -3,7 +3,8 @@
 Phase 1 of schema evolution compares each live table with the layout of the proposed spec and
 stages the difference as one ``TableAlteration``: columns to add, widen, make optional, document
 or drop, moves that restore the layout's column order, and table properties. The I/O side
-(``cdc_assets.pipeline.evolve``) applies it with pyiceberg. Planning from the live table rather
+(``cdc_assets.pipeline.evolution.evolve``) applies it with pyiceberg. Planning from the live table
+rather
 than from the plan makes every run converge: a table already evolved plans nothing.
 """
 

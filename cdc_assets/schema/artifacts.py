@@ -1,5 +1,5 @@
 """A table's or view's schema as a versioned Python package consumers depend on (pure: renders
-the package's files; `cdc_assets.pipeline.artifacts` builds and publishes them).
+the package's files; `cdc_assets.pipeline.evolution.artifacts` builds and publishes them).
 
 The package ``cdc-schema-<namespace>-<name>`` (import ``cdc_schema_<namespace>_<name>``) holds a
 pydantic record model, a pandera DataFrameModel, the Avro schema and a JSON Schema, all from the

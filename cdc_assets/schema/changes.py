@@ -141,7 +141,7 @@ class RenameColumn:
 class SetColumnAttribute:
     """A change of a column's metadata: comment, default (of an existing column), sensitive, or
     a protection set (``protect``, ``protect_paths``: values stored before it are rewritten by
-    `pipeline.reprotect`)."""
+    `pipeline.maintenance.reprotect`)."""
 
     id: int
     name: str

@@ -77,7 +77,8 @@ def protect_later(c: ColumnSpec, p: ColumnSpec, connector: str) -> tuple[str | N
     """Whether an existing column's protection may change as ``p`` proposes: (reason it may
     not, or None; whether anything changes). Allowed: a protection set on a string column that
     had none, and paths added inside a JSON column's protection. The values stored before it
-    are rewritten by `cdc-assets protect-rewrite` (`pipeline.reprotect`); until then the check
+    are rewritten by `cdc-assets protect-rewrite` (`pipeline.maintenance.reprotect`); until then
+    the check
     ``values_protected`` fails."""
     if p.protect == c.protect and p.protect_paths == c.protect_paths:
         return None, False

@@ -1,5 +1,6 @@
 """The schema-change audit trail: one row per evolution decision, in an Iceberg table of its own
-(``cdc_meta.schema_history``), as plain data (pure; `cdc_assets.pipeline.evolve` reads and writes).
+(``cdc_meta.schema_history``), as plain data (pure; `cdc_assets.pipeline.evolution.evolve` reads
+and writes).
 
 Maps (schema ids, snapshot ids, Kafka offsets) are kept as JSON text so the table's schema never
 depends on which layers or partitions a table has.

@@ -331,7 +331,8 @@ def all_layouts(spec: TableSpec) -> dict[str, TableLayout]:
     }
 
 
-# --- consistency groups (cdc_assets.pipeline.consistency) -----------------------------------
+# --- consistency groups (cdc_assets.pipeline.upsert.consistency)
+# -----------------------------------
 
 
 def group_namespace(specs: list[TableSpec]) -> str:

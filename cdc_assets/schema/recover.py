@@ -1,5 +1,6 @@
 """Which columns a row decoded under an older spec version may lack: the columns a catch-up
-backfill recovers from the ledger's row images (``pipeline.catch_up``). Pure: specs in, names out.
+backfill recovers from the ledger's row images (``pipeline.evolution.catch_up``). Pure: specs in,
+names out.
 """
 
 from __future__ import annotations

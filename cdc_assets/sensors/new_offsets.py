@@ -25,7 +25,7 @@ from cdc_assets.jobs.asset_job import AssetJob
 from cdc_assets.jobs.continuous import live_worker_tables
 from cdc_assets.jobs.ingest import INGEST_JOB
 from cdc_assets.jobs.sync import sync_selection
-from cdc_assets.pipeline.spec_store import current_of, stored_specs
+from cdc_assets.pipeline.evolution.spec_store import current_of, stored_specs
 from cdc_assets.resources.kafka import KafkaResource
 from cdc_assets.sensors.runs import (
     IN_FLIGHT,

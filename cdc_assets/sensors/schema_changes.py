@@ -27,8 +27,8 @@ from cdc_assets.assets.keys import asset_key
 from cdc_assets.assets.schema import evolve_run_config
 from cdc_assets.errors import CdcAssetsError
 from cdc_assets.jobs.asset_job import AssetJob
-from cdc_assets.pipeline.converge import spec_path
-from cdc_assets.pipeline.schema_topic import (
+from cdc_assets.pipeline.evolution.converge import spec_path
+from cdc_assets.pipeline.evolution.schema_topic import (
     SeenChange,
     matches,
     newest_row_schema,
@@ -36,7 +36,7 @@ from cdc_assets.pipeline.schema_topic import (
     row_schema_change_position,
     row_schema_versions,
 )
-from cdc_assets.pipeline.spec_store import Stored, current_of, stored_specs
+from cdc_assets.pipeline.evolution.spec_store import Stored, current_of, stored_specs
 from cdc_assets.resources.kafka import KafkaResource
 from cdc_assets.resources.schema_registry import value_subject
 from cdc_assets.schema.reconcile import Attempt, decide

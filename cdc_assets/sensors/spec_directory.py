@@ -1,5 +1,6 @@
 """A spec added to (or removed from) the spec directory of a running deployment, or a newer spec
-version that an evolution stored in the catalog (``pipeline.spec_store``; the run may have been on
+version that an evolution stored in the catalog (``pipeline.evolution.spec_store``; the run may
+have been on
 another machine), is picked up without a restart: the definitions are built when the code
 location loads, so this sensor compares the directory and the stored versions with what was
 loaded and reloads the code location through the webserver's GraphQL API
@@ -16,7 +17,7 @@ from typing import Any
 
 import dagster as dg
 
-from cdc_assets.pipeline.spec_store import Stored, current_of, stored_specs
+from cdc_assets.pipeline.evolution.spec_store import Stored, current_of, stored_specs
 from cdc_assets.spec.models import TableSpec
 
 CODE_LOCATION = "cdc_assets.definitions"  # the python_module of workspace.yaml

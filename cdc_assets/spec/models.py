@@ -437,7 +437,8 @@ class EvolutionSpec(_Strict):
 
 
 class HistorySpec(_Strict):
-    """Versions of every row kept beside base (cdc_assets.pipeline.history, docs/history.md)."""
+    """Versions of every row kept beside base (cdc_assets.pipeline.upsert.history,
+    docs/history.md)."""
 
     # none: base only; scd2: a history table with one row per version of a key (SCD type 2),
     # recomputed from the ledger for the keys each run touches.

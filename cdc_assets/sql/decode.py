@@ -2,7 +2,8 @@
 
 The ingest reads the record value once (`ENVELOPE_FUNCTION`) into the envelope, its
 ``before``/``after`` images as raw JSON text and the applied image as one raw text per field.
-Everything below renders expressions over those raw texts; `cdc_assets.pipeline.ingest` applies
+Everything below renders expressions over those raw texts; `cdc_assets.pipeline.ingest.ingest`
+applies
 them. Each record gets a ``_status`` (``ledger``/``dead``/``skip``), a ``_stage`` and a ``_reason``.
 """
 
@@ -680,7 +681,7 @@ def _case(pairs: list[tuple[str, str]], default: str) -> str:
 def sequence_columns(spec: TableSpec) -> dict[str, str]:
     """The numeric source position: binlog (file number, position, row), (LSN, 0, 0), or for
     ``source.order: gtid`` (GTID sequence number, position, row). A row event without a GTID
-    (Debezium's snapshot reads) gets a NULL major, which `pipeline.gtid_floor` fills in."""
+    (Debezium's snapshot reads) gets a NULL major, which `pipeline.ingest.gtid_floor` fills in."""
     if spec.source.connector == "postgresql":
         return {
             "_seq_major": "source.lsn",

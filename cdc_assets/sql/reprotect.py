@@ -4,7 +4,8 @@ before the protection (pure).
 A column protected in a later spec version (`schema.evolution` takes ``protect`` set on a string
 column, or JSON paths added) holds plaintext in the rows written before it: the typed column of
 every layer, the ledger's row images ``_row_json`` and ``_before_json``, and the dead letters'
-payloads. `pipeline.reprotect` runs these statements; each one changes only values not yet in
+payloads. `pipeline.maintenance.reprotect` runs these statements; each one changes only values not
+yet in
 their protected form (`sql.protect.protected_form_sql`), so running it again changes nothing.
 """
 

@@ -603,7 +603,7 @@ def test_new_offsets_sensor_watches_the_topic_a_stored_version_follows(
     """A code location loaded before an evolution followed a renamed source table still holds
     the old spec: its sensor must start the run for the new name's topic anyway (the stored
     version's), or changes there would wait for a reload."""
-    from cdc_assets.pipeline.spec_store import record_spec
+    from cdc_assets.pipeline.evolution.spec_store import record_spec
     from cdc_assets.resources import KafkaResource, build_resources
     from cdc_assets.spec.source_table import SourceTable, followed
     from cdc_assets.spec.versions import write_spec

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 
 from cdc_assets.assets.ledger import choose_mode
-from cdc_assets.pipeline.ingest import hour_bounds
+from cdc_assets.pipeline.ingest.ingest import hour_bounds
 from cdc_assets.sensors.new_offsets import current_hour_key
 
 NOW = datetime(2026, 3, 4, 10, 25, tzinfo=UTC)

@@ -14,7 +14,7 @@ import cdc_assets.sensors.schema_changes as sensor_module
 from cdc_assets.assets.keys import asset_key
 from cdc_assets.definitions import build_defs
 from cdc_assets.demo.events import DebeziumEventFactory
-from cdc_assets.pipeline.schema_topic import SeenChange
+from cdc_assets.pipeline.evolution.schema_topic import SeenChange
 from cdc_assets.resources import KafkaResource
 from cdc_assets.settings import load_settings
 from cdc_assets.spec.models import ColumnSpec

@@ -26,12 +26,12 @@ from cdc_assets.demo.events import DebeziumEventFactory, KafkaRecord, produce, w
 from cdc_assets.demo.events.avro import RegistryFraming
 from cdc_assets.kafka_security import ENV_REGISTRY_CA, ENV_REGISTRY_PASSWORD, ENV_REGISTRY_USERNAME
 from cdc_assets.local_servers import endpoints
-from cdc_assets.pipeline.evolve import read_history
-from cdc_assets.pipeline.ingest import ingest_incremental
-from cdc_assets.pipeline.offsets import committed_offsets
-from cdc_assets.pipeline.redrive import redrive
-from cdc_assets.pipeline.tables import ensure_tables
-from cdc_assets.pipeline.upsert import build_bucketed, merge_base
+from cdc_assets.pipeline.ingest.ingest import ingest_incremental
+from cdc_assets.pipeline.ingest.redrive import redrive
+from cdc_assets.pipeline.shared.meta_tables import read_history
+from cdc_assets.pipeline.shared.offsets import committed_offsets
+from cdc_assets.pipeline.shared.tables import ensure_tables
+from cdc_assets.pipeline.upsert.upsert import build_bucketed, merge_base
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.resources.schema_registry import SchemaRegistryError
 from cdc_assets.schema.layers import base_layout, dead_letter_layout, ledger_layout

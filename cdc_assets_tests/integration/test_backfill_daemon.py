@@ -16,9 +16,9 @@ import dagster as dg
 from confluent_kafka import Producer
 
 from cdc_assets.demo.events import DebeziumEventFactory
-from cdc_assets.pipeline.ingest import ingest_incremental
-from cdc_assets.pipeline.offsets import committed_offsets
-from cdc_assets.pipeline.tables import ensure_tables
+from cdc_assets.pipeline.ingest.ingest import ingest_incremental
+from cdc_assets.pipeline.shared.offsets import committed_offsets
+from cdc_assets.pipeline.shared.tables import ensure_tables
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.layers import ledger_layout
 from cdc_assets.settings import Settings

@@ -13,14 +13,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from cdc_assets.demo.events import DebeziumEventFactory, KafkaRecord, produce
-from cdc_assets.pipeline.bootstrap import (
+from cdc_assets.pipeline.bootstrap.bootstrap import (
     BootstrapError,
     bootstrap_base,
     read_files,
     read_jdbc,
     rollback_watermark,
 )
-from cdc_assets.pipeline.tables import ensure_tables
+from cdc_assets.pipeline.shared.tables import ensure_tables
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.position import Position
 from cdc_assets.spec.models import TableSpec

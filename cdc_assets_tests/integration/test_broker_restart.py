@@ -28,9 +28,9 @@ from typing import Any
 import pytest
 
 from cdc_assets.demo.events import produce, workload
-from cdc_assets.pipeline.failpoint import HOLD_ENV
-from cdc_assets.pipeline.ingest import ingest_incremental
-from cdc_assets.pipeline.tables import ensure_tables
+from cdc_assets.pipeline.ingest.ingest import ingest_incremental
+from cdc_assets.pipeline.shared.failpoint import HOLD_ENV
+from cdc_assets.pipeline.shared.tables import ensure_tables
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.settings import ENV_KAFKA_BOOTSTRAP, Settings
 from cdc_assets.spec.models import TableSpec
@@ -48,7 +48,7 @@ TIMEOUT_S = 300.0
 
 INGEST = """
 import sys
-from cdc_assets.pipeline.ingest import ingest_incremental
+from cdc_assets.pipeline.ingest.ingest import ingest_incremental
 from cdc_assets.resources import build_resources
 from cdc_assets.settings import load_settings
 from cdc_assets.spec.models import TableSpec

@@ -26,7 +26,7 @@ from cdc_assets.assets.keys import asset_key
 from cdc_assets.checks.runner import CheckOutcome, run_checks
 from cdc_assets.definitions import build_defs
 from cdc_assets.demo.events import KafkaRecord, produce, workload
-from cdc_assets.pipeline.tables import ensure_tables
+from cdc_assets.pipeline.shared.tables import ensure_tables
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.layers import base_layout, dead_letter_layout, ledger_layout
 from cdc_assets.settings import Settings, source_url_variable

@@ -14,7 +14,7 @@ from cdc_assets.checks.runner import run_checks
 from cdc_assets.definitions import build_defs
 from cdc_assets.demo.events import produce, workload
 from cdc_assets.jobs.checks import CHECK_JOB
-from cdc_assets.pipeline.tables import ensure_tables
+from cdc_assets.pipeline.shared.tables import ensure_tables
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.settings import Settings
 from cdc_assets_tests.integration.test_ingest import isolated

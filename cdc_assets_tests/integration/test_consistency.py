@@ -25,14 +25,14 @@ from cdc_assets.definitions import build_defs
 from cdc_assets.demo.events import DebeziumEventFactory, KafkaRecord, produce
 from cdc_assets.demo.events.transactions import TransactionLog
 from cdc_assets.jobs.upsert import upsert_assets
-from cdc_assets.pipeline.consistency import (
+from cdc_assets.pipeline.shared.tables import ensure_tables
+from cdc_assets.pipeline.upsert.consistency import (
     ConsistencyError,
     cut_history,
     update_cut,
     view_name,
 )
-from cdc_assets.pipeline.history import compare_history, update_history
-from cdc_assets.pipeline.tables import ensure_tables
+from cdc_assets.pipeline.upsert.history import compare_history, update_history
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.sensors.new_offsets import current_hour_key
 from cdc_assets.settings import ENV_HOME, ENV_SPECS, Settings

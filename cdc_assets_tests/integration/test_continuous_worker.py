@@ -29,11 +29,11 @@ from cdc_assets.jobs.continuous import (
     worker_run_config,
 )
 from cdc_assets.jobs.sync import SYNC_JOB, sync_selection
-from cdc_assets.pipeline.converge import converge
-from cdc_assets.pipeline.maintenance import maintain_table, summary_count
-from cdc_assets.pipeline.offsets import KIND_PROPERTY
-from cdc_assets.pipeline.pause import PAUSED_BY, table_pause, table_paused
-from cdc_assets.pipeline.tables import ensure_tables
+from cdc_assets.pipeline.evolution.converge import converge
+from cdc_assets.pipeline.maintenance.maintenance import maintain_table, summary_count
+from cdc_assets.pipeline.shared.offsets import KIND_PROPERTY
+from cdc_assets.pipeline.shared.pause import PAUSED_BY, table_pause, table_paused
+from cdc_assets.pipeline.shared.tables import ensure_tables
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.run_launcher import PID_TAG
 from cdc_assets.schema.layers import base_layout, ledger_layout

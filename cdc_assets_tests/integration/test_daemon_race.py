@@ -22,8 +22,8 @@ from typing import Any
 import dagster as dg
 
 from cdc_assets.demo.events import workload
-from cdc_assets.pipeline.failpoint import HOLD_ENV
-from cdc_assets.pipeline.tables import ensure_tables
+from cdc_assets.pipeline.shared.failpoint import HOLD_ENV
+from cdc_assets.pipeline.shared.tables import ensure_tables
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.run_launcher import PID_TAG
 from cdc_assets.schema.layers import dead_letter_layout

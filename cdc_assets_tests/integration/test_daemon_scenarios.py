@@ -23,8 +23,8 @@ import pytest
 
 from cdc_assets.demo.events import KafkaRecord, workload
 from cdc_assets.jobs.continuous import CONTINUOUS_JOB
-from cdc_assets.pipeline.failpoint import FAIL_ONCE_ENV
-from cdc_assets.pipeline.tables import ensure_tables
+from cdc_assets.pipeline.shared.failpoint import FAIL_ONCE_ENV
+from cdc_assets.pipeline.shared.tables import ensure_tables
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.evolution import apply_plan, classify
 from cdc_assets.schema.layers import base_layout, dead_letter_layout

@@ -14,10 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cdc_assets.pipeline.batch_cache import session_conf
-from cdc_assets.pipeline.envelope_reader import READER_CONF
-from cdc_assets.pipeline.ingest import classify_records, ledger_rows, prepare
-from cdc_assets.pipeline.small_work import INTERPRETED_CONF
+from cdc_assets.pipeline.ingest.envelope_reader import READER_CONF
+from cdc_assets.pipeline.ingest.ingest import classify_records, ledger_rows, prepare
+from cdc_assets.pipeline.shared.batch_cache import session_conf
+from cdc_assets.pipeline.shared.small_work import INTERPRETED_CONF
 from cdc_assets.spec import load_spec_text
 from cdc_assets.spec.models import TableSpec
 
@@ -53,7 +53,8 @@ def connect_decimal(value: Decimal, scale: int) -> str:
     return base64.b64encode(unscaled.to_bytes(length, "big", signed=True)).decode()
 
 
-# Small ingest batches decode interpreted (pipeline.small_work), large ones with generated code:
+# Small ingest batches decode interpreted (pipeline.shared.small_work), large ones with generated
+# code:
 # every decoder must give the same values both ways.
 # Spark's own envelope reader (no project jar) must give them too.
 MODES = pytest.mark.parametrize(

@@ -17,14 +17,14 @@ from typing import Any
 
 import pytest
 
-from cdc_assets.pipeline.batch_cache import session_conf
-from cdc_assets.pipeline.envelope_reader import (
+from cdc_assets.pipeline.ingest.envelope_reader import (
     READER_CONF,
     EnvelopeFunctionMissingError,
     envelope_reader,
     register_envelope_function,
 )
-from cdc_assets.pipeline.ingest import classify_records, prepare
+from cdc_assets.pipeline.ingest.ingest import classify_records, prepare
+from cdc_assets.pipeline.shared.batch_cache import session_conf
 from cdc_assets.sql.ddl import literal
 from cdc_assets.sql.decode import (
     ENVELOPE_FIELDS,

@@ -17,9 +17,9 @@ import pytest
 from cdc_assets.checks.runner import run_checks
 from cdc_assets.demo.events import KafkaRecord, workload
 from cdc_assets.errors import SchemaChangeStopError
-from cdc_assets.pipeline.converge import EvolutionRejectedError, converge
-from cdc_assets.pipeline.offsets import committed_offsets
-from cdc_assets.pipeline.tables import ensure_tables
+from cdc_assets.pipeline.evolution.converge import EvolutionRejectedError, converge
+from cdc_assets.pipeline.shared.offsets import committed_offsets
+from cdc_assets.pipeline.shared.tables import ensure_tables
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.layers import base_layout, dead_letter_layout, ledger_layout
 from cdc_assets.settings import Settings

@@ -7,7 +7,8 @@ widened past INT, or both in one ALTER) and is held just before its commit (hold
 ``ingest_before_commit``). Meanwhile the ``schema_changes`` sensor starts the evolution, which
 applies both changes and backfills; it finds nothing of the held batch. Released, the ingest
 commits rows with the new column null and the wide values as dead letters, then catches up
-(``pipeline.catch_up``); the upsert follows. Base must equal an independent replay of the topic
+(``pipeline.evolution.catch_up``); the upsert follows. Base must equal an independent replay of the
+topic
 under the final spec, with no dead letter left and no ledger coordinate twice.
 """
 
@@ -27,11 +28,12 @@ import pytest
 
 from cdc_assets.checks.runner import run_checks
 from cdc_assets.demo.events import workload
-from cdc_assets.pipeline.evolve import backfill_from_ledger, read_history
-from cdc_assets.pipeline.failpoint import HOLD_ENV
-from cdc_assets.pipeline.offsets import committed_offsets
-from cdc_assets.pipeline.tables import ensure_tables
-from cdc_assets.pipeline.upsert import spark_identifier
+from cdc_assets.pipeline.evolution.evolve import backfill_from_ledger
+from cdc_assets.pipeline.shared.failpoint import HOLD_ENV
+from cdc_assets.pipeline.shared.meta_tables import read_history
+from cdc_assets.pipeline.shared.offsets import committed_offsets
+from cdc_assets.pipeline.shared.tables import ensure_tables
+from cdc_assets.pipeline.upsert.upsert import spark_identifier
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.layers import (
     all_layouts,

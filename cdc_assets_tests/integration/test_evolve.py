@@ -20,21 +20,20 @@ import pytest
 
 from cdc_assets.demo.events import KafkaRecord, produce, workload
 from cdc_assets.errors import EvolutionError
-from cdc_assets.pipeline.evolve import (
+from cdc_assets.pipeline.evolution.evolve import (
     BackfillResult,
-    HistoryEntry,
     backfill_from_ledger,
     change_point,
     evolve_iceberg,
     evolve_layer,
-    read_history,
-    record_history,
 )
-from cdc_assets.pipeline.health import iceberg_differences
-from cdc_assets.pipeline.tables import ensure_tables
+from cdc_assets.pipeline.health.health import iceberg_differences
+from cdc_assets.pipeline.shared.meta_tables import read_history, record_history
+from cdc_assets.pipeline.shared.tables import ensure_tables
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.changes import AddColumn, EvolutionPlan, WidenType
 from cdc_assets.schema.evolution import apply_plan, classify
+from cdc_assets.schema.history import HistoryEntry
 from cdc_assets.schema.layers import all_layouts, base_layout, ledger_layout
 from cdc_assets.settings import Settings
 from cdc_assets.spec.models import ColumnSpec, TableSpec

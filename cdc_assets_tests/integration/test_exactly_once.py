@@ -25,10 +25,10 @@ from typing import Any
 import pytest
 
 from cdc_assets.demo.events import produce, workload
-from cdc_assets.pipeline.failpoint import HOLD_ENV
-from cdc_assets.pipeline.ingest import ingest_incremental
-from cdc_assets.pipeline.ledger_commit import BRANCH_PREFIX
-from cdc_assets.pipeline.tables import ensure_tables
+from cdc_assets.pipeline.ingest.ingest import ingest_incremental
+from cdc_assets.pipeline.ingest.ledger_commit import BRANCH_PREFIX
+from cdc_assets.pipeline.shared.failpoint import HOLD_ENV
+from cdc_assets.pipeline.shared.tables import ensure_tables
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.layers import ledger_layout
 from cdc_assets.settings import Settings
@@ -60,8 +60,8 @@ TIMEOUT_S = 300.0
 # what its ingest read.
 WRITER = """
 import sys
-from cdc_assets.pipeline.ingest import ingest_incremental
-from cdc_assets.pipeline.upsert import StaleChangesError, build_bucketed, merge_base
+from cdc_assets.pipeline.ingest.ingest import ingest_incremental
+from cdc_assets.pipeline.upsert.upsert import StaleChangesError, build_bucketed, merge_base
 from cdc_assets.resources import build_resources
 from cdc_assets.settings import load_settings
 from cdc_assets.spec.models import TableSpec

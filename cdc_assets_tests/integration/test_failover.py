@@ -27,12 +27,12 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from cdc_assets.pipeline.bootstrap import bootstrap_from_source
-from cdc_assets.pipeline.gtid_floor import SNAPSHOT_MINOR
-from cdc_assets.pipeline.ingest import ingest_incremental
-from cdc_assets.pipeline.source_compare import compare_source
-from cdc_assets.pipeline.tables import ensure_tables
-from cdc_assets.pipeline.upsert import build_bucketed, merge_base
+from cdc_assets.pipeline.bootstrap.bootstrap import bootstrap_from_source
+from cdc_assets.pipeline.bootstrap.source_compare import compare_source
+from cdc_assets.pipeline.ingest.gtid_floor import SNAPSHOT_MINOR
+from cdc_assets.pipeline.ingest.ingest import ingest_incremental
+from cdc_assets.pipeline.shared.tables import ensure_tables
+from cdc_assets.pipeline.upsert.upsert import build_bucketed, merge_base
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.settings import Settings
 from cdc_assets.spec.models import TableSpec

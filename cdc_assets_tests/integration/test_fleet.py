@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from cdc_assets.cli import console, main
 from cdc_assets.demo.events import DebeziumEventFactory, produce, workload
-from cdc_assets.pipeline.tables import ensure_tables
+from cdc_assets.pipeline.shared.tables import ensure_tables
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.settings import Settings
 from cdc_assets.spec.versions import write_spec

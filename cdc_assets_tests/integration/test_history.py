@@ -16,12 +16,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cdc_assets.demo.events import DebeziumEventFactory, produce, workload
-from cdc_assets.pipeline.evolve import backfill_from_ledger, evolve_iceberg
-from cdc_assets.pipeline.health import iceberg_differences
-from cdc_assets.pipeline.history import compare_history, read_as_of, update_history
-from cdc_assets.pipeline.maintenance import maintain_table
-from cdc_assets.pipeline.tables import ensure_tables
-from cdc_assets.pipeline.upsert import PLACEHOLDER_CONNECTORS
+from cdc_assets.pipeline.evolution.evolve import backfill_from_ledger, evolve_iceberg
+from cdc_assets.pipeline.health.health import iceberg_differences
+from cdc_assets.pipeline.maintenance.maintenance import maintain_table
+from cdc_assets.pipeline.shared.tables import ensure_tables
+from cdc_assets.pipeline.upsert.history import compare_history, read_as_of, update_history
+from cdc_assets.pipeline.upsert.upsert import PLACEHOLDER_CONNECTORS
 from cdc_assets.quality import rules
 from cdc_assets.quality.history_replay import Key, order_key, replay_history
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from cdc_assets.demo.events import produce, workload
-from cdc_assets.pipeline import health
-from cdc_assets.pipeline.tables import ensure_tables
-from cdc_assets.pipeline.watermark import base_state, last_applied_offsets
+from cdc_assets.pipeline.health import health
+from cdc_assets.pipeline.shared.tables import ensure_tables
+from cdc_assets.pipeline.shared.watermark import base_state, last_applied_offsets
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.layers import base_layout, ledger_layout
 from cdc_assets.sql.backfill import offset_filter

@@ -20,10 +20,10 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
 from cdc_assets.demo.events import KafkaRecord, produce, workload
-from cdc_assets.pipeline.batch_cache import session_conf
-from cdc_assets.pipeline.envelope_reader import READER_CONF
-from cdc_assets.pipeline.ingest import ingest_incremental
-from cdc_assets.pipeline.tables import ensure_tables
+from cdc_assets.pipeline.ingest.envelope_reader import READER_CONF
+from cdc_assets.pipeline.ingest.ingest import ingest_incremental
+from cdc_assets.pipeline.shared.batch_cache import session_conf
+from cdc_assets.pipeline.shared.tables import ensure_tables
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.layers import dead_letter_layout, ledger_layout
 from cdc_assets.settings import Settings

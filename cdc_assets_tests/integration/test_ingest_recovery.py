@@ -15,11 +15,11 @@ from confluent_kafka import Producer
 from cdc_assets.assets.keys import asset_key, table_of
 from cdc_assets.definitions import build_defs
 from cdc_assets.demo.events import DebeziumEventFactory, KafkaRecord, produce, workload
-from cdc_assets.pipeline import health
-from cdc_assets.pipeline.ingest import ingest_incremental, rebuild_hour
-from cdc_assets.pipeline.offsets import committed_offsets
-from cdc_assets.pipeline.redrive import redrive
-from cdc_assets.pipeline.tables import ensure_tables
+from cdc_assets.pipeline.health import health
+from cdc_assets.pipeline.ingest.ingest import ingest_incremental, rebuild_hour
+from cdc_assets.pipeline.ingest.redrive import redrive
+from cdc_assets.pipeline.shared.offsets import committed_offsets
+from cdc_assets.pipeline.shared.tables import ensure_tables
 from cdc_assets.quality.rules import schema_converged_verdict
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.layers import dead_letter_layout, ledger_layout
@@ -37,7 +37,7 @@ from cdc_assets_tests.support.oracle import expected_outcome
 from cdc_assets_tests.support.runs import record_run
 
 INGEST = """
-from cdc_assets.pipeline.ingest import ingest_incremental
+from cdc_assets.pipeline.ingest.ingest import ingest_incremental
 ingest_incremental(spark, "lake", res["iceberg"].load_catalog(), res["kafka"], spec)
 """
 

@@ -24,8 +24,8 @@ from cdc_assets.definitions import build_defs
 from cdc_assets.demo.events import produce, workload
 from cdc_assets.errors import ConfigError
 from cdc_assets.jobs.checks import CHECK_JOB
-from cdc_assets.pipeline.ingest import ingest_incremental, read_kafka
-from cdc_assets.pipeline.tables import ensure_tables
+from cdc_assets.pipeline.ingest.ingest import ingest_incremental, read_kafka
+from cdc_assets.pipeline.shared.tables import ensure_tables
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource, preflight
 from cdc_assets.schema.layers import ledger_layout
 from cdc_assets.settings import Settings

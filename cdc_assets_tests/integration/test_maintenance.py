@@ -22,15 +22,15 @@ from cdc_assets.jobs.maintenance import (
     build_maintenance_job,
     maintenance_run_config,
 )
-from cdc_assets.pipeline.maintenance import (
+from cdc_assets.pipeline.maintenance.maintenance import (
     MaintenanceConflictError,
     MaintenanceResult,
     maintain_table,
 )
-from cdc_assets.pipeline.offsets import committed_offsets
-from cdc_assets.pipeline.tables import ensure_tables
-from cdc_assets.pipeline.upsert import build_bucketed, merge_base
-from cdc_assets.pipeline.watermark import UPSERT_KIND, WATERMARK, base_state, state_snapshot
+from cdc_assets.pipeline.shared.offsets import committed_offsets
+from cdc_assets.pipeline.shared.tables import ensure_tables
+from cdc_assets.pipeline.shared.watermark import UPSERT_KIND, WATERMARK, base_state, state_snapshot
+from cdc_assets.pipeline.upsert.upsert import build_bucketed, merge_base
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.layers import TableLayout, all_layouts
 from cdc_assets.settings import Settings
@@ -269,7 +269,7 @@ def test_maintenance_racing_upserts(
 # Maintenance in a process of its own (as its Dagster run would be), printing what it rewrote.
 MAINTENANCE_CHILD = """
 import json, sys
-from cdc_assets.pipeline.maintenance import maintain_table
+from cdc_assets.pipeline.maintenance.maintenance import maintain_table
 from cdc_assets.resources import build_resources
 from cdc_assets.settings import load_settings
 from cdc_assets.spec.models import TableSpec
@@ -298,7 +298,7 @@ def test_a_compaction_between_the_merge_plan_and_its_commit_forces_a_retry(
     import subprocess
     import sys
 
-    from cdc_assets.pipeline.failpoint import HOLD_ENV
+    from cdc_assets.pipeline.shared.failpoint import HOLD_ENV
     from cdc_assets_tests.conftest import PROJECT_ROOT
 
     spec = isolated(example_spec(it_settings, "orders"), partitions=1, kafka=kafka)

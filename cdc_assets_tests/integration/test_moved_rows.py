@@ -15,7 +15,7 @@ from typing import Any
 from confluent_kafka import Producer
 
 from cdc_assets.demo.events import TOAST, DebeziumEventFactory, KafkaRecord, random_row
-from cdc_assets.pipeline.tables import ensure_tables
+from cdc_assets.pipeline.shared.tables import ensure_tables
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.layers import ledger_layout
 from cdc_assets.settings import Settings

@@ -20,9 +20,9 @@ import pytest
 from cdc_assets.checks.runner import run_checks
 from cdc_assets.definitions import build_defs
 from cdc_assets.demo.events import DebeziumEventFactory, KafkaRecord, produce, workload
-from cdc_assets.pipeline.evolve import backfill_from_ledger, evolve_iceberg
-from cdc_assets.pipeline.ingest import ingest_incremental
-from cdc_assets.pipeline.tables import ensure_tables
+from cdc_assets.pipeline.evolution.evolve import backfill_from_ledger, evolve_iceberg
+from cdc_assets.pipeline.ingest.ingest import ingest_incremental
+from cdc_assets.pipeline.shared.tables import ensure_tables
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.evolution import apply_plan, classify
 from cdc_assets.schema.layers import base_layout, dead_letter_layout, ledger_layout

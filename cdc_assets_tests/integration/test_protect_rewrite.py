@@ -1,4 +1,5 @@
-"""A protection set in a later spec version, and `pipeline.reprotect` rewriting what was stored
+"""A protection set in a later spec version, and `pipeline.maintenance.reprotect` rewriting what
+was stored
 before it: no plaintext left in any file of the table's namespace, base equal to the oracle's
 replay with the protections applied in Python, and the pipeline going on from where it was."""
 
@@ -14,12 +15,12 @@ import yaml
 
 from cdc_assets.checks.accounting import account
 from cdc_assets.demo.events import DebeziumEventFactory, produce
-from cdc_assets.pipeline.history import update_history
-from cdc_assets.pipeline.protection import configured_key
-from cdc_assets.pipeline.protection_audit import audit_protection
-from cdc_assets.pipeline.redrive import redrive
-from cdc_assets.pipeline.reprotect import reprotect_table
-from cdc_assets.pipeline.tables import ensure_tables
+from cdc_assets.pipeline.health.protection_audit import audit_protection
+from cdc_assets.pipeline.ingest.redrive import redrive
+from cdc_assets.pipeline.maintenance.reprotect import reprotect_table
+from cdc_assets.pipeline.shared.protection import configured_key
+from cdc_assets.pipeline.shared.tables import ensure_tables
+from cdc_assets.pipeline.upsert.history import update_history
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.evolution import apply_plan, classify
 from cdc_assets.schema.layers import base_layout, dead_letter_layout, ledger_layout

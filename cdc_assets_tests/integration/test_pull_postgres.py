@@ -22,12 +22,12 @@ from confluent_kafka import Consumer, TopicPartition
 
 from cdc_assets.checks.runner import run_checks
 from cdc_assets.definitions import build_defs
-from cdc_assets.pipeline.ingest import ingest_incremental
-from cdc_assets.pipeline.source_compare import compare_source
-from cdc_assets.pipeline.source_schema import import_source_spec
-from cdc_assets.pipeline.spec_store import base_table
-from cdc_assets.pipeline.tables import ensure_tables
-from cdc_assets.pipeline.upsert import build_bucketed, merge_base
+from cdc_assets.pipeline.bootstrap.source_compare import compare_source
+from cdc_assets.pipeline.bootstrap.source_schema import import_source_spec
+from cdc_assets.pipeline.evolution.spec_store import base_table
+from cdc_assets.pipeline.ingest.ingest import ingest_incremental
+from cdc_assets.pipeline.shared.tables import ensure_tables
+from cdc_assets.pipeline.upsert.upsert import build_bucketed, merge_base
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.layers import dead_letter_layout
 from cdc_assets.settings import Settings, source_url_variable

@@ -24,11 +24,11 @@ import pytest
 
 from cdc_assets.checks.runner import run_checks
 from cdc_assets.demo.events import KafkaRecord, workload
-from cdc_assets.pipeline.converge import converge
-from cdc_assets.pipeline.evolve import read_history
-from cdc_assets.pipeline.failpoint import FAIL_ONCE_ENV
-from cdc_assets.pipeline.health import iceberg_differences
-from cdc_assets.pipeline.tables import ensure_tables, missing_tables
+from cdc_assets.pipeline.evolution.converge import converge
+from cdc_assets.pipeline.health.health import iceberg_differences
+from cdc_assets.pipeline.shared.failpoint import FAIL_ONCE_ENV
+from cdc_assets.pipeline.shared.meta_tables import read_history
+from cdc_assets.pipeline.shared.tables import ensure_tables, missing_tables
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.layers import base_layout, dead_letter_layout
 from cdc_assets.schema.reconcile import ATTEMPT_SEPARATOR, FIRST_BACKOFF_SECONDS

@@ -20,10 +20,10 @@ import pytest
 
 from cdc_assets.demo.events import produce, workload
 from cdc_assets.errors import ConfigError
-from cdc_assets.pipeline.failpoint import HOLD_ENV
-from cdc_assets.pipeline.ingest import ingest_incremental
-from cdc_assets.pipeline.tables import ensure_tables
-from cdc_assets.pipeline.upsert import build_bucketed, merge_base
+from cdc_assets.pipeline.ingest.ingest import ingest_incremental
+from cdc_assets.pipeline.shared.failpoint import HOLD_ENV
+from cdc_assets.pipeline.shared.tables import ensure_tables
+from cdc_assets.pipeline.upsert.upsert import build_bucketed, merge_base
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.resources.config import spark_catalog_conf
 from cdc_assets.resources.preflight import check_catalog

@@ -21,9 +21,9 @@ import pytest
 
 from cdc_assets.definitions import build_defs
 from cdc_assets.demo.events import produce, workload
-from cdc_assets.pipeline.converge import converge
-from cdc_assets.pipeline.health import image_mismatches
-from cdc_assets.pipeline.tables import ensure_tables
+from cdc_assets.pipeline.evolution.converge import converge
+from cdc_assets.pipeline.health.health import image_mismatches
+from cdc_assets.pipeline.shared.tables import ensure_tables
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.layers import base_layout, dead_letter_layout
 from cdc_assets.settings import Settings

@@ -15,7 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from cdc_assets.pipeline.artifacts import publish, publish_table, publish_tables, publish_view
+from cdc_assets.pipeline.evolution.artifacts import (
+    publish,
+    publish_table,
+    publish_tables,
+    publish_view,
+)
 from cdc_assets.schema.artifacts import ArtifactError, render_artifact
 from cdc_assets.schema.views import RelationSchema, SchemaColumn, table_schema
 from cdc_assets.spec import load_specs

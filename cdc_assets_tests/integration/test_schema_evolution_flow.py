@@ -26,8 +26,8 @@ from cdc_assets.checks.runner import run_checks
 from cdc_assets.cli import main
 from cdc_assets.definitions import build_defs
 from cdc_assets.demo.events import DebeziumEventFactory, KafkaRecord, produce, workload
-from cdc_assets.pipeline.evolve import read_history
-from cdc_assets.pipeline.tables import ensure_tables
+from cdc_assets.pipeline.shared.meta_tables import read_history
+from cdc_assets.pipeline.shared.tables import ensure_tables
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.evolution import apply_plan, classify
 from cdc_assets.schema.layers import base_layout

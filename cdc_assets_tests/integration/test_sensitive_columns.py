@@ -28,10 +28,10 @@ import yaml
 from cdc_assets.definitions import build_defs
 from cdc_assets.demo.events import DebeziumEventFactory, KafkaRecord, produce
 from cdc_assets.jobs.maintenance import MAINTENANCE_JOB
-from cdc_assets.pipeline.protection import ProtectionKeyError, configured_key, key_for
-from cdc_assets.pipeline.protection_audit import audit_protection
-from cdc_assets.pipeline.redrive import redrive
-from cdc_assets.pipeline.tables import ensure_tables
+from cdc_assets.pipeline.health.protection_audit import audit_protection
+from cdc_assets.pipeline.ingest.redrive import redrive
+from cdc_assets.pipeline.shared.protection import ProtectionKeyError, configured_key, key_for
+from cdc_assets.pipeline.shared.tables import ensure_tables
 from cdc_assets.quality import rules
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.layers import base_layout, dead_letter_layout, history_layout, ledger_layout

@@ -27,12 +27,12 @@ from confluent_kafka import Consumer, TopicPartition
 
 from cdc_assets.assets.keys import node_name
 from cdc_assets.definitions import build_defs
-from cdc_assets.pipeline.bootstrap import BootstrapError, bootstrap_from_source
-from cdc_assets.pipeline.maintenance import maintain_table
-from cdc_assets.pipeline.offsets import table_offsets
-from cdc_assets.pipeline.source_compare import compare_source
-from cdc_assets.pipeline.tables import ensure_tables
-from cdc_assets.pipeline.watermark import base_state
+from cdc_assets.pipeline.bootstrap.bootstrap import BootstrapError, bootstrap_from_source
+from cdc_assets.pipeline.bootstrap.source_compare import compare_source
+from cdc_assets.pipeline.maintenance.maintenance import maintain_table
+from cdc_assets.pipeline.shared.offsets import table_offsets
+from cdc_assets.pipeline.shared.tables import ensure_tables
+from cdc_assets.pipeline.shared.watermark import base_state
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.sensors.new_offsets import current_hour_key
 from cdc_assets.settings import Settings, source_url_variable

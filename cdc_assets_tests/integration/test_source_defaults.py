@@ -17,7 +17,7 @@ from confluent_kafka import Producer
 
 from cdc_assets.checks.runner import run_checks
 from cdc_assets.demo.events import workload
-from cdc_assets.pipeline.tables import ensure_tables
+from cdc_assets.pipeline.shared.tables import ensure_tables
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.layers import dead_letter_layout
 from cdc_assets.settings import Settings

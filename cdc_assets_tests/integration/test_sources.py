@@ -529,8 +529,8 @@ def test_live_sources_information_schema_and_row_counts(
     """Pull detection and the source checks read the real databases through Spark's JDBC: the
     information_schema of each example table describes its spec (no change), and the row-count
     and column reads agree with the database's own client."""
-    from cdc_assets.pipeline.health import source_columns, source_row_count
-    from cdc_assets.pipeline.source_schema import source_create_table
+    from cdc_assets.pipeline.bootstrap.source_schema import source_create_table
+    from cdc_assets.pipeline.health.health import source_columns, source_row_count
     from cdc_assets.schema.changes import AddColumn, WidenType
 
     urls = {(db, server): url for db, server, url in sources.jdbc_urls(home)}

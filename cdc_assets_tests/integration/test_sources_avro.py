@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 
 from cdc_assets.demo.workload import WorkloadGenerator, script
-from cdc_assets.pipeline.schema_topic import newest_row_schema, newest_schema_change
-from cdc_assets.pipeline.source_compare import compare_source
-from cdc_assets.pipeline.source_schema import import_source_spec
-from cdc_assets.pipeline.tables import ensure_tables
+from cdc_assets.pipeline.bootstrap.source_compare import compare_source
+from cdc_assets.pipeline.bootstrap.source_schema import import_source_spec
+from cdc_assets.pipeline.evolution.schema_topic import newest_row_schema, newest_schema_change
+from cdc_assets.pipeline.shared.tables import ensure_tables
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.settings import Settings
 from cdc_assets.spec import load_specs

@@ -10,7 +10,8 @@
   only in the dump; base == the source table;
 - the watermark against real events: a change right after it is above the dump's stamp.
 
-Base is compared with the source by the project's comparison (``pipeline.source_compare``).
+Base is compared with the source by the project's comparison
+(``pipeline.bootstrap.source_compare``).
 
 The example tables belong to the session's real-sources stack, which other modules also change:
 every comparison is of the whole table. This module's connectors (registered after rows exist)
@@ -33,18 +34,18 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from cdc_assets.cli import main
-from cdc_assets.pipeline.bootstrap import bootstrap_from_source
-from cdc_assets.pipeline.ingest import ingest_incremental
-from cdc_assets.pipeline.source_compare import compare_source
-from cdc_assets.pipeline.source_position import (
+from cdc_assets.pipeline.bootstrap.bootstrap import bootstrap_from_source
+from cdc_assets.pipeline.bootstrap.source_compare import compare_source
+from cdc_assets.pipeline.bootstrap.source_position import (
     Watermark,
     binlog_file_number,
     jdbc_session,
     read_watermark,
 )
-from cdc_assets.pipeline.source_schema import import_source_spec
-from cdc_assets.pipeline.tables import ensure_tables
-from cdc_assets.pipeline.upsert import build_bucketed, merge_base
+from cdc_assets.pipeline.bootstrap.source_schema import import_source_spec
+from cdc_assets.pipeline.ingest.ingest import ingest_incremental
+from cdc_assets.pipeline.shared.tables import ensure_tables
+from cdc_assets.pipeline.upsert.upsert import build_bucketed, merge_base
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.layers import base_layout, ledger_layout
 from cdc_assets.schema.position import Position

@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from cdc_assets.pipeline.consistency import update_cut, view_name
-from cdc_assets.pipeline.history import update_history
-from cdc_assets.pipeline.ingest import ingest_incremental
-from cdc_assets.pipeline.tables import ensure_tables
+from cdc_assets.pipeline.ingest.ingest import ingest_incremental
+from cdc_assets.pipeline.shared.tables import ensure_tables
+from cdc_assets.pipeline.upsert.consistency import update_cut, view_name
+from cdc_assets.pipeline.upsert.history import update_history
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.settings import Settings
 from cdc_assets.spec.models import TableSpec

@@ -4,7 +4,8 @@ A seeded workload (``cdc_assets.demo.workload``) changes MariaDB (``app.users``,
 ``shop.order_items``) and PostgreSQL (``shop.public.orders``) through their own clients; the
 real Debezium connectors stream it; ingest and upsert build base from the whole topic into a
 sink namespace of this module; then every table is read back from the source through JDBC and
-compared with base with typed values (``cdc_assets.pipeline.source_compare``). Phases, in order,
+compared with base with typed values (``cdc_assets.pipeline.bootstrap.source_compare``). Phases, in
+order,
 each ending with base equal to the source:
 
 a. 10,000 statements per database;
@@ -37,17 +38,17 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from cdc_assets.demo.workload import WorkloadGenerator, script
-from cdc_assets.pipeline.ingest import IngestResult, ingest_incremental
-from cdc_assets.pipeline.offsets import committed_offsets
-from cdc_assets.pipeline.source_compare import (
+from cdc_assets.pipeline.bootstrap.source_compare import (
     compare_source,
     read_base_rows,
     read_source_rows,
     source_url_for,
 )
-from cdc_assets.pipeline.tables import ensure_tables
-from cdc_assets.pipeline.upsert import build_bucketed, merge_base
-from cdc_assets.pipeline.watermark import base_state
+from cdc_assets.pipeline.ingest.ingest import IngestResult, ingest_incremental
+from cdc_assets.pipeline.shared.offsets import committed_offsets
+from cdc_assets.pipeline.shared.tables import ensure_tables
+from cdc_assets.pipeline.shared.watermark import base_state
+from cdc_assets.pipeline.upsert.upsert import build_bucketed, merge_base
 from cdc_assets.quality.mirror_diff import base_image, diff_mirror
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.layers import base_layout, ledger_layout
@@ -467,14 +468,14 @@ def test_b_connector_crash_and_restarts_replay_and_still_converge(
 
 INGEST_ALL = """
 import json
-from cdc_assets.pipeline.ingest import ingest_incremental
+from cdc_assets.pipeline.ingest.ingest import ingest_incremental
 for path in {paths!r}:
     s = TableSpec.model_validate_json(open(path).read())
     ingest_incremental(spark, "lake", res["iceberg"].load_catalog(), res["kafka"], s)
 """
 
 UPSERT_ALL = """
-from cdc_assets.pipeline.upsert import build_bucketed, merge_base
+from cdc_assets.pipeline.upsert.upsert import build_bucketed, merge_base
 for path in {paths!r}:
     s = TableSpec.model_validate_json(open(path).read())
     build_bucketed(spark, "lake", res["iceberg"].load_catalog(), s)

@@ -141,7 +141,7 @@ def test_the_history_of_order_items_ends_in_its_base(
     as of now are base's rows, and it holds the older versions besides."""
     from datetime import UTC, datetime, timedelta
 
-    from cdc_assets.pipeline.history import read_as_of
+    from cdc_assets.pipeline.upsert.history import read_as_of
     from cdc_assets.schema.layers import history_layout
     from cdc_assets.sql.upsert import data_names
 

@@ -28,10 +28,10 @@ from cdc_assets.assets.keys import asset_key
 from cdc_assets.assets.schema import evolve_run_config
 from cdc_assets.checks.runner import run_checks
 from cdc_assets.errors import SchemaChangeStopError
-from cdc_assets.pipeline.offsets import ledger_mark
-from cdc_assets.pipeline.source_compare import compare_source
-from cdc_assets.pipeline.source_schema import import_source_spec
-from cdc_assets.pipeline.tables import ensure_tables
+from cdc_assets.pipeline.bootstrap.source_compare import compare_source
+from cdc_assets.pipeline.bootstrap.source_schema import import_source_spec
+from cdc_assets.pipeline.shared.offsets import ledger_mark
+from cdc_assets.pipeline.shared.tables import ensure_tables
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.layers import base_layout, ledger_layout
 from cdc_assets.settings import Settings

@@ -29,12 +29,12 @@ from confluent_kafka import Consumer, TopicPartition
 
 from cdc_assets.checks.runner import CheckOutcome, run_checks
 from cdc_assets.definitions import build_defs
-from cdc_assets.pipeline.ingest import ingest_incremental, ledger_identifier
-from cdc_assets.pipeline.offsets import ledger_mark
-from cdc_assets.pipeline.schema_topic import read_schema_changes
-from cdc_assets.pipeline.source_compare import compare_source
-from cdc_assets.pipeline.tables import SOURCE_STATE_PROPERTY, ensure_tables
-from cdc_assets.pipeline.upsert import build_bucketed, merge_base
+from cdc_assets.pipeline.bootstrap.source_compare import compare_source
+from cdc_assets.pipeline.evolution.schema_topic import read_schema_changes
+from cdc_assets.pipeline.ingest.ingest import ingest_incremental, ledger_identifier
+from cdc_assets.pipeline.shared.offsets import ledger_mark
+from cdc_assets.pipeline.shared.tables import SOURCE_STATE_PROPERTY, ensure_tables
+from cdc_assets.pipeline.upsert.upsert import build_bucketed, merge_base
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.layers import base_layout, dead_letter_layout, ledger_layout
 from cdc_assets.settings import Settings

@@ -100,7 +100,7 @@ import json, sys
 from datetime import UTC, datetime
 import dagster as dg
 from cdc_assets.definitions import build_defs
-from cdc_assets.pipeline.session_kind import is_connect
+from cdc_assets.pipeline.shared.session_kind import is_connect
 from cdc_assets.resources import build_resources
 from cdc_assets.settings import load_settings
 from cdc_assets.spec import load_specs
@@ -648,7 +648,7 @@ def test_the_demo_every_check_maintenance_and_redrive_run_unchanged(
 
 BOOT = """
 import json, sys
-from cdc_assets.pipeline.bootstrap import bootstrap_base, read_files, read_jdbc
+from cdc_assets.pipeline.bootstrap.bootstrap import bootstrap_base, read_files, read_jdbc
 from cdc_assets.resources import build_resources
 from cdc_assets.schema.position import Position
 from cdc_assets.settings import load_settings

@@ -83,7 +83,7 @@ import json, sys
 from datetime import UTC, datetime
 import dagster as dg
 from cdc_assets.definitions import build_defs
-from cdc_assets.pipeline.session_kind import is_connect
+from cdc_assets.pipeline.shared.session_kind import is_connect
 from cdc_assets.resources import build_resources
 from cdc_assets.settings import load_settings
 from cdc_assets.spec.models import TableSpec

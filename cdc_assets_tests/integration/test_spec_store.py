@@ -18,9 +18,9 @@ import dagster as dg
 
 from cdc_assets.assets.keys import asset_key
 from cdc_assets.definitions import build_defs
-from cdc_assets.pipeline.converge import converge
-from cdc_assets.pipeline.spec_store import current_spec, stored_specs
-from cdc_assets.pipeline.tables import ensure_tables
+from cdc_assets.pipeline.evolution.converge import converge
+from cdc_assets.pipeline.evolution.spec_store import current_spec, stored_specs
+from cdc_assets.pipeline.shared.tables import ensure_tables
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.sensors.spec_directory import newer_versions
 from cdc_assets.settings import ENV_HOME, ENV_SPECS, Settings
@@ -127,7 +127,7 @@ def test_a_meta_table_of_an_older_release_merges_its_manifests_from_the_next_app
     version is stored, and no stored row is lost."""
     import pyarrow as pa
 
-    from cdc_assets.pipeline.meta_tables import create_meta_table
+    from cdc_assets.pipeline.shared.meta_tables import create_meta_table
     from cdc_assets.schema.history import spec_versions_layout
 
     catalog = iceberg.load_catalog()
@@ -172,7 +172,7 @@ def test_a_meta_table_is_rewritten_into_one_file_when_its_appends_reach_compact_
     """Each stored version is a data file and a snapshot of its own; the append that brings the
     table to COMPACT_FILES files rewrites its rows into one and expires the snapshots before
     that rewrite. Every row stays."""
-    from cdc_assets.pipeline.meta_tables import COMPACT_FILES, append_row, data_files
+    from cdc_assets.pipeline.shared.meta_tables import COMPACT_FILES, append_row, data_files
     from cdc_assets.schema.history import spec_versions_layout
 
     catalog = iceberg.load_catalog()
@@ -193,7 +193,7 @@ def test_a_compaction_gives_way_to_a_row_appended_since_it_read(
 ) -> None:
     """Two processes store versions at once: a rewrite planned on the snapshot before the other
     process's append is refused (it would drop that row), and the next compaction keeps it."""
-    from cdc_assets.pipeline.meta_tables import compact, create_meta_table, data_files
+    from cdc_assets.pipeline.shared.meta_tables import compact, create_meta_table, data_files
     from cdc_assets.schema.history import spec_versions_layout
 
     catalog = iceberg.load_catalog()
@@ -226,7 +226,7 @@ def test_a_read_again_of_the_stored_versions_sees_every_new_version(
 ) -> None:
     """The spec sensors read every stored version each tick; an unchanged table is answered from
     the last full read, and a version stored since (a new metadata file) is read at once."""
-    from cdc_assets.pipeline.spec_store import base_table, record_spec
+    from cdc_assets.pipeline.evolution.spec_store import base_table, record_spec
 
     catalog = iceberg.load_catalog()
     users = example_spec(it_settings, "users")

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from cdc_assets.cli import console, main
-from cdc_assets.pipeline.evolve import record_history
-from cdc_assets.pipeline.spec_store import record_spec
+from cdc_assets.pipeline.evolution.spec_store import record_spec
+from cdc_assets.pipeline.shared.meta_tables import record_history
 from cdc_assets.resources import IcebergCatalogResource
 from cdc_assets.schema.changes import AddColumn
 from cdc_assets.schema.evolution import EvolutionPlan, apply_plan

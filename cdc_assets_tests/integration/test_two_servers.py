@@ -26,10 +26,10 @@ from confluent_kafka import Consumer, TopicPartition
 
 from cdc_assets.assets.keys import table_or_name
 from cdc_assets.definitions import build_defs
-from cdc_assets.pipeline.ingest import ingest_incremental
-from cdc_assets.pipeline.source_compare import compare_source
-from cdc_assets.pipeline.tables import ensure_tables
-from cdc_assets.pipeline.upsert import build_bucketed, merge_base
+from cdc_assets.pipeline.bootstrap.source_compare import compare_source
+from cdc_assets.pipeline.ingest.ingest import ingest_incremental
+from cdc_assets.pipeline.shared.tables import ensure_tables
+from cdc_assets.pipeline.upsert.upsert import build_bucketed, merge_base
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.settings import Settings, source_url_variable
 from cdc_assets.spec import load_specs

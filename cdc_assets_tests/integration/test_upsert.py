@@ -18,11 +18,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cdc_assets.demo.events import KafkaRecord, produce, workload
-from cdc_assets.pipeline import small_work
-from cdc_assets.pipeline import upsert as upsert_module
-from cdc_assets.pipeline.ingest import ingest_incremental
-from cdc_assets.pipeline.tables import ensure_tables
-from cdc_assets.pipeline.upsert import build_bucketed, change_key_ranges, merge_base
+from cdc_assets.pipeline.ingest.ingest import ingest_incremental
+from cdc_assets.pipeline.shared import small_work
+from cdc_assets.pipeline.shared.tables import ensure_tables
+from cdc_assets.pipeline.upsert import upsert as upsert_module
+from cdc_assets.pipeline.upsert.upsert import build_bucketed, change_key_ranges, merge_base
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.layers import base_layout, bucketed_layout
 from cdc_assets.settings import Settings
@@ -45,7 +45,7 @@ def upsert(spark: Any, iceberg: IcebergCatalogResource, spec: TableSpec) -> tupl
     catalog = iceberg.load_catalog()
     bucketed = build_bucketed(spark, "lake", catalog, spec)
     if not bucketed.up_to_date:
-        # the write's own counts (pipeline.observed) against the table pyiceberg reads
+        # the write's own counts (pipeline.shared.observed) against the table pyiceberg reads
         layout = bucketed_layout(spec)
         rows = read_table(iceberg, layout.namespace, layout.name)
         deletes = sum(1 for r in rows if r["_op"] == "d")
@@ -100,7 +100,7 @@ def assert_base_matches(
         ("users", 2, "interpreted"),
         ("orders", 1, "interpreted"),
         ("order_items", 3, "interpreted"),
-        # What a table too large to run interpreted gets (pipeline.small_work).
+        # What a table too large to run interpreted gets (pipeline.shared.small_work).
         ("users", 2, "generated"),
     ],
 )

@@ -1,4 +1,5 @@
-"""The upsert's catch-up after an evolution (``pipeline.catch_up``), at the pipeline's level.
+"""The upsert's catch-up after an evolution (``pipeline.evolution.catch_up``), at the pipeline's
+level.
 
 An upsert that merges ledger rows decoded under an older spec runs the evolution's backfill
 again, unless a backfill that ran to its end before the upsert read the ledger had read those
@@ -19,12 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from cdc_assets.demo.events import workload
-from cdc_assets.pipeline.catch_up import after_upsert
-from cdc_assets.pipeline.converge import converge
-from cdc_assets.pipeline.evolve import BACKFILL_DONE_KIND
-from cdc_assets.pipeline.offsets import KIND_PROPERTY
-from cdc_assets.pipeline.tables import ensure_tables
-from cdc_assets.pipeline.upsert import build_bucketed, merge_base
+from cdc_assets.pipeline.evolution.catch_up import after_upsert
+from cdc_assets.pipeline.evolution.converge import converge
+from cdc_assets.pipeline.evolution.evolve import BACKFILL_DONE_KIND
+from cdc_assets.pipeline.shared.offsets import KIND_PROPERTY
+from cdc_assets.pipeline.shared.tables import ensure_tables
+from cdc_assets.pipeline.upsert.upsert import build_bucketed, merge_base
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.layers import ledger_layout
 from cdc_assets.settings import Settings

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from cdc_assets.demo.events import DebeziumEventFactory, produce, workload
-from cdc_assets.pipeline.redrive import redrive
-from cdc_assets.pipeline.tables import ensure_tables
-from cdc_assets.pipeline.upsert import StaleChangesError, build_bucketed, merge_base
-from cdc_assets.pipeline.watermark import DELETE_CANDIDATES, base_state, current_properties
+from cdc_assets.pipeline.ingest.redrive import redrive
+from cdc_assets.pipeline.shared.tables import ensure_tables
+from cdc_assets.pipeline.shared.watermark import DELETE_CANDIDATES, base_state, current_properties
+from cdc_assets.pipeline.upsert.upsert import StaleChangesError, build_bucketed, merge_base
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.layers import base_layout, bucketed_layout
 from cdc_assets.settings import Settings
@@ -28,7 +28,7 @@ from cdc_assets_tests.support.bad_records import base_row, users_spec
 from cdc_assets_tests.support.child import run_until_failpoint
 
 UPSERT = """
-from cdc_assets.pipeline.upsert import build_bucketed, merge_base
+from cdc_assets.pipeline.upsert.upsert import build_bucketed, merge_base
 build_bucketed(spark, "lake", res["iceberg"].load_catalog(), spec)
 merge_base(spark, "lake", res["iceberg"].load_catalog(), spec)
 """

@@ -22,7 +22,7 @@ import yaml
 from cdc_assets.assets.keys import asset_key
 from cdc_assets.assets.schema import evolve_run_config
 from cdc_assets.definitions import build_defs
-from cdc_assets.pipeline.tables import ensure_tables
+from cdc_assets.pipeline.shared.tables import ensure_tables
 from cdc_assets.settings import Settings
 from cdc_assets.spec import load_specs
 from cdc_assets_tests.conftest import PROJECT_ROOT

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cdc_assets.pipeline.failpoint import FAILPOINT_ENV
+from cdc_assets.pipeline.shared.failpoint import FAILPOINT_ENV
 from cdc_assets.settings import Settings
 from cdc_assets.spec.models import TableSpec
 from cdc_assets_tests.conftest import PROJECT_ROOT

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from cdc_assets.pipeline.batch_cache import (
+from cdc_assets.pipeline.shared.batch_cache import (
     COMPRESSED_CONF,
     LARGE_BATCH_RECORDS,
     UNCOMPRESSED_MAX_RECORDS,
@@ -103,7 +103,7 @@ def test_cached_batch_releases_the_cache_after_an_error() -> None:
 
 
 def test_small_batches_plan_statically_and_large_or_unknown_ones_adaptively() -> None:
-    from cdc_assets.pipeline.small_work import (
+    from cdc_assets.pipeline.shared.small_work import (
         ADAPTIVE_CONF,
         SHUFFLE_PARTITIONS_CONF,
         SMALL_WORK_PARTITIONS,
@@ -127,7 +127,7 @@ def test_small_batches_plan_statically_and_large_or_unknown_ones_adaptively() ->
 
 
 def test_only_small_ingest_batches_run_interpreted() -> None:
-    from cdc_assets.pipeline.small_work import (
+    from cdc_assets.pipeline.shared.small_work import (
         INTERPRETED_CONF,
         INTERPRETED_ROWS,
         SMALL_WORK_ROWS,
@@ -147,7 +147,7 @@ def test_only_small_ingest_batches_run_interpreted() -> None:
 
 
 def test_upsert_statements_run_interpreted_when_everything_they_read_is_small() -> None:
-    from cdc_assets.pipeline.small_work import (
+    from cdc_assets.pipeline.shared.small_work import (
         INTERPRETED_CONF,
         INTERPRETED_ROWS,
         interpreted_conf,

@@ -1,4 +1,5 @@
-"""The pure rules of the catch-up after a run that raced an evolution (pipeline.catch_up): which
+"""The pure rules of the catch-up after a run that raced an evolution
+(pipeline.evolution.catch_up): which
 columns a row decoded under an older spec may hold wrong, and the hold point that forces the race
 in tests."""
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cdc_assets.pipeline.failpoint import HOLD_ENV, hold
+from cdc_assets.pipeline.shared.failpoint import HOLD_ENV, hold
 from cdc_assets.schema.recover import changed_columns, dead_letter_reasons, value_columns
 from cdc_assets.spec import load_specs
 from cdc_assets.spec.models import ColumnSpec, TableSpec

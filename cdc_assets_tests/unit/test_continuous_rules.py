@@ -4,8 +4,8 @@ when a continuous worker compacts base: over its files per bucket, never with a 
 
 import pytest
 
-from cdc_assets.pipeline.maintenance import needs_compaction, summary_count
-from cdc_assets.pipeline.pause import PAUSED_BY, PAUSED_UNTIL, Pause, pause_of
+from cdc_assets.pipeline.maintenance.maintenance import needs_compaction, summary_count
+from cdc_assets.pipeline.shared.pause import PAUSED_BY, PAUSED_UNTIL, Pause, pause_of
 
 pytestmark = pytest.mark.unit
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from cdc_assets.pipeline import tables
-from cdc_assets.pipeline.tables import ensure_tables
+from cdc_assets.pipeline.shared import tables
+from cdc_assets.pipeline.shared.tables import ensure_tables
 from cdc_assets.spec import load_specs
 from cdc_assets_tests.conftest import PROJECT_ROOT
 

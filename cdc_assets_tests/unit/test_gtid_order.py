@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from cdc_assets.errors import SpecError
-from cdc_assets.pipeline.source_position import (
+from cdc_assets.pipeline.bootstrap.source_position import (
     JdbcSession,
     WatermarkError,
     gtid_sequence,

@@ -229,7 +229,7 @@ def test_import_source_command_writes_validates_and_refuses_to_overwrite(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The command with the information_schema read replaced by the rows above."""
-    import cdc_assets.pipeline.source_schema as source_schema
+    import cdc_assets.pipeline.bootstrap.source_schema as source_schema
     import cdc_assets.resources as resources
 
     calls: list[tuple[Any, ...]] = []

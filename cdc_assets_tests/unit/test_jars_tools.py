@@ -54,7 +54,7 @@ def test_sessions_start_without_the_udf_jar_when_it_cannot_be_built(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The project's functions are a speed-up: no javac means a warning and Spark's own
-    functions (pipeline.envelope_reader), not a session that cannot start."""
+    functions (pipeline.ingest.envelope_reader), not a session that cannot start."""
     from cdc_assets.jars import own as own_jars
 
     maven = [tmp_path / "iceberg.jar"]

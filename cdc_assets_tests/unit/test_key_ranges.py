@@ -9,7 +9,7 @@ import random
 import pytest
 import sqlglot
 
-from cdc_assets.pipeline.upsert import PRUNE_MIN_BYTES, worth_pruning
+from cdc_assets.pipeline.upsert.upsert import PRUNE_MIN_BYTES, worth_pruning
 from cdc_assets.schema.layers import base_layout, bucketed_layout, tombstones_layout
 from cdc_assets.spec import load_specs
 from cdc_assets.spec.models import TableSpec

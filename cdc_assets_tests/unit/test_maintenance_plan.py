@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from cdc_assets.pipeline.maintenance import (
+from cdc_assets.pipeline.maintenance.maintenance import (
     COMMIT_ATTEMPTS,
     Expiry,
     MaintenanceResult,
@@ -21,8 +21,8 @@ from cdc_assets.pipeline.maintenance import (
     render_tombstone_purge,
     timestamp_literal,
 )
-from cdc_assets.pipeline.offsets import KIND_PROPERTY, OFFSETS_PROPERTY, REPROTECT_KIND
-from cdc_assets.pipeline.watermark import WATERMARK, is_commit_conflict
+from cdc_assets.pipeline.shared.offsets import KIND_PROPERTY, OFFSETS_PROPERTY, REPROTECT_KIND
+from cdc_assets.pipeline.shared.watermark import WATERMARK, is_commit_conflict
 
 
 def lineage(*points: tuple[int, dict[str, str]]) -> list[SnapshotPoint]:
@@ -167,7 +167,7 @@ class Flaky:
 
 @pytest.fixture
 def runner(monkeypatch: pytest.MonkeyPatch) -> tuple[StepRunner, list[str]]:
-    monkeypatch.setattr("cdc_assets.pipeline.maintenance.RETRY_BASE_SECONDS", 0.0)
+    monkeypatch.setattr("cdc_assets.pipeline.maintenance.maintenance.RETRY_BASE_SECONDS", 0.0)
     messages: list[str] = []
     return StepRunner(MaintenanceResult("users"), messages.append), messages
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import sqlglot
 
-from cdc_assets.pipeline.moved_rows import (
+from cdc_assets.pipeline.upsert.moved_rows import (
     KeyChange,
     Move,
     StoredRow,

@@ -223,7 +223,7 @@ def test_spark_redacts_every_key_literal_of_the_sql() -> None:
 
 
 def test_configured_keys_put_the_current_first_and_read_retired_ones() -> None:
-    from cdc_assets.pipeline.protection import ProtectionKeyError, configured_keys
+    from cdc_assets.pipeline.shared.protection import ProtectionKeyError, configured_keys
 
     env = {
         "CDC_ASSETS_PROTECTION_KEY": "the current secret!!",

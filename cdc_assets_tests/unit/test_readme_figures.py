@@ -7,7 +7,9 @@ import re
 
 import pytest
 
-from cdc_assets.pipeline import ingest, maintenance, upsert
+from cdc_assets.pipeline.ingest import ingest
+from cdc_assets.pipeline.maintenance import maintenance
+from cdc_assets.pipeline.upsert import upsert
 from cdc_assets_tests.conftest import PROJECT_ROOT
 from cdc_assets_tests.unit import test_evolution_classifier, test_invalid_specs, test_wire_plan
 
@@ -32,7 +34,10 @@ def _stated(pattern: str) -> list[int]:
         (r"spec parsing with (\d+) invalid specs", len(test_invalid_specs.CASES)),
         (r"`ValidationException`\) is tried (\d+) times in all", maintenance.COMMIT_ATTEMPTS),
         (r"upsert commit conflict .*? tried up to (\d+) times in all", upsert.COMMIT_RETRIES),
-        (r"at most (\d+) attempts in all; `pipeline/ledger_commit.py`", ingest.MOVED_RETRIES),
+        (
+            r"at most (\d+) attempts in all; `pipeline/ingest/ledger_commit.py`",
+            ingest.MOVED_RETRIES,
+        ),
     ],
 )
 def test_the_readme_states_the_code_figures(pattern: str, actual: int) -> None:
@@ -40,7 +45,7 @@ def test_the_readme_states_the_code_figures(pattern: str, actual: int) -> None:
 
 
 def test_the_docs_state_the_small_batch_threshold() -> None:
-    from cdc_assets.pipeline.small_work import SMALL_WORK_ROWS
+    from cdc_assets.pipeline.shared.small_work import SMALL_WORK_ROWS
 
     stated = re.findall(r"fewer than ([\d,]+) records \(`SMALL_WORK_ROWS`", README)
     assert stated, "docs/pipeline.md no longer states SMALL_WORK_ROWS"
@@ -48,7 +53,7 @@ def test_the_docs_state_the_small_batch_threshold() -> None:
 
 
 def test_the_docs_state_the_interpreted_batch_threshold() -> None:
-    from cdc_assets.pipeline.small_work import INTERPRETED_ROWS
+    from cdc_assets.pipeline.shared.small_work import INTERPRETED_ROWS
 
     stated = re.findall(r"fewer than ([\d,]+) records \(`INTERPRETED_ROWS`", README)
     assert stated, "docs/pipeline.md no longer states INTERPRETED_ROWS"

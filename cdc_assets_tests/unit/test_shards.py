@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from cdc_assets.errors import ShardedSpecError, SpecError
-from cdc_assets.pipeline.watermark import UpsertState, state_key
+from cdc_assets.pipeline.shared.watermark import UpsertState, state_key
 from cdc_assets.quality.rules import Verdict, per_shard_verdict
 from cdc_assets.schema.layers import all_layouts, base_layout, ledger_layout, tombstones_layout
 from cdc_assets.schema.position import Position

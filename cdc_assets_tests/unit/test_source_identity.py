@@ -9,7 +9,7 @@ import pytest
 
 from cdc_assets.demo.events import DebeziumEventFactory
 from cdc_assets.errors import SpecError
-from cdc_assets.pipeline.schema_topic import matches
+from cdc_assets.pipeline.evolution.schema_topic import matches
 from cdc_assets.settings import Settings, load_settings, source_url_variable
 from cdc_assets.spec import load_specs
 from cdc_assets.spec.models import TableSpec

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from cdc_assets.cli import build_parser, main
-from cdc_assets.pipeline.source_position import (
+from cdc_assets.pipeline.bootstrap.source_position import (
     JdbcSession,
     Watermark,
     WatermarkError,
@@ -205,9 +205,9 @@ def test_bootstrap_command_needs_a_position_for_files(
 def test_bootstrap_command_reads_the_watermark_when_no_position_is_given(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import cdc_assets.pipeline.bootstrap as bootstrap
+    import cdc_assets.pipeline.bootstrap.bootstrap as bootstrap
     import cdc_assets.resources as resources
-    from cdc_assets.pipeline.bootstrap import BootstrapResult
+    from cdc_assets.pipeline.bootstrap.bootstrap import BootstrapResult
 
     seen: dict[str, Any] = {}
 

@@ -141,7 +141,7 @@ def test_a_schema_change_topic_is_read_once_then_only_what_was_added(
 ) -> None:
     """Every table's check reads its server's schema-change topic: the process reads each record
     once (and the whole topic again after FULL_READ_S)."""
-    from cdc_assets.pipeline import schema_topic
+    from cdc_assets.pipeline.evolution import schema_topic
 
     topic = [change("CREATE", "people", "CREATE TABLE people"), change("DROP", "people", "DROP")]
     calls: list[dict[int, int]] = []

@@ -1,11 +1,11 @@
 """Which topic an ingest reads next after a followed rename of the source table, and how the
-ledger numbers it (pipeline.offsets.next_read; pure but for the ``unread`` callback)."""
+ledger numbers it (pipeline.shared.offsets.next_read; pure but for the ``unread`` callback)."""
 
 from __future__ import annotations
 
 import pytest
 
-from cdc_assets.pipeline.offsets import ForeignTopicError, LedgerMark, next_read
+from cdc_assets.pipeline.shared.offsets import ForeignTopicError, LedgerMark, next_read
 
 pytestmark = pytest.mark.unit
 
