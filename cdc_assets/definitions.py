@@ -26,6 +26,7 @@ from cdc_assets.jobs.maintenance import build_maintenance_job, build_maintenance
 from cdc_assets.jobs.onboard import build_onboard_job
 from cdc_assets.jobs.sync import build_sync_job
 from cdc_assets.jobs.upsert import build_upsert_job
+from cdc_assets.local_servers.endpoints import with_local_sources
 from cdc_assets.pipeline.evolution.spec_store import load_with_stored_versions
 from cdc_assets.resources import build_resources
 from cdc_assets.run_launcher import tables_from_env
@@ -38,7 +39,6 @@ from cdc_assets.settings import Settings, load_settings
 from cdc_assets.spec import TableSpec, load_specs
 from cdc_assets.spec.groups import consistency_groups
 from cdc_assets.spec.views_load import load_views
-from cdc_assets.stack.source_stack import with_local_sources
 
 
 def build_defs(

@@ -10,7 +10,7 @@ recorded, running or not: a run whose catalog is down fails naming it, never wri
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from cdc_assets.errors import StackError
@@ -33,6 +33,7 @@ REST_CLIENT_ID = "cdc-assets"
 CATALOG_SERVER_SECTION = "catalog_server"
 OBJECT_STORE_SECTION = "object_store"
 OBJECT_STORE_REGION = "us-east-1"
+SOURCES_SECTION = "sources"
 
 
 def kafka_server_properties(settings: Settings) -> Path:
@@ -202,3 +203,26 @@ def recorded_object_store(settings: Settings) -> ObjectStore | None:
         )
     except (KeyError, TypeError):
         return None
+
+
+def local_source_urls(settings: Settings) -> dict[str, str]:
+    """``CDC_ASSETS_SOURCE_URL_<CONNECTOR>_<DATABASE>`` and ``..._<SERVER>_<DATABASE>`` -> JDBC
+    URL of each example database on the local source servers that run now ({} when none does):
+    so the drift job and the source checks reach the local databases without configuration.
+    The stack records each server's URLs and marker when it starts it."""
+    urls: dict[str, str] = {}
+    for entry in state.section(settings, SOURCES_SECTION).values():
+        if not isinstance(entry, dict) or not isinstance(entry.get("jdbc"), dict):
+            continue
+        pid, marker = entry.get("pid"), entry.get("marker")
+        if isinstance(pid, int) and isinstance(marker, str) and runs(pid, marker):
+            urls.update({str(k): str(v) for k, v in entry["jdbc"].items()})
+    return urls
+
+
+def with_local_sources(settings: Settings) -> Settings:
+    """``settings`` with the local sources' URLs when it configures none of its own."""
+    if settings.source_urls:
+        return settings
+    urls = local_source_urls(settings)
+    return replace(settings, source_urls=urls) if urls else settings

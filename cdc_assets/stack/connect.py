@@ -38,7 +38,7 @@ from cdc_assets.stack import kafka_tls, local_process, sources
 from cdc_assets.stack.kafka_broker import HOST
 from cdc_assets.stack.local_process import log_tail
 
-CONNECTORS_DIR = sources.SOURCES_DIR / "connectors"
+CONNECTORS_DIR = sources.CONNECTORS_DIR
 CONNECTOR_FILES = ("mariadb.json", "postgres.json")
 MAIN_CLASS = "org.apache.kafka.connect.cli.ConnectDistributed"
 WORKER_HEAP = "-Xmx512m"
@@ -330,18 +330,6 @@ def connector_configs(values: dict[str, str]) -> list[dict[str, Any]]:
             config[key] = _PLACEHOLDER.sub(lambda m: values[m.group(1)], text)
         definitions.append({"name": definition["name"], "config": config})
     return definitions
-
-
-def logical_names() -> dict[sources.ServerName, str]:
-    """Each local server's connector ``topic.prefix`` (its logical name, the specs' server)."""
-    names: dict[sources.ServerName, str] = {}
-    for name in CONNECTOR_FILES:
-        config = json.loads((CONNECTORS_DIR / name).read_text(encoding="utf-8"))["config"]
-        kind: sources.ServerName = (
-            "postgres" if "postgres" in config["connector.class"].lower() else "mariadb"
-        )
-        names[kind] = config["topic.prefix"]
-    return names
 
 
 def placeholder_values(settings: Settings, bootstrap: str) -> dict[str, str]:

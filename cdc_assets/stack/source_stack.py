@@ -7,10 +7,10 @@ local_stack calls these under its lock; the broker must be running for `up`.
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from cdc_assets.local_servers import state as stack_state
-from cdc_assets.settings import Settings, source_url_variable
+from cdc_assets.settings import Settings
 from cdc_assets.stack import connect, sources
 
 
@@ -80,32 +80,3 @@ def status(settings: Settings) -> SourcesStatus:
     if "connect" in entry:
         servers.append(connect.worker_status(settings))
     return SourcesStatus(servers, connect.connectors_summary(settings))
-
-
-# The connector names a spec may give for each local server.
-_CONNECTORS = {"mariadb": ("mariadb", "mysql"), "postgres": ("postgresql",)}
-
-
-def local_source_urls(settings: Settings) -> dict[str, str]:
-    """``CDC_ASSETS_SOURCE_URL_<CONNECTOR>_<DATABASE>`` and ``..._<SERVER>_<DATABASE>`` -> JDBC
-    URL of each database of the local sources, when they run (an empty dict otherwise): so the
-    drift job and the source checks reach the local databases without configuration."""
-    if not sources.started(settings):
-        return {}
-    running = {s.name for s in sources.sources_status(settings) if s.state == "running"}
-    urls = {}
-    logical = connect.logical_names()
-    for database, server, url in sources.jdbc_urls(settings):
-        if server in running:
-            # The connector's logical name (its topic.prefix) is the specs' default server.
-            for qualifier in (*_CONNECTORS[server], logical[server]):
-                urls[source_url_variable(database, qualifier)] = url
-    return urls
-
-
-def with_local_sources(settings: Settings) -> Settings:
-    """``settings`` with the local sources' URLs when it configures none of its own."""
-    if settings.source_urls:
-        return settings
-    urls = local_source_urls(settings)
-    return replace(settings, source_urls=urls) if urls else settings

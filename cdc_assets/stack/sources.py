@@ -11,6 +11,7 @@ Kafka Connect module).
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import re
@@ -26,7 +27,7 @@ from typing import Any, Literal
 
 from cdc_assets.errors import StackError
 from cdc_assets.local_servers import state as stack_state
-from cdc_assets.settings import Settings
+from cdc_assets.settings import Settings, source_url_variable
 from cdc_assets.stack import local_process
 from cdc_assets.stack.kafka_broker import (
     HOST,
@@ -37,6 +38,9 @@ from cdc_assets.stack.kafka_broker import (
 from cdc_assets.stack.local_process import log_tail
 
 SOURCES_DIR = Path(__file__).parent.parent / "sources"
+CONNECTORS_DIR = SOURCES_DIR / "connectors"
+# The connector names a spec may give for each kind of local server.
+CONNECTOR_NAMES = {"mariadb": ("mariadb", "mysql"), "postgres": ("postgresql",)}
 SQL_DIR = SOURCES_DIR / "sql"
 SETUP_MARKER = "setup.done"
 CDC_USER = "cdc"
@@ -311,6 +315,7 @@ def start_mariadb(settings: Settings, name: str = MARIADB) -> int:
         update_state(settings, mariadb_servers=[*mariadb_servers(settings)[1:], name])
     running = _running_entry(settings, name, files.marker)
     if running is not None:
+        _record_addresses(settings, name, running, files.marker)
         return running
     _stop_server(settings, name, files.marker, signal.SIGTERM)
     fresh = not (files.base / SETUP_MARKER).exists()
@@ -335,7 +340,7 @@ def start_mariadb(settings: Settings, name: str = MARIADB) -> int:
     pid = local_process.start_detached(
         mariadb_command(tools, files, port, mariadb_server_id(name)), files.log_file, cwd=files.base
     )
-    _record_server(settings, name, pid, port, socket=str(files.socket))
+    _record_server(settings, name, pid, port, files.marker, socket=str(files.socket))
     try:
         _wait_ready(
             "MariaDB",
@@ -496,6 +501,7 @@ def start_postgres(settings: Settings) -> int:
     run_as = _pg_user()
     running = _running_entry(settings, "postgres", files.marker)
     if running is not None:
+        _record_addresses(settings, "postgres", running, files.marker)
         return running
     _stop_server(settings, "postgres", files.marker, signal.SIGINT)
     fresh = not (files.base / SETUP_MARKER).exists()
@@ -533,7 +539,7 @@ def start_postgres(settings: Settings) -> int:
     pid = local_process.start_detached(
         postgres_command(bindir, files, port), files.log_file, cwd=files.base, user=run_as
     )
-    _record_server(settings, "postgres", pid, port, socket=str(files.socket_dir))
+    _record_server(settings, "postgres", pid, port, files.marker, socket=str(files.socket_dir))
     isready = [str(bindir / "pg_isready"), "-q", "-h", str(files.socket_dir), "-p", str(port)]
     try:
         _wait_ready(
@@ -682,9 +688,50 @@ def _running_entry(settings: Settings, name: str, marker: str) -> int | None:
     return port if alive and isinstance(port, int) and port_answers(port) else None
 
 
-def _record_server(settings: Settings, name: str, pid: int, port: int, **extra: str) -> None:
+def _record_server(
+    settings: Settings, name: str, pid: int, port: int, marker: str, **extra: str
+) -> None:
     remember_port(settings, name, port)
     update_state(settings, **{name: {"pid": pid, "port": port, **extra}})
+    _record_addresses(settings, name, port, marker)
+
+
+def _record_addresses(settings: Settings, name: str, port: int, marker: str) -> None:
+    """What the product reads of a running server (``local_servers.endpoints``): the marker
+    that tells its process from a reused pid, and the JDBC URL of each example database on it
+    under the variables a spec's source resolves (``CDC_ASSETS_SOURCE_URL_<CONNECTOR>_<DB>``
+    and ``..._<SERVER>_<DB>``, the server being the connector's logical name)."""
+    entry = load_state(settings).get(name)
+    if not isinstance(entry, dict):
+        return
+    update_state(
+        settings, **{name: {**entry, "marker": marker, "jdbc": jdbc_urls_of(settings, name, port)}}
+    )
+
+
+def jdbc_urls_of(settings: Settings, name: str, port: int) -> dict[str, str]:
+    """``CDC_ASSETS_SOURCE_URL_...`` -> JDBC URL (as the cdc user) of each example database on
+    server ``name`` listening on ``port`` ({} for a server without example tables)."""
+    scheme = {"mariadb": "jdbc:mariadb", "postgres": "jdbc:postgresql"}
+    databases = sorted({t.database for t in EXAMPLE_TABLES if t.server == name})
+    if not databases:
+        return {}
+    kind: ServerName = "postgres" if name == "postgres" else "mariadb"
+    qualifiers = (*CONNECTOR_NAMES[kind], logical_name(kind))
+    password = cdc_password(settings)
+    urls = {}
+    for database in databases:
+        url = f"{scheme[kind]}://{HOST}:{port}/{database}?user={CDC_USER}&password={password}"
+        for qualifier in qualifiers:
+            urls[source_url_variable(database, qualifier)] = url
+    return urls
+
+
+def logical_name(kind: ServerName) -> str:
+    """The local connector's ``topic.prefix`` for a server kind (the specs' default server)."""
+    path = CONNECTORS_DIR / ("postgres.json" if kind == "postgres" else "mariadb.json")
+    config = json.loads(path.read_text(encoding="utf-8"))["config"]
+    return str(config["topic.prefix"])
 
 
 def _stop_server(settings: Settings, name: str, marker: str, sig: signal.Signals) -> None:

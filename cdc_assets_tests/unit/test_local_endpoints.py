@@ -89,3 +89,45 @@ def test_a_server_counts_only_while_its_pid_runs_that_server(tmp_path: Path) -> 
         server.kill()
         server.wait()
     assert endpoints.spark_connect_port(settings) is None  # its pid no longer runs
+
+
+def test_local_source_urls_are_those_of_the_source_servers_that_run(tmp_path: Path) -> None:
+    settings = _settings(tmp_path)
+    marker = f"--datadir={settings.stack_dir}/mariadb/data"
+    # A stand-in for the MariaDB server, with its marker on its command line.
+    server = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", marker], stdin=subprocess.DEVNULL
+    )
+    mariadb_url = "jdbc:mariadb://127.0.0.1:3306/app?user=cdc&password=p"
+    try:
+        state.update(
+            settings,
+            "sources",
+            password="p",
+            mariadb={
+                "pid": server.pid,
+                "port": 3306,
+                "marker": marker,
+                "jdbc": {"CDC_ASSETS_SOURCE_URL_MYSQL_APP": mariadb_url},
+            },
+            # Recorded, but its pid runs no PostgreSQL (this process lacks the marker).
+            postgres={
+                "pid": os.getpid(),
+                "port": 5432,
+                "marker": f"-D {settings.stack_dir}/postgres/data",
+                "jdbc": {"CDC_ASSETS_SOURCE_URL_POSTGRESQL_SHOP": "jdbc:postgresql://x/shop"},
+            },
+        )
+        assert endpoints.local_source_urls(settings) == {
+            "CDC_ASSETS_SOURCE_URL_MYSQL_APP": mariadb_url
+        }
+        with_urls = endpoints.with_local_sources(settings)
+        assert with_urls.source_urls == {"CDC_ASSETS_SOURCE_URL_MYSQL_APP": mariadb_url}
+        # URLs the environment configures win over the local ones.
+        own = _settings(tmp_path, CDC_ASSETS_SOURCE_URL_APP="jdbc:mariadb://db.example/app")
+        assert endpoints.with_local_sources(own).source_urls == own.source_urls
+    finally:
+        server.kill()
+        server.wait()
+    assert endpoints.local_source_urls(settings) == {}
+    assert endpoints.with_local_sources(settings) is settings
