@@ -1,16 +1,21 @@
 """The project's own JVM code, compiled with the JDK's ``javac`` into the jar cache next to the
 jars Maven fetches:
 
-- ``udf``: the Debezium envelope decoder and the local driver's file system (`jvm/udf`), compiled
+- ``udf``: the Debezium envelope decoder and the local driver's file system (`java/udf`), compiled
   against the jars of the installed pyspark, so it needs no download and always matches the Spark
   it runs in;
-- ``connect-ext``: the Debezium connectors whose offsets cover whole source events (`jvm/connect`),
+- ``connect-ext``: the Debezium connectors whose offsets cover whole source events (`java/connect`),
   compiled against the Connect and Debezium jars of the ``connect`` pom;
-- ``rest``: the local stack's Iceberg REST catalog server (`jvm/rest`), compiled against the
+- ``rest``: the local stack's Iceberg REST catalog server (`java/rest`), compiled against the
   ``rest-catalog`` pom's jars.
 
 A stamp holding the digest of the sources and of what they are compiled against makes a repeated
 call a no-op that runs no process.
+
+The Java sources live in the repository's ``java/`` directory, beside the package, not in it: a
+checkout (the editable install ``make setup`` makes) compiles them, and the wheel holds no Java.
+Installed from a wheel, the Spark functions are not built and sessions decode Kafka values with
+Spark's own functions (``spark_jars`` says so once); the other two serve only the local stack.
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ from cdc_assets.settings import Settings
 log = logging.getLogger(__name__)
 
 JAVA_RELEASE = "17"
+# <repository>/java in a checkout; absent where the package was installed from a wheel.
+JAVA_DIR = Path(__file__).resolve().parents[2] / "java"
 
 
 @dataclass(frozen=True)
@@ -75,10 +82,10 @@ def _connect_jars(settings: Settings) -> tuple[str, str]:
     return str(jars[0].parent / "*"), f"connect pom {pom}"
 
 
-UDF = OwnJar("udf", JVM_DIR / "udf" / "src", UDF_JAR_NAME, "Spark functions", _pyspark_jars)
+UDF = OwnJar("udf", JAVA_DIR / "udf", UDF_JAR_NAME, "Spark functions", _pyspark_jars)
 CONNECT_EXT = OwnJar(
     "connect-ext",
-    JVM_DIR / "connect" / "src",
+    JAVA_DIR / "connect",
     "cdc-assets-connect.jar",
     "Debezium connectors",
     _connect_jars,
@@ -99,7 +106,7 @@ def _rest_catalog_jars(settings: Settings) -> tuple[str, str]:
 
 REST = OwnJar(
     "rest",
-    JVM_DIR / "rest" / "src",
+    JAVA_DIR / "rest",
     "cdc-assets-rest.jar",
     "REST catalog server",
     _rest_catalog_jars,
@@ -127,7 +134,10 @@ def ensure_jar(jar: OwnJar, settings: Settings, *, quiet: bool = False) -> Path:
     """Compile ``jar`` if the cache lacks it or holds one of other sources; return its path."""
     sources = jar.sources()
     if not sources:
-        raise JarSetupError(f"no Java sources under {jar.source_dir}")
+        raise JarSetupError(
+            f"no Java sources under {jar.source_dir}: they come with a checkout of the "
+            "repository (make setup), not with the wheel"
+        )
     classpath, against = jar.compile_against(settings)
     stamp = digest(jar, sources, against)
     target = jar.directory(settings)

@@ -16,7 +16,7 @@ from cdc_assets.sql.protect import KEY_LITERALS
 
 CatalogType = Literal["jdbc", "rest"]
 
-# The file: file system of a local driver (in the project's jar, cdc_assets/jvm/udf).
+# The file: file system of a local driver (in the project's jar, java/udf).
 LOCAL_FILES_CLASS = "io.cdcassets.spark.LocalFiles"
 UDF_JAR_NAME = "cdc-assets-udf.jar"
 CLASS_PATH = "spark.driver.extraClassPath"

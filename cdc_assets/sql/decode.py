@@ -25,7 +25,7 @@ SOURCE_STRUCT = (
 # column is looked up in it (`map_lookup`).
 IMAGE_SCHEMA = "map<string,string>"
 
-# The project's JVM function (cdc_assets/jvm/udf) that reads a record value in one pass: whether
+# The project's JVM function (java/udf) that reads a record value in one pass: whether
 # it is UTF-8, whether it is a JSON object with envelope fields of the right JSON types, the
 # envelope (from ``payload`` when the record embeds a schema), the before/after images as the
 # source wrote them, and of the applied image (before for deletes, else after) the raw text of

@@ -1,5 +1,5 @@
 """An Iceberg REST catalog server on loopback: Iceberg's reference REST implementation over a
-JDBC catalog (`jvm/rest`, jars from the ``rest-catalog`` pom), what every managed lakehouse
+JDBC catalog (`java/rest`, jars from the ``rest-catalog`` pom), what every managed lakehouse
 catalog speaks (Polaris, Unity, Glue, S3 Tables, Lakekeeper, Nessie).
 
 Why this server: it installs from Maven Central like the other jars (the alternatives named in
@@ -39,7 +39,7 @@ HEAP = "-Xmx256m"
 READY_TIMEOUT_S = 60.0
 
 
-TOKEN_PROPERTY = "rest.auth.token"  # the server's properties (jvm/rest), not a client's
+TOKEN_PROPERTY = "rest.auth.token"  # the server's properties (java/rest), not a client's
 CLIENT_ID_PROPERTY = "rest.auth.client-id"
 CLIENT_SECRET_PROPERTY = "rest.auth.client-secret"
 

@@ -4,7 +4,7 @@ A primary-key update becomes three records that share one offset: a delete, its 
 create. Debezium's own offsets let Connect commit "after the update" once the delete is
 acknowledged; a worker that dies before the create is sent then resumes after the update, and the
 row under its new key never reaches Kafka (debezium/dbz#2549; it failed a clean-clone CI run of
-this project). The project's connectors (`jvm/connect`, ``WholeEventOffsets``) give every record
+this project). The project's connectors (`java/connect`, ``WholeEventOffsets``) give every record
 but an event's last the offset of the event before.
 
 The connectors' test hook makes the crash deterministic: while a file exists, the task cuts its
