@@ -2,17 +2,17 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt 2>/dev/null | sha256sum | cut -c1-12)
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml dev/pyproject.toml constraints.txt 2>/dev/null | sha256sum | cut -c1-12)
 
 .PHONY: setup sources-setup jars run test test-unit test-defs test-integration lint format typecheck dev screenshot docs bench clean
 
 setup: $(STAMP) jars sources-setup
 
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml dev/pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null || { echo "python3 not found: install Python 3.11"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev]'
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev]' -e ./dev
 	rm -f $(VENV)/.installed-* && touch $@
 
 jars: $(STAMP)

@@ -45,14 +45,14 @@ def main() -> None:
 
     from confluent_kafka.admin import NewTopic
 
-    from cdc_assets.demo.events import produce, workload
-    from cdc_assets.demo.events.avro import RegistryFraming
     from cdc_assets.pipeline.ingest.ingest import ingest_incremental
     from cdc_assets.pipeline.shared.tables import ensure_tables
     from cdc_assets.resources import build_resources
     from cdc_assets.spec import load_specs
-    from cdc_assets.stack import schema_registry
-    from cdc_assets.stack.local_stack import stack_down, stack_up
+    from cdc_assets_dev.demo.events import produce, workload
+    from cdc_assets_dev.demo.events.avro import RegistryFraming
+    from cdc_assets_dev.stack import schema_registry
+    from cdc_assets_dev.stack.local_stack import stack_down, stack_up
 
     tmp = Path(tempfile.mkdtemp(prefix="cdc-bench-avro-"))
     settings = make_home(tmp)

@@ -87,7 +87,7 @@ def local_driver(tmp: Path) -> Iterator[tuple[Any, Any, dict[str, Any]]]:
     """A fresh home in ``tmp`` with its stack up: (settings, stack state, resources), the Spark
     resource on ``local[2]``, one driver for every run of the process. The stack is purged after."""
     from cdc_assets.resources import build_resources
-    from cdc_assets.stack.local_stack import stack_down, stack_up
+    from cdc_assets_dev.stack.local_stack import stack_down, stack_up
 
     home = make_home(tmp)
     state = stack_up(home)

@@ -149,7 +149,7 @@ class Child:
 
 
 def catalog_transactions(settings: Any) -> int:
-    from cdc_assets.stack import catalog_server, sources
+    from cdc_assets_dev.stack import catalog_server, sources
 
     out = sources.postgres_execute(
         settings,
@@ -161,7 +161,7 @@ def catalog_transactions(settings: Any) -> int:
 
 def s3_requests(settings: Any) -> Counter[str]:
     """Requests so far by S3 operation, from the gateway's access log."""
-    from cdc_assets.stack import object_store
+    from cdc_assets_dev.stack import object_store
 
     counts: Counter[str] = Counter()
     log = object_store.access_log(settings)
@@ -195,16 +195,16 @@ def main() -> None:
     parser.add_argument("--small-events", type=int, default=2_000)
     args = parser.parse_args()
 
-    from cdc_assets.demo.events import produce, workload
     from cdc_assets.spec import load_specs
-    from cdc_assets.stack.local_stack import stack_down, stack_up
+    from cdc_assets_dev.demo.events import produce, workload
+    from cdc_assets_dev.stack.local_stack import stack_down, stack_up
 
     base = Path(tempfile.mkdtemp(prefix="cdc-bench-cluster-"))
     base.chmod(0o711)  # PostgreSQL runs as its own system user under root
     settings = make_home(base)
     try:
         print("starting the cluster profile (stack up --cluster) ...", flush=True)
-        from cdc_assets.stack.object_store import ENV_ACCESS_LOG
+        from cdc_assets_dev.stack.object_store import ENV_ACCESS_LOG
 
         os.environ[ENV_ACCESS_LOG] = "1"  # the S3 requests are counted from its access log
         state = stack_up(settings, cluster=True)

@@ -88,11 +88,11 @@ def run_mode(
     from confluent_kafka.admin import NewTopic
 
     from cdc_assets.definitions import build_defs
-    from cdc_assets.demo.events import produce
     from cdc_assets.jobs.continuous import CONTINUOUS_JOB, WORKER_TAG, worker_run_config
     from cdc_assets.pipeline.shared.tables import ensure_tables
     from cdc_assets.spec import load_spec
     from cdc_assets.spec.versions import write_spec
+    from cdc_assets_dev.demo.events import produce
 
     users = load_spec(ROOT / "table_specs" / "users.yaml")
     mode = mode_name(bound)
@@ -263,7 +263,7 @@ def main() -> None:
     # cdc_assets.definitions builds the project's definitions when imported, from this directory.
     os.environ.setdefault("CDC_ASSETS_SPECS", str(ROOT / "table_specs"))
     from cdc_assets.resources import build_resources
-    from cdc_assets.stack.local_stack import stack_down, stack_up
+    from cdc_assets_dev.stack.local_stack import stack_down, stack_up
 
     tmp = Path(tempfile.mkdtemp(prefix="cdc-continuous-files-"))
     settings = None

@@ -1,4 +1,4 @@
-"""Benchmark: a fresh local driver with and without the class archive (`stack.class_archive`).
+"""Benchmark: a fresh local driver with and without the class archive (`jars.class_archive`).
 
 Every Dagster run, CLI command and test process starts a Spark driver JVM of its own; this
 measures what that costs before any work, and on the first statements. Each variant runs in a

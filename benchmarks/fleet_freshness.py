@@ -81,7 +81,7 @@ class Feeder:
 
     def _next(self, spec: Any, rng: random.Random) -> Any:
         """The table's next record of a workload of its own (generated on first use)."""
-        from cdc_assets.demo.events import workload
+        from cdc_assets_dev.demo.events import workload
 
         queue = self._queues.get(spec.name)
         if not queue:
@@ -419,7 +419,7 @@ def main() -> None:
     counts = sorted({int(n) for n in args.tables.split(",") if n})
 
     from cdc_assets.spec import load_specs
-    from cdc_assets.stack.local_stack import stack_down, stack_up
+    from cdc_assets_dev.stack.local_stack import stack_down, stack_up
 
     rows: dict[int, dict[str, Any]] = {}
     worker_rows: dict[int, dict[str, dict[str, Any]]] = {}

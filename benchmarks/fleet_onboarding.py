@@ -101,7 +101,7 @@ def main() -> None:
     from cdc_assets.resources import build_resources
     from cdc_assets.settings import ENV_ARTIFACTS
     from cdc_assets.spec import load_specs
-    from cdc_assets.stack.local_stack import stack_down, stack_up
+    from cdc_assets_dev.stack.local_stack import stack_down, stack_up
 
     rows: dict[int, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as tmp_name:

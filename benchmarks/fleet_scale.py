@@ -105,7 +105,7 @@ def produce_workloads(specs: list[Any], bootstrap: str, half: int) -> int:
     """Half ``half`` (0 or 1) of a workload of 2 x EVENTS_PER_TABLE change events on every
     table's topic (the second half continues the first: positions keep growing); returns the
     table count."""
-    from cdc_assets.demo.events import produce, workload
+    from cdc_assets_dev.demo.events import produce, workload
 
     for i, spec in enumerate(specs):
         records = workload(spec, random.Random(i), keys=30, events=2 * EVENTS_PER_TABLE)
@@ -221,7 +221,7 @@ def main() -> None:
     }
 
     from cdc_assets.spec import load_specs
-    from cdc_assets.stack.local_stack import stack_down, stack_up
+    from cdc_assets_dev.stack.local_stack import stack_down, stack_up
 
     rows: dict[str, dict[int, Any]] = {"defs": {}, "ticks": {}, "cycles": {}}
     with tempfile.TemporaryDirectory() as tmp:

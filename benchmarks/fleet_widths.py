@@ -33,7 +33,7 @@ from fleet_threads import cycle
 def produce_part(specs: list[Any], bootstrap: str, part: int, parts: int) -> None:
     """The ``part``-th of ``parts`` equal slices of each table's workload (same seed per table,
     so every width's copy of a table gets the same events)."""
-    from cdc_assets.demo.events import produce, workload
+    from cdc_assets_dev.demo.events import produce, workload
 
     for i, spec in enumerate(specs):
         records = workload(spec, random.Random(i), keys=30, events=parts * EVENTS_PER_TABLE)

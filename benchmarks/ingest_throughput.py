@@ -130,7 +130,7 @@ class ProduceStats:
 
 
 def build_templates(spec: Any, pool: int, seed: int) -> Templates:
-    from cdc_assets.demo.events import DebeziumEventFactory, random_row
+    from cdc_assets_dev.demo.events import DebeziumEventFactory, random_row
 
     factory = DebeziumEventFactory(spec)
     rng = random.Random(seed)
@@ -1136,7 +1136,7 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     from cdc_assets.spec import load_spec
-    from cdc_assets.stack.local_stack import stack_down, stack_up
+    from cdc_assets_dev.stack.local_stack import stack_down, stack_up
 
     tmp = Path(tempfile.mkdtemp(prefix="cdc-ingest-bench-"))
     settings = None

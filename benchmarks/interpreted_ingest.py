@@ -115,10 +115,10 @@ def main() -> None:
         child(args)
         return
 
-    from cdc_assets.demo.events import produce, workload
     from cdc_assets.pipeline.shared.small_work import INTERPRETED_ROWS
     from cdc_assets.spec import load_specs
-    from cdc_assets.stack.local_stack import stack_down, stack_up
+    from cdc_assets_dev.demo.events import produce, workload
+    from cdc_assets_dev.stack.local_stack import stack_down, stack_up
 
     sizes = [int(n) for n in args.sizes.split(",")]
     results: dict[str, dict[int, list[dict[str, float]]]] = {}

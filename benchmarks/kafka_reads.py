@@ -42,7 +42,7 @@ CASES = {
 
 
 def produce_topics(topics: list[str], bootstrap: str) -> None:
-    from cdc_assets.demo.events import KafkaRecord, produce
+    from cdc_assets_dev.demo.events import KafkaRecord, produce
 
     for topic in topics:
         records = [

@@ -33,7 +33,7 @@ from bench_common import code_version, make_home  # noqa: E402
 
 def _shift(records: list[Any], files: int) -> list[Any]:
     """Move the events ``files`` binlog files on, so each batch comes after the one before."""
-    from cdc_assets.demo.events import KafkaRecord
+    from cdc_assets_dev.demo.events import KafkaRecord
 
     out = []
     for r in records:
@@ -60,7 +60,6 @@ def main() -> None:
     from confluent_kafka.admin import NewTopic
 
     from cdc_assets.definitions import build_defs
-    from cdc_assets.demo.events import DebeziumEventFactory, produce, workload
     from cdc_assets.pipeline.ingest.ingest import ingest_incremental
     from cdc_assets.pipeline.shared.tables import ensure_tables
     from cdc_assets.pipeline.upsert.upsert import build_bucketed, merge_base
@@ -70,7 +69,8 @@ def main() -> None:
     from cdc_assets.spec.load import load_spec
     from cdc_assets.spec.models import ColumnSpec, TableSpec
     from cdc_assets.spec.versions import write_spec
-    from cdc_assets.stack.local_stack import stack_down, stack_up
+    from cdc_assets_dev.demo.events import DebeziumEventFactory, produce, workload
+    from cdc_assets_dev.stack.local_stack import stack_down, stack_up
 
     tmp = Path(tempfile.mkdtemp(prefix="cdc-bench-evolve-"))
     settings = make_home(tmp)

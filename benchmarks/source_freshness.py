@@ -313,12 +313,12 @@ def measure(args: argparse.Namespace, keeper: str) -> dict[str, Any] | None:
     """One stack of its own, the workload, and its freshness with ``keeper`` keeping the tables
     (None: base did not catch up)."""
     from cdc_assets.cli import ensure_dagster_home
-    from cdc_assets.demo.live import Workload, next_key_base
     from cdc_assets.jars.maven import ensure_jars
     from cdc_assets.jobs.inprocess import PipelineDriver
     from cdc_assets.resources import build_resources
     from cdc_assets.spec import load_specs
-    from cdc_assets.stack.local_stack import stack_down, stack_up
+    from cdc_assets_dev.demo.live import Workload, next_key_base
+    from cdc_assets_dev.stack.local_stack import stack_down, stack_up
 
     tmp = Path(tempfile.mkdtemp(prefix="cdc-freshness-"))
     tmp.chmod(0o711)  # PostgreSQL runs as the postgres system user and must reach its data

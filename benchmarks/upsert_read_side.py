@@ -65,9 +65,9 @@ class ReadSide:
     """One table of one format version: loaded, upserted, measured."""
 
     def __init__(self, res: dict[str, Any], spec: Any, rng: random.Random) -> None:
-        from cdc_assets.demo.events import DebeziumEventFactory
         from cdc_assets.pipeline.upsert.upsert import spark_identifier
         from cdc_assets.schema.layers import base_layout
+        from cdc_assets_dev.demo.events import DebeziumEventFactory
 
         self.res, self.spec, self.rng = res, spec, rng
         self.spark = res["spark"].get_session()
@@ -80,14 +80,14 @@ class ReadSide:
         return self.res["iceberg"].load_catalog()
 
     def _row(self, n: int) -> dict[str, object]:
-        from cdc_assets.demo.events.rows import make_key, random_row
+        from cdc_assets_dev.demo.events.rows import make_key, random_row
 
         return random_row(self.spec, self.rng, make_key(self.spec, n))
 
     def produce_and_upsert(self, records: list[Any]) -> dict[str, float]:
-        from cdc_assets.demo.events import produce
         from cdc_assets.pipeline.ingest.ingest import ingest_incremental
         from cdc_assets.pipeline.upsert.upsert import build_bucketed, merge_base
+        from cdc_assets_dev.demo.events import produce
 
         kafka = self.res["kafka"]
         produce(records, self.spec.source.topic, kafka.resolved_bootstrap())
@@ -283,7 +283,7 @@ def main() -> None:
     args = parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     from cdc_assets.resources import build_resources
-    from cdc_assets.stack.local_stack import stack_down, stack_up
+    from cdc_assets_dev.stack.local_stack import stack_down, stack_up
 
     tmp = Path(tempfile.mkdtemp(prefix="cdc-read-side-"))
     settings = None

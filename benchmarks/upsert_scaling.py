@@ -275,7 +275,7 @@ def main() -> None:
         return
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     from cdc_assets.spec import load_spec
-    from cdc_assets.stack.local_stack import stack_down, stack_up
+    from cdc_assets_dev.stack.local_stack import stack_down, stack_up
 
     tmp = Path(tempfile.mkdtemp(prefix="cdc-upsert-scaling-"))
     settings = None

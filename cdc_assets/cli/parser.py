@@ -9,12 +9,13 @@ from dataclasses import replace
 from pathlib import Path
 
 from cdc_assets.cli.common import console
-from cdc_assets.cli.demo import cmd_report, cmd_run
+from cdc_assets.cli.environment import cmd_dagster_home, cmd_jars, cmd_spark_conf
 from cdc_assets.cli.fleet import cmd_fleet
 from cdc_assets.cli.kafka import CLIENTS, cmd_kafka_conf
 from cdc_assets.cli.migrate import cmd_migrate_asset_keys
+from cdc_assets.cli.plugins import add_plugin_commands
+from cdc_assets.cli.report import cmd_report
 from cdc_assets.cli.specs import cmd_specs
-from cdc_assets.cli.stack import cmd_dagster_home, cmd_dev, cmd_jars, cmd_spark_conf, cmd_stack
 from cdc_assets.cli.sync import cmd_sync
 from cdc_assets.cli.tables import (
     cmd_backfill,
@@ -65,45 +66,6 @@ def build_parser() -> argparse.ArgumentParser:
         "--show-secrets", action="store_true", help="print passwords and secrets as they are"
     )
     kafka_conf.set_defaults(fn=cmd_kafka_conf)
-    stack = sub.add_parser("stack", help="local Kafka broker + Iceberg catalog + warehouse")
-    stack.add_argument("action", choices=["up", "status", "down"])
-    stack.add_argument("--purge", action="store_true", help="with down: delete all stack state")
-    stack.add_argument(
-        "--sources",
-        action="store_true",
-        help="with up: also MariaDB, PostgreSQL, Kafka Connect and the Debezium connectors",
-    )
-    stack.add_argument(
-        "--spark-connect",
-        action="store_true",
-        help="with up: also a Spark Connect server, which runs then share (one warm driver)",
-    )
-    stack.add_argument(
-        "--cluster",
-        action="store_true",
-        help="with up: also a Spark standalone master and two workers on loopback, with the Spark "
-        "Connect server as their driver (or CDC_ASSETS_CLUSTER=1)",
-    )
-    stack.add_argument(
-        "--rest-catalog",
-        action="store_true",
-        help="with up: also an Iceberg REST catalog server over the stack's catalog; runs then "
-        "go through it (both engines' REST clients; the cluster profile runs one by default)",
-    )
-    stack.add_argument(
-        "--registry",
-        action="store_true",
-        help="with up: also a schema registry (Apicurio, Confluent-compatible API) for Avro "
-        "records; the pipeline then decodes registry-framed values with it",
-    )
-    stack.add_argument(
-        "--avro",
-        default="",
-        metavar="SERVERS",
-        help="with up --sources: comma-separated servers (mariadb, postgres) whose connectors "
-        "write Avro through the schema registry (started for them) instead of JSON",
-    )
-    stack.set_defaults(fn=cmd_stack)
     specs = sub.add_parser(
         "specs", help="validate, import (from DDL or a live source) and diff table specs"
     )
@@ -232,39 +194,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-commit", action="store_true", help="only write the files: no branch, no commit"
     )
     specs.set_defaults(fn=cmd_specs)
-    run = sub.add_parser(
-        "run",
-        help="main job: jars, stack with real sources and Debezium, tables, workload with schema "
-        "changes, the pipeline until it caught up, source against base",
-    )
-    run.add_argument(
-        "--statements", type=int, default=1000, help="workload changes per table (default 1000)"
-    )
-    run.add_argument(
-        "--after-change",
-        type=int,
-        default=300,
-        help="changes per table after the schema changes (default 300)",
-    )
-    run.add_argument(
-        "--generator",
-        action="store_true",
-        help="the demo on generated Debezium events instead (no databases, no Kafka Connect)",
-    )
-    run.add_argument(
-        "--events", type=int, default=2000, help="with --generator: change events per table"
-    )
-    run.set_defaults(fn=cmd_run)
     sub.add_parser(
         "dagster-home", help="create the Dagster home under the CDC home and print its path"
     ).set_defaults(fn=cmd_dagster_home)
-    dev = sub.add_parser(
-        "dev",
-        help="the stack with Spark Connect, then dagster dev (UI, daemon); Ctrl-C or SIGTERM "
-        "stops dagster dev and everything it started",
-    )
-    dev.add_argument("--port", type=int, default=3000, help="webserver port on 127.0.0.1")
-    dev.set_defaults(fn=cmd_dev)
     sync = sub.add_parser(
         "sync",
         help="run the pipeline over the spec directory (CDC_ASSETS_SPECS), no demo: create "
@@ -428,6 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
     rollback.add_argument("--to", required=True, help="ISO time, e.g. 2026-11-22T10:00:00+00:00")
     rollback.add_argument("--shard", help="a sharded table's shard whose watermark moves")
     rollback.set_defaults(fn=cmd_rollback)
+    add_plugin_commands(sub)
     return parser
 
 

@@ -172,19 +172,18 @@ def source_jdbc_url(
     (``CDC_ASSETS_SOURCE_URL_<SERVER>_<DATABASE>``, ``..._<CONNECTOR>_<DATABASE>``, then
     ``..._<DATABASE>``), else the local stack's source of that kind when `stack up --sources`
     started it."""
+    from cdc_assets.local_servers.endpoints import local_source_urls
     from cdc_assets.settings import source_url_variables
-    from cdc_assets.stack import sources
 
     if explicit:
         return explicit
     url = settings.source_url(database, connector, server)
     if url:
         return url
-    kind = "postgres" if connector == "postgresql" else "mariadb"
-    if sources.started(settings):
-        for db, local_kind, local in sources.jdbc_urls(settings):
-            if (db, local_kind) == (database, kind):
-                return local
+    local = local_source_urls(settings)
+    for name in source_url_variables(database, connector, server):
+        if name in local:
+            return local[name]
     tried = " or ".join(source_url_variables(database, connector, server))
     raise CdcAssetsError(
         f"no JDBC URL for {connector} database {database!r}"

@@ -7,7 +7,7 @@ import argparse
 import time
 
 from cdc_assets.cli.common import console, dagster_instance
-from cdc_assets.cli.demo import report_tables
+from cdc_assets.cli.report import report_tables
 from cdc_assets.settings import Settings
 
 

@@ -20,7 +20,7 @@ from cdc_assets.cli.common import (
     print_plain,
     read_text,
 )
-from cdc_assets.cli.demo import run_generator_demo
+from cdc_assets.cli.plugins import runner
 from cdc_assets.cli.specs import source_jdbc_url
 from cdc_assets.errors import CdcAssetsError
 from cdc_assets.settings import Settings
@@ -317,7 +317,7 @@ def cmd_checks(settings: Settings, args: argparse.Namespace) -> int:
     from cdc_assets.definitions import build_defs
 
     if args.demo:
-        code = run_generator_demo(settings, args)
+        code = runner("generator-demo")(settings, args)
         if code:
             return code
         console.print("[bold]asset checks[/bold] on the demo's tables")

@@ -1,7 +1,8 @@
 """Where the local stack's servers listen, as its state file records them: what the product's
 resources connect to when no other server is configured.
 
-The stack (``cdc_assets/stack``) starts each server and records it in its section of the state
+The stack (``dev/cdc_assets_dev/stack``) starts each server and records it in its section of the
+state
 file; this module reads the sections. A reader of a server the runs must find running (the Kafka
 broker, the schema registry, the Spark Connect server) also checks that the recorded pid runs that
 server (the marker on its command line guards pid reuse). A catalog or an object store is taken as

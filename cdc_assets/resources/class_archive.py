@@ -1,5 +1,5 @@
 """The class-data-sharing archive a local Spark driver maps, when the jar cache holds one made
-for its JVM, PySpark and jars (`stack.class_archive` makes it; `SparkResource` passes it to
+for its JVM, PySpark and jars (`jars.class_archive` makes it; `SparkResource` passes it to
 `resources.config.spark_conf`)."""
 
 from __future__ import annotations

@@ -138,7 +138,7 @@ def spark_conf(
     """The full Spark configuration of a session; ``extra`` wins over everything.
     ``java_options``: more JVM options for the driver and the executors (the Kafka client's
     system properties, `KafkaSecurity.jvm_options`). ``class_archive``: a local driver's JVM
-    maps it (`stack.class_archive`)."""
+    maps it (`jars.class_archive`)."""
     conf = {
         "spark.master": master,
         "spark.app.name": app_name,

@@ -13,13 +13,13 @@ import pytest
 import cdc_assets.sensors.schema_changes as sensor_module
 from cdc_assets.assets.keys import asset_key
 from cdc_assets.definitions import build_defs
-from cdc_assets.demo.events import DebeziumEventFactory
 from cdc_assets.pipeline.evolution.schema_topic import SeenChange
 from cdc_assets.resources import KafkaResource
 from cdc_assets.settings import load_settings
 from cdc_assets.spec.models import ColumnSpec
 from cdc_assets.spec.schema_change import parse_schema_change
 from cdc_assets.spec.versions import write_spec
+from cdc_assets_dev.demo.events import DebeziumEventFactory
 from cdc_assets_tests.unit.test_source_identity import users_of
 
 DDL = "ALTER TABLE users ADD COLUMN phone VARCHAR(32)"

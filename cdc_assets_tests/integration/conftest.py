@@ -31,8 +31,8 @@ from cdc_assets.resources import (
     build_resources,
 )
 from cdc_assets.settings import ENV_HOME, ENV_SPECS, Settings, load_settings
-from cdc_assets.stack import spark_connect
-from cdc_assets.stack.local_stack import StackState, stack_down, stack_up
+from cdc_assets_dev.stack import spark_connect
+from cdc_assets_dev.stack.local_stack import StackState, stack_down, stack_up
 from cdc_assets_tests.conftest import PROJECT_ROOT
 
 

@@ -12,12 +12,12 @@ import dagster as dg
 
 from cdc_assets.assets.keys import asset_key, node_name
 from cdc_assets.definitions import build_defs
-from cdc_assets.demo.events import produce, workload
 from cdc_assets.pipeline.shared.offsets import encode_offsets
 from cdc_assets.pipeline.shared.tables import ensure_tables
 from cdc_assets.resources import KafkaResource
 from cdc_assets.sensors.new_offsets import current_hour_key
 from cdc_assets.settings import Settings
+from cdc_assets_dev.demo.events import produce, workload
 from cdc_assets_tests.integration.test_ingest import isolated
 from cdc_assets_tests.integration.test_upsert import example_spec
 

@@ -22,8 +22,6 @@ import dagster as dg
 import pytest
 
 from cdc_assets.definitions import build_defs
-from cdc_assets.demo.events import DebeziumEventFactory, KafkaRecord, produce, workload
-from cdc_assets.demo.events.avro import RegistryFraming
 from cdc_assets.kafka_security import ENV_REGISTRY_CA, ENV_REGISTRY_PASSWORD, ENV_REGISTRY_USERNAME
 from cdc_assets.local_servers import endpoints
 from cdc_assets.pipeline.ingest.ingest import ingest_incremental
@@ -40,9 +38,11 @@ from cdc_assets.spec import load_specs
 from cdc_assets.spec.load import load_spec
 from cdc_assets.spec.models import ColumnSpec, TableSpec
 from cdc_assets.spec.versions import write_spec
-from cdc_assets.stack import schema_registry
-from cdc_assets.stack.kafka_broker import pick_free_port
-from cdc_assets.stack.local_stack import StackState, tls_material
+from cdc_assets_dev.demo.events import DebeziumEventFactory, KafkaRecord, produce, workload
+from cdc_assets_dev.demo.events.avro import RegistryFraming
+from cdc_assets_dev.stack import schema_registry
+from cdc_assets_dev.stack.kafka_broker import pick_free_port
+from cdc_assets_dev.stack.local_stack import StackState, tls_material
 from cdc_assets_tests.integration.test_ingest import (
     assert_ledger_matches,
     consume_all,

@@ -15,7 +15,6 @@ from typing import Any
 import dagster as dg
 from confluent_kafka import Producer
 
-from cdc_assets.demo.events import DebeziumEventFactory
 from cdc_assets.pipeline.ingest.ingest import ingest_incremental
 from cdc_assets.pipeline.shared.offsets import committed_offsets
 from cdc_assets.pipeline.shared.tables import ensure_tables
@@ -23,6 +22,7 @@ from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.layers import ledger_layout
 from cdc_assets.settings import Settings
 from cdc_assets.spec.versions import write_spec
+from cdc_assets_dev.demo.events import DebeziumEventFactory
 from cdc_assets_tests.conftest import PROJECT_ROOT
 from cdc_assets_tests.integration.test_ingest import isolated, read_table
 from cdc_assets_tests.integration.test_ingest_recovery import oracle_check

@@ -12,7 +12,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from cdc_assets.demo.events import DebeziumEventFactory, KafkaRecord, produce
 from cdc_assets.pipeline.bootstrap.bootstrap import (
     BootstrapError,
     bootstrap_base,
@@ -24,6 +23,7 @@ from cdc_assets.pipeline.shared.tables import ensure_tables
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.position import Position
 from cdc_assets.spec.models import TableSpec
+from cdc_assets_dev.demo.events import DebeziumEventFactory, KafkaRecord, produce
 from cdc_assets_tests.integration.test_ingest import consume_all, isolated
 from cdc_assets_tests.integration.test_upsert import assert_base_matches, ingest, upsert
 from cdc_assets_tests.support.bad_records import base_row, users_spec

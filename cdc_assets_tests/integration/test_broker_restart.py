@@ -27,15 +27,15 @@ from typing import Any
 
 import pytest
 
-from cdc_assets.demo.events import produce, workload
 from cdc_assets.pipeline.ingest.ingest import ingest_incremental
 from cdc_assets.pipeline.shared.failpoint import HOLD_ENV
 from cdc_assets.pipeline.shared.tables import ensure_tables
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.settings import ENV_KAFKA_BOOTSTRAP, Settings
 from cdc_assets.spec.models import TableSpec
-from cdc_assets.stack import local_process
-from cdc_assets.stack.local_stack import StackState, stack_up
+from cdc_assets_dev.demo.events import produce, workload
+from cdc_assets_dev.stack import local_process
+from cdc_assets_dev.stack.local_stack import StackState, stack_up
 from cdc_assets_tests.conftest import PROJECT_ROOT
 from cdc_assets_tests.integration.test_evolve import later
 from cdc_assets_tests.integration.test_ingest import isolated

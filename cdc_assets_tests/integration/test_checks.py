@@ -25,13 +25,13 @@ from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 from cdc_assets.assets.keys import asset_key
 from cdc_assets.checks.runner import CheckOutcome, run_checks
 from cdc_assets.definitions import build_defs
-from cdc_assets.demo.events import KafkaRecord, produce, workload
 from cdc_assets.pipeline.shared.tables import ensure_tables
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.layers import base_layout, dead_letter_layout, ledger_layout
 from cdc_assets.settings import Settings, source_url_variable
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.sql.ddl import table_identifier
+from cdc_assets_dev.demo.events import KafkaRecord, produce, workload
 from cdc_assets_tests.integration.test_ingest import isolated
 from cdc_assets_tests.integration.test_upsert import example_spec, ingest, upsert
 

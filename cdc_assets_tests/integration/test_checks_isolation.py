@@ -12,11 +12,11 @@ import dagster as dg
 
 from cdc_assets.checks.runner import run_checks
 from cdc_assets.definitions import build_defs
-from cdc_assets.demo.events import produce, workload
 from cdc_assets.jobs.checks import CHECK_JOB
 from cdc_assets.pipeline.shared.tables import ensure_tables
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.settings import Settings
+from cdc_assets_dev.demo.events import produce, workload
 from cdc_assets_tests.integration.test_ingest import isolated
 from cdc_assets_tests.integration.test_upsert import example_spec, ingest, upsert
 

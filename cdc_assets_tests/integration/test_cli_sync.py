@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from cdc_assets.cli import console, main
-from cdc_assets.demo.events import produce, workload
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.settings import Settings
 from cdc_assets.spec.versions import write_spec
+from cdc_assets_dev.demo.events import produce, workload
 from cdc_assets_tests.integration.test_ingest import isolated
 from cdc_assets_tests.integration.test_upsert import (
     assert_base_matches,

@@ -30,8 +30,8 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from cdc_assets.settings import Settings
-from cdc_assets.stack import connect, local_process, sources
-from cdc_assets.stack.local_stack import StackState
+from cdc_assets_dev.stack import connect, local_process, sources
+from cdc_assets_dev.stack.local_stack import StackState
 from cdc_assets_tests.support import extra_connector
 
 pytestmark = pytest.mark.integration

@@ -22,8 +22,6 @@ from confluent_kafka.admin import NewTopic
 
 from cdc_assets.cli import console, main
 from cdc_assets.definitions import build_defs
-from cdc_assets.demo.events import DebeziumEventFactory, KafkaRecord, produce
-from cdc_assets.demo.events.transactions import TransactionLog
 from cdc_assets.jobs.upsert import upsert_assets
 from cdc_assets.pipeline.shared.tables import ensure_tables
 from cdc_assets.pipeline.upsert.consistency import (
@@ -38,6 +36,8 @@ from cdc_assets.sensors.new_offsets import current_hour_key
 from cdc_assets.settings import ENV_HOME, ENV_SPECS, Settings
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.spec.versions import write_spec
+from cdc_assets_dev.demo.events import DebeziumEventFactory, KafkaRecord, produce
+from cdc_assets_dev.demo.events.transactions import TransactionLog
 from cdc_assets_tests.integration.test_ingest import FOREVER
 from cdc_assets_tests.integration.test_upsert import ingest
 from cdc_assets_tests.support.daemon import dagster_home, running_daemon

@@ -19,8 +19,6 @@ from pyiceberg.table import StaticTable
 
 from cdc_assets.assets.keys import asset_key
 from cdc_assets.definitions import build_defs
-from cdc_assets.demo.events import workload
-from cdc_assets.demo.events.produce import produce
 from cdc_assets.jobs.continuous import (
     CONTINUOUS_JOB,
     HEARTBEAT_TAG,
@@ -41,7 +39,9 @@ from cdc_assets.sensors.new_offsets import current_hour_key
 from cdc_assets.settings import Settings
 from cdc_assets.spec.models import ColumnSpec, TableSpec
 from cdc_assets.spec.versions import render_spec_yaml, write_spec
-from cdc_assets.stack.local_stack import stack_up
+from cdc_assets_dev.demo.events import workload
+from cdc_assets_dev.demo.events.produce import produce
+from cdc_assets_dev.stack.local_stack import stack_up
 from cdc_assets_tests.integration.test_broker_restart import kill_broker
 from cdc_assets_tests.integration.test_ingest import isolated
 from cdc_assets_tests.integration.test_schema_evolution_flow import with_column

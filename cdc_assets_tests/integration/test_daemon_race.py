@@ -21,7 +21,6 @@ from typing import Any
 
 import dagster as dg
 
-from cdc_assets.demo.events import workload
 from cdc_assets.pipeline.shared.failpoint import HOLD_ENV
 from cdc_assets.pipeline.shared.tables import ensure_tables
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
@@ -29,6 +28,7 @@ from cdc_assets.run_launcher import PID_TAG
 from cdc_assets.schema.layers import dead_letter_layout
 from cdc_assets.settings import Settings
 from cdc_assets.spec.models import ColumnSpec
+from cdc_assets_dev.demo.events import workload
 from cdc_assets_tests.integration.test_evolve import later, wide_logins
 from cdc_assets_tests.integration.test_ingest import read_table
 from cdc_assets_tests.integration.test_schema_evolution_flow import (

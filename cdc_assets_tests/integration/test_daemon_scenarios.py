@@ -21,7 +21,6 @@ from typing import Any
 import dagster as dg
 import pytest
 
-from cdc_assets.demo.events import KafkaRecord, workload
 from cdc_assets.jobs.continuous import CONTINUOUS_JOB
 from cdc_assets.pipeline.shared.failpoint import FAIL_ONCE_ENV
 from cdc_assets.pipeline.shared.tables import ensure_tables
@@ -30,6 +29,7 @@ from cdc_assets.schema.evolution import apply_plan, classify
 from cdc_assets.schema.layers import base_layout, dead_letter_layout
 from cdc_assets.settings import Settings
 from cdc_assets.spec.models import ColumnSpec, TableSpec
+from cdc_assets_dev.demo.events import KafkaRecord, workload
 from cdc_assets_tests.integration.test_evolve import base_differences, later, wide_logins
 from cdc_assets_tests.integration.test_ingest import read_table
 from cdc_assets_tests.integration.test_schema_evolution_flow import (

@@ -20,14 +20,14 @@ import dagster as dg
 import pytest
 from confluent_kafka.admin import NewTopic
 
-from cdc_assets.demo.events import workload
-from cdc_assets.demo.events.factory import DebeziumEventFactory
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.layers import base_layout, dead_letter_layout
 from cdc_assets.settings import Settings
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.spec.source_table import SourceTable, followed
 from cdc_assets.spec.versions import write_spec
+from cdc_assets_dev.demo.events import workload
+from cdc_assets_dev.demo.events.factory import DebeziumEventFactory
 from cdc_assets_tests.integration.test_evolve import base_differences, later
 from cdc_assets_tests.integration.test_ingest import FOREVER, consume_all, read_table
 from cdc_assets_tests.integration.test_schema_evolution_flow import Table

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from cdc_assets.settings import ENV_HOME, ENV_SPECS, Settings
-from cdc_assets.stack.local_stack import stack_down, stack_up
+from cdc_assets_dev.stack.local_stack import stack_down, stack_up
 from cdc_assets_tests.conftest import PROJECT_ROOT
 from cdc_assets_tests.integration.conftest import make_home
 from cdc_assets_tests.integration.test_webserver import _free_port

@@ -15,7 +15,6 @@ import dagster as dg
 import pytest
 
 from cdc_assets.checks.runner import run_checks
-from cdc_assets.demo.events import KafkaRecord, workload
 from cdc_assets.errors import SchemaChangeStopError
 from cdc_assets.pipeline.evolution.converge import EvolutionRejectedError, converge
 from cdc_assets.pipeline.shared.offsets import committed_offsets
@@ -25,6 +24,7 @@ from cdc_assets.schema.layers import base_layout, dead_letter_layout, ledger_lay
 from cdc_assets.settings import Settings
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.spec.versions import write_spec
+from cdc_assets_dev.demo.events import KafkaRecord, workload
 from cdc_assets_tests.integration.test_evolve import later
 from cdc_assets_tests.integration.test_ingest import read_table
 from cdc_assets_tests.integration.test_renames_and_drops import ALTER, payload, source_shape

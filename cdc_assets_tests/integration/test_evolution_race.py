@@ -27,7 +27,6 @@ import dagster as dg
 import pytest
 
 from cdc_assets.checks.runner import run_checks
-from cdc_assets.demo.events import workload
 from cdc_assets.pipeline.evolution.evolve import backfill_from_ledger
 from cdc_assets.pipeline.shared.failpoint import HOLD_ENV
 from cdc_assets.pipeline.shared.meta_tables import read_history
@@ -43,6 +42,7 @@ from cdc_assets.schema.layers import (
 )
 from cdc_assets.settings import Settings
 from cdc_assets.spec.models import ColumnSpec
+from cdc_assets_dev.demo.events import workload
 from cdc_assets_tests.conftest import PROJECT_ROOT
 from cdc_assets_tests.integration.test_evolve import later, wide_logins
 from cdc_assets_tests.integration.test_ingest import read_table

@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 
-from cdc_assets.demo.events import KafkaRecord, produce, workload
 from cdc_assets.errors import EvolutionError
 from cdc_assets.pipeline.evolution.evolve import (
     BackfillResult,
@@ -37,6 +36,7 @@ from cdc_assets.schema.history import HistoryEntry
 from cdc_assets.schema.layers import all_layouts, base_layout, ledger_layout
 from cdc_assets.settings import Settings
 from cdc_assets.spec.models import ColumnSpec, TableSpec
+from cdc_assets_dev.demo.events import KafkaRecord, produce, workload
 from cdc_assets_tests.integration.test_ingest import isolated, read_table, same
 from cdc_assets_tests.integration.test_upsert import example_spec, expected_base, ingest, upsert
 from cdc_assets_tests.support.base_oracle import Key

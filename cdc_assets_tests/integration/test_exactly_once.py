@@ -24,7 +24,6 @@ from typing import Any
 
 import pytest
 
-from cdc_assets.demo.events import produce, workload
 from cdc_assets.pipeline.ingest.ingest import ingest_incremental
 from cdc_assets.pipeline.ingest.ledger_commit import BRANCH_PREFIX
 from cdc_assets.pipeline.shared.failpoint import HOLD_ENV
@@ -33,6 +32,7 @@ from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.layers import ledger_layout
 from cdc_assets.settings import Settings
 from cdc_assets.spec.models import TableSpec
+from cdc_assets_dev.demo.events import produce, workload
 from cdc_assets_tests.conftest import PROJECT_ROOT
 from cdc_assets_tests.integration.test_evolve import later
 from cdc_assets_tests.integration.test_ingest import (

@@ -36,9 +36,9 @@ from cdc_assets.pipeline.upsert.upsert import build_bucketed, merge_base
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.settings import Settings
 from cdc_assets.spec.models import TableSpec
-from cdc_assets.stack import connect, replication, sources
-from cdc_assets.stack.local_process import log_tail
-from cdc_assets.stack.local_stack import StackState
+from cdc_assets_dev.stack import connect, replication, sources
+from cdc_assets_dev.stack.local_process import log_tail
+from cdc_assets_dev.stack.local_stack import StackState
 from cdc_assets_tests.support import extra_connector
 
 pytestmark = pytest.mark.integration

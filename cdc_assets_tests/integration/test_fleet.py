@@ -13,11 +13,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from cdc_assets.cli import console, main
-from cdc_assets.demo.events import DebeziumEventFactory, produce, workload
 from cdc_assets.pipeline.shared.tables import ensure_tables
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.settings import Settings
 from cdc_assets.spec.versions import write_spec
+from cdc_assets_dev.demo.events import DebeziumEventFactory, produce, workload
 from cdc_assets_tests.integration.test_ingest import isolated
 from cdc_assets_tests.integration.test_upsert import example_spec, ingest, upsert
 from cdc_assets_tests.support.bad_records import base_row

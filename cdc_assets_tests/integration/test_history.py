@@ -15,7 +15,6 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cdc_assets.demo.events import DebeziumEventFactory, produce, workload
 from cdc_assets.pipeline.evolution.evolve import backfill_from_ledger, evolve_iceberg
 from cdc_assets.pipeline.health.health import iceberg_differences
 from cdc_assets.pipeline.maintenance.maintenance import maintain_table
@@ -29,6 +28,7 @@ from cdc_assets.schema.layers import history_layout
 from cdc_assets.settings import Settings
 from cdc_assets.spec.models import HistorySpec, TableSpec
 from cdc_assets.sql.upsert import data_names, movable_keys
+from cdc_assets_dev.demo.events import DebeziumEventFactory, produce, workload
 from cdc_assets_tests.integration.test_evolve import evolve_spec, later, with_nickname
 from cdc_assets_tests.integration.test_ingest import consume_all, isolated, read_table, same
 from cdc_assets_tests.integration.test_maintenance import with_retention

@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from cdc_assets.demo.events import produce, workload
 from cdc_assets.pipeline.health import health
 from cdc_assets.pipeline.shared.tables import ensure_tables
 from cdc_assets.pipeline.shared.watermark import base_state, last_applied_offsets
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.layers import base_layout, ledger_layout
 from cdc_assets.sql.backfill import offset_filter
+from cdc_assets_dev.demo.events import produce, workload
 from cdc_assets_tests.integration.test_ingest import isolated
 from cdc_assets_tests.integration.test_upsert import example_spec, ingest, upsert
 

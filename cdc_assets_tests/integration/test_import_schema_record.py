@@ -11,11 +11,11 @@ import pytest
 from confluent_kafka.admin import NewTopic
 
 from cdc_assets.cli import main
-from cdc_assets.demo.events import DebeziumEventFactory, produce
 from cdc_assets.resources import KafkaResource
 from cdc_assets.settings import Settings
 from cdc_assets.spec.load import load_spec
 from cdc_assets.spec.models import ColumnSpec
+from cdc_assets_dev.demo.events import DebeziumEventFactory, produce
 from cdc_assets_tests.integration.test_upsert import example_spec
 
 

@@ -19,7 +19,6 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
-from cdc_assets.demo.events import KafkaRecord, produce, workload
 from cdc_assets.pipeline.ingest.envelope_reader import READER_CONF
 from cdc_assets.pipeline.ingest.ingest import ingest_incremental
 from cdc_assets.pipeline.shared.batch_cache import session_conf
@@ -29,6 +28,7 @@ from cdc_assets.schema.layers import dead_letter_layout, ledger_layout
 from cdc_assets.settings import Settings
 from cdc_assets.spec import load_specs
 from cdc_assets.spec.models import TableSpec
+from cdc_assets_dev.demo.events import KafkaRecord, produce, workload
 from cdc_assets_tests.support.bad_records import cases, users_spec
 from cdc_assets_tests.support.oracle import Outcome, expected_outcome
 

@@ -14,7 +14,6 @@ from confluent_kafka import Producer
 
 from cdc_assets.assets.keys import asset_key, table_of
 from cdc_assets.definitions import build_defs
-from cdc_assets.demo.events import DebeziumEventFactory, KafkaRecord, produce, workload
 from cdc_assets.pipeline.health import health
 from cdc_assets.pipeline.ingest.ingest import ingest_incremental, rebuild_hour
 from cdc_assets.pipeline.ingest.redrive import redrive
@@ -25,6 +24,7 @@ from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.layers import dead_letter_layout, ledger_layout
 from cdc_assets.settings import Settings
 from cdc_assets.spec.models import TableSpec
+from cdc_assets_dev.demo.events import DebeziumEventFactory, KafkaRecord, produce, workload
 from cdc_assets_tests.integration.test_ingest import (
     assert_ledger_matches,
     consume_all,

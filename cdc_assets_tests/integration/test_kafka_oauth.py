@@ -27,7 +27,7 @@ from cdc_assets.errors import ConfigError
 from cdc_assets.jars.maven import kafka_classpath
 from cdc_assets.resources import KafkaResource, preflight
 from cdc_assets.settings import ENV_HOME, Settings
-from cdc_assets.stack import kafka_broker
+from cdc_assets_dev.stack import kafka_broker
 from cdc_assets_tests.conftest import PROJECT_ROOT
 from cdc_assets_tests.integration.test_ingest import consume_all
 from cdc_assets_tests.support.oidc import AUDIENCE, Provider, oidc_provider

@@ -21,7 +21,6 @@ import pytest
 from cdc_assets import kafka_security as ks
 from cdc_assets.checks.runner import run_checks
 from cdc_assets.definitions import build_defs
-from cdc_assets.demo.events import produce, workload
 from cdc_assets.errors import ConfigError
 from cdc_assets.jobs.checks import CHECK_JOB
 from cdc_assets.pipeline.ingest.ingest import ingest_incremental, read_kafka
@@ -30,8 +29,9 @@ from cdc_assets.resources import IcebergCatalogResource, KafkaResource, prefligh
 from cdc_assets.schema.layers import ledger_layout
 from cdc_assets.settings import Settings
 from cdc_assets.spec.versions import write_spec
-from cdc_assets.stack import kafka_tls
-from cdc_assets.stack.local_stack import StackState, tls_material
+from cdc_assets_dev.demo.events import produce, workload
+from cdc_assets_dev.stack import kafka_tls
+from cdc_assets_dev.stack.local_stack import StackState, tls_material
 from cdc_assets_tests.integration.test_ingest import (
     assert_ledger_matches,
     consume_all,

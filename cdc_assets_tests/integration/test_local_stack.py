@@ -26,8 +26,8 @@ from cdc_assets.settings import (
     Settings,
     load_settings,
 )
-from cdc_assets.stack import kafka_broker
-from cdc_assets.stack.local_stack import (
+from cdc_assets_dev.stack import kafka_broker
+from cdc_assets_dev.stack.local_stack import (
     read_state,
     stack_down,
     stack_status,

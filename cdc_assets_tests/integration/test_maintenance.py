@@ -16,7 +16,6 @@ from urllib.parse import urlparse
 
 import pyarrow.compute as pc
 
-from cdc_assets.demo.events import produce, workload
 from cdc_assets.jobs.maintenance import (
     MAINTENANCE_OP,
     build_maintenance_job,
@@ -35,6 +34,7 @@ from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.layers import TableLayout, all_layouts
 from cdc_assets.settings import Settings
 from cdc_assets.spec.models import TableSpec
+from cdc_assets_dev.demo.events import produce, workload
 from cdc_assets_tests.integration.test_ingest import isolated, read_table
 from cdc_assets_tests.integration.test_upsert import (
     assert_base_matches,

@@ -14,11 +14,11 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from cdc_assets.demo.events import TOAST, DebeziumEventFactory, KafkaRecord, random_row
 from cdc_assets.pipeline.shared.tables import ensure_tables
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.layers import ledger_layout
 from cdc_assets.settings import Settings
+from cdc_assets_dev.demo.events import TOAST, DebeziumEventFactory, KafkaRecord, random_row
 from cdc_assets_tests.integration.test_ingest import isolated, read_table
 from cdc_assets_tests.integration.test_upsert import example_spec, ingest, upsert
 

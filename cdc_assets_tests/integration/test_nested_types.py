@@ -19,7 +19,6 @@ import pytest
 
 from cdc_assets.checks.runner import run_checks
 from cdc_assets.definitions import build_defs
-from cdc_assets.demo.events import DebeziumEventFactory, KafkaRecord, produce, workload
 from cdc_assets.pipeline.evolution.evolve import backfill_from_ledger, evolve_iceberg
 from cdc_assets.pipeline.ingest.ingest import ingest_incremental
 from cdc_assets.pipeline.shared.tables import ensure_tables
@@ -29,6 +28,7 @@ from cdc_assets.schema.layers import base_layout, dead_letter_layout, ledger_lay
 from cdc_assets.settings import Settings
 from cdc_assets.spec import load_spec_text
 from cdc_assets.spec.models import TableSpec
+from cdc_assets_dev.demo.events import DebeziumEventFactory, KafkaRecord, produce, workload
 from cdc_assets_tests.integration.test_ingest import (
     assert_ledger_matches,
     consume_all,

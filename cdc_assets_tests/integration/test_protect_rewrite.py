@@ -14,7 +14,6 @@ import pytest
 import yaml
 
 from cdc_assets.checks.accounting import account
-from cdc_assets.demo.events import DebeziumEventFactory, produce
 from cdc_assets.pipeline.health.protection_audit import audit_protection
 from cdc_assets.pipeline.ingest.redrive import redrive
 from cdc_assets.pipeline.maintenance.reprotect import reprotect_table
@@ -28,6 +27,7 @@ from cdc_assets.schema.sink_values import project_document
 from cdc_assets.settings import ENV_PROTECTION_KEY, ENV_PROTECTION_KEY_ID, Settings
 from cdc_assets.spec.models import Protection, TableSpec
 from cdc_assets.sql.protect import decrypt_text, protect_document, protect_text, value_text
+from cdc_assets_dev.demo.events import DebeziumEventFactory, produce
 from cdc_assets_tests.integration.test_ingest import isolated, read_table
 from cdc_assets_tests.integration.test_sensitive_columns import _name, _scan_files
 from cdc_assets_tests.integration.test_upsert import expected_base, ingest, upsert

@@ -35,8 +35,8 @@ from cdc_assets.spec.information_schema import SourceTable
 from cdc_assets.spec.load import load_spec
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.spec.versions import write_spec
-from cdc_assets.stack import sources
-from cdc_assets.stack.local_stack import StackState
+from cdc_assets_dev.stack import sources
+from cdc_assets_dev.stack.local_stack import StackState
 from cdc_assets_tests.integration.test_two_servers import drift_detected
 from cdc_assets_tests.support import extra_connector
 

@@ -23,7 +23,6 @@ import dagster as dg
 import pytest
 
 from cdc_assets.checks.runner import run_checks
-from cdc_assets.demo.events import KafkaRecord, workload
 from cdc_assets.pipeline.evolution.converge import converge
 from cdc_assets.pipeline.health.health import iceberg_differences
 from cdc_assets.pipeline.shared.failpoint import FAIL_ONCE_ENV
@@ -36,6 +35,7 @@ from cdc_assets.sensors import schema_changes as schema_changes_module
 from cdc_assets.sensors.schema_changes import DESIRED_TAG
 from cdc_assets.settings import Settings
 from cdc_assets.spec.models import TableSpec
+from cdc_assets_dev.demo.events import KafkaRecord, workload
 from cdc_assets_tests.integration.test_evolve import later
 from cdc_assets_tests.integration.test_ingest import read_table
 from cdc_assets_tests.integration.test_schema_evolution_flow import (

@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 
-from cdc_assets.demo.events import produce, workload
 from cdc_assets.errors import ConfigError
 from cdc_assets.pipeline.ingest.ingest import ingest_incremental
 from cdc_assets.pipeline.shared.failpoint import HOLD_ENV
@@ -30,7 +29,8 @@ from cdc_assets.resources.preflight import check_catalog
 from cdc_assets.schema.layers import ledger_layout
 from cdc_assets.settings import ENV_CATALOG_PROPERTIES, Settings
 from cdc_assets.spec.models import TableSpec
-from cdc_assets.stack import rest_catalog
+from cdc_assets_dev.demo.events import produce, workload
+from cdc_assets_dev.stack import rest_catalog
 from cdc_assets_tests.integration.test_ingest import (
     assert_ledger_matches,
     consume_all,
@@ -226,7 +226,7 @@ def test_stack_up_with_the_rest_catalog_points_the_resources_at_it(
     """`stack up --rest-catalog`: the server runs over the stack's own catalog, the resources use
     it (type rest) and see what the embedded catalog holds; `stack down` stops it."""
     from cdc_assets.resources import build_resources
-    from cdc_assets.stack.local_stack import stack_down, stack_up
+    from cdc_assets_dev.stack.local_stack import stack_down, stack_up
     from cdc_assets_tests.integration.conftest import make_home
 
     settings = make_home(tmp_path_factory.mktemp("rest-stack") / "home")

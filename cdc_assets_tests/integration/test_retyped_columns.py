@@ -20,7 +20,6 @@ import dagster as dg
 import pytest
 
 from cdc_assets.definitions import build_defs
-from cdc_assets.demo.events import produce, workload
 from cdc_assets.pipeline.evolution.converge import converge
 from cdc_assets.pipeline.health.health import image_mismatches
 from cdc_assets.pipeline.shared.tables import ensure_tables
@@ -30,6 +29,7 @@ from cdc_assets.settings import Settings
 from cdc_assets.spec.load import load_spec
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.spec.versions import write_spec
+from cdc_assets_dev.demo.events import produce, workload
 from cdc_assets_tests.integration.test_evolution_policies import base_rows, images, push
 from cdc_assets_tests.integration.test_evolve import _rewrite, later
 from cdc_assets_tests.integration.test_ingest import isolated, read_table

@@ -25,7 +25,6 @@ from cdc_assets.assets.keys import asset_key, node_name
 from cdc_assets.checks.runner import run_checks
 from cdc_assets.cli import main
 from cdc_assets.definitions import build_defs
-from cdc_assets.demo.events import DebeziumEventFactory, KafkaRecord, produce, workload
 from cdc_assets.pipeline.shared.meta_tables import read_history
 from cdc_assets.pipeline.shared.tables import ensure_tables
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
@@ -37,6 +36,7 @@ from cdc_assets.spec.load import load_spec
 from cdc_assets.spec.models import ColumnSpec, TableSpec
 from cdc_assets.spec.schema_change import parse_schema_change
 from cdc_assets.spec.versions import write_spec
+from cdc_assets_dev.demo.events import DebeziumEventFactory, KafkaRecord, produce, workload
 from cdc_assets_tests.conftest import PROJECT_ROOT
 from cdc_assets_tests.integration.test_evolve import later
 from cdc_assets_tests.integration.test_ingest import isolated, read_table

@@ -26,7 +26,6 @@ import pytest
 import yaml
 
 from cdc_assets.definitions import build_defs
-from cdc_assets.demo.events import DebeziumEventFactory, KafkaRecord, produce
 from cdc_assets.jobs.maintenance import MAINTENANCE_JOB
 from cdc_assets.pipeline.health.protection_audit import audit_protection
 from cdc_assets.pipeline.ingest.redrive import redrive
@@ -48,6 +47,7 @@ from cdc_assets.sql.protect import (
     protect_text,
     value_text,
 )
+from cdc_assets_dev.demo.events import DebeziumEventFactory, KafkaRecord, produce
 from cdc_assets_tests.integration.test_ingest import isolated, read_table
 from cdc_assets_tests.integration.test_upsert import expected_base, ingest, upsert
 

@@ -8,12 +8,12 @@ from typing import Any
 
 from confluent_kafka.admin import NewTopic
 
-from cdc_assets.demo.events import DebeziumEventFactory, produce
 from cdc_assets.pipeline.ingest.ingest import ingest_incremental
 from cdc_assets.pipeline.shared.tables import ensure_tables
 from cdc_assets.pipeline.upsert.upsert import build_bucketed, merge_base
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.spec.models import TableSpec
+from cdc_assets_dev.demo.events import DebeziumEventFactory, produce
 from cdc_assets_tests.integration.test_ingest import read_table
 from cdc_assets_tests.unit.test_source_identity import USERS
 

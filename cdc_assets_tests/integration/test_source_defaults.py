@@ -16,12 +16,12 @@ import dagster as dg
 from confluent_kafka import Producer
 
 from cdc_assets.checks.runner import run_checks
-from cdc_assets.demo.events import workload
 from cdc_assets.pipeline.shared.tables import ensure_tables
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.layers import dead_letter_layout
 from cdc_assets.settings import Settings
 from cdc_assets.spec.models import TableSpec
+from cdc_assets_dev.demo.events import workload
 from cdc_assets_tests.integration.test_evolution_policies import base_rows, images, push
 from cdc_assets_tests.integration.test_evolve import later
 from cdc_assets_tests.integration.test_ingest import read_table

@@ -21,15 +21,15 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
-from cdc_assets.demo.events import DebeziumEventFactory, random_row
 from cdc_assets.schema.wire import TOAST_PLACEHOLDER
 from cdc_assets.settings import Settings
 from cdc_assets.spec import load_specs
 from cdc_assets.spec.ddl_import import plan_from_ddl
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.spec.schema_change import parse_schema_change
-from cdc_assets.stack import local_process, sources
-from cdc_assets.stack.local_stack import StackState, stack_status, stack_up
+from cdc_assets_dev.demo.events import DebeziumEventFactory, random_row
+from cdc_assets_dev.stack import local_process, sources
+from cdc_assets_dev.stack.local_stack import StackState, stack_status, stack_up
 from cdc_assets_tests.conftest import PROJECT_ROOT
 from cdc_assets_tests.support.oracle import Outcome, expected_outcome
 
@@ -174,8 +174,8 @@ def test_the_worker_reaches_kafka_through_sasl_ssl_with_its_secrets_in_a_file(
     the other tests read got through it). No password is in the worker's properties, in a
     connector's config (what the REST API and the config topic hold) or in the process list:
     each names it in the owner-only secrets file through Kafka's FileConfigProvider."""
-    from cdc_assets.stack import connect
-    from cdc_assets.stack.local_stack import tls_material
+    from cdc_assets_dev.stack import connect
+    from cdc_assets_dev.stack.local_stack import tls_material
 
     assert sources_stack.sasl_ssl_bootstrap is not None
     material = tls_material(home)

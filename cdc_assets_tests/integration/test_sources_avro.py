@@ -21,7 +21,6 @@ from typing import Any
 
 import pytest
 
-from cdc_assets.demo.workload import WorkloadGenerator, script
 from cdc_assets.pipeline.bootstrap.source_compare import compare_source
 from cdc_assets.pipeline.bootstrap.source_schema import import_source_spec
 from cdc_assets.pipeline.evolution.schema_topic import newest_row_schema, newest_schema_change
@@ -32,8 +31,9 @@ from cdc_assets.spec import load_specs
 from cdc_assets.spec.connect_schema import differs
 from cdc_assets.spec.information_schema import SourceTable
 from cdc_assets.spec.models import TableSpec
-from cdc_assets.stack import connect, schema_registry, sources
-from cdc_assets.stack.local_stack import StackState
+from cdc_assets_dev.demo.workload import WorkloadGenerator, script
+from cdc_assets_dev.stack import connect, schema_registry, sources
+from cdc_assets_dev.stack.local_stack import StackState
 from cdc_assets_tests.conftest import PROJECT_ROOT
 from cdc_assets_tests.integration.test_sources_bootstrap import (
     ingest_and_upsert,

@@ -53,8 +53,8 @@ from cdc_assets.settings import ENV_HOME, ENV_SPECS, Settings
 from cdc_assets.spec import load_spec, load_specs
 from cdc_assets.spec.information_schema import SourceTable
 from cdc_assets.spec.models import TableSpec
-from cdc_assets.stack import sources
-from cdc_assets.stack.local_stack import StackState
+from cdc_assets_dev.stack import sources
+from cdc_assets_dev.stack.local_stack import StackState
 from cdc_assets_tests.conftest import PROJECT_ROOT
 from cdc_assets_tests.integration.test_ingest import read_table
 from cdc_assets_tests.support import extra_connector

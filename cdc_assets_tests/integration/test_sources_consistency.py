@@ -26,8 +26,8 @@ from cdc_assets.pipeline.upsert.history import update_history
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.settings import Settings
 from cdc_assets.spec.models import TableSpec
-from cdc_assets.stack import sources
-from cdc_assets.stack.local_stack import StackState
+from cdc_assets_dev.stack import sources
+from cdc_assets_dev.stack.local_stack import StackState
 from cdc_assets_tests.support import extra_connector
 
 pytestmark = pytest.mark.integration

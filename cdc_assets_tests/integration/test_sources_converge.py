@@ -1,6 +1,6 @@
 """The pipeline on real Debezium events converges to the source databases, row for row.
 
-A seeded workload (``cdc_assets.demo.workload``) changes MariaDB (``app.users``,
+A seeded workload (``cdc_assets_dev.demo.workload``) changes MariaDB (``app.users``,
 ``shop.order_items``) and PostgreSQL (``shop.public.orders``) through their own clients; the
 real Debezium connectors stream it; ingest and upsert build base from the whole topic into a
 sink namespace of this module; then every table is read back from the source through JDBC and
@@ -37,7 +37,6 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from cdc_assets.demo.workload import WorkloadGenerator, script
 from cdc_assets.pipeline.bootstrap.source_compare import (
     compare_source,
     read_base_rows,
@@ -57,8 +56,9 @@ from cdc_assets.spec import load_specs
 from cdc_assets.spec.ddl_import import with_protections
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.sql.ddl import table_identifier
-from cdc_assets.stack import connect, sources
-from cdc_assets.stack.local_stack import StackState
+from cdc_assets_dev.demo.workload import WorkloadGenerator, script
+from cdc_assets_dev.stack import connect, sources
+from cdc_assets_dev.stack.local_stack import StackState
 from cdc_assets_tests.conftest import PROJECT_ROOT
 from cdc_assets_tests.support.child import run_until_failpoint
 

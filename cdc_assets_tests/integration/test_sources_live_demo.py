@@ -18,13 +18,13 @@ from typing import Any
 
 import pytest
 
-from cdc_assets.demo import shards
-from cdc_assets.demo.live import SCHEMA_CHANGES, demo_specs_dir
 from cdc_assets.resources import build_resources
 from cdc_assets.schema.layers import base_layout
 from cdc_assets.settings import Settings
 from cdc_assets.spec import load_specs
-from cdc_assets.stack.local_stack import StackState
+from cdc_assets_dev.demo import shards
+from cdc_assets_dev.demo.live import SCHEMA_CHANGES, demo_specs_dir
+from cdc_assets_dev.stack.local_stack import StackState
 from cdc_assets_tests.conftest import PROJECT_ROOT
 
 pytestmark = pytest.mark.integration

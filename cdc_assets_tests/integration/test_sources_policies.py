@@ -38,8 +38,8 @@ from cdc_assets.settings import Settings
 from cdc_assets.spec.information_schema import SourceTable
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.spec.versions import render_spec_yaml, write_spec
-from cdc_assets.stack import sources
-from cdc_assets.stack.local_stack import StackState
+from cdc_assets_dev.stack import sources
+from cdc_assets_dev.stack.local_stack import StackState
 from cdc_assets_tests.integration.test_pull_postgres import PgTable, wait_delivered
 from cdc_assets_tests.integration.test_sources_renames import (
     Source,

@@ -29,14 +29,14 @@ from typing import Any
 
 import pytest
 
-from cdc_assets.demo.events import produce, workload
 from cdc_assets.local_servers import state as stack_state
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource, build_resources
 from cdc_assets.schema.layers import base_layout, ledger_layout
 from cdc_assets.settings import ENV_HOME, Settings
 from cdc_assets.spec import load_specs
 from cdc_assets.spec.models import TableSpec
-from cdc_assets.stack import (
+from cdc_assets_dev.demo.events import produce, workload
+from cdc_assets_dev.stack import (
     catalog_server,
     local_process,
     object_store,
@@ -45,7 +45,7 @@ from cdc_assets.stack import (
     spark_cluster,
     spark_connect,
 )
-from cdc_assets.stack.local_stack import (
+from cdc_assets_dev.stack.local_stack import (
     cluster_catalog_properties,
     stack_down,
     stack_status,

@@ -23,14 +23,14 @@ from typing import Any
 import dagster as dg
 import pytest
 
-from cdc_assets.demo.events import produce, workload
 from cdc_assets.local_servers import state as stack_state
 from cdc_assets.resources import build_resources
 from cdc_assets.settings import ENV_HOME, Settings
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.spec.versions import write_spec
-from cdc_assets.stack import spark_connect
-from cdc_assets.stack.local_stack import StackState, stack_status, stack_up
+from cdc_assets_dev.demo.events import produce, workload
+from cdc_assets_dev.stack import spark_connect
+from cdc_assets_dev.stack.local_stack import StackState, stack_status, stack_up
 from cdc_assets_tests.conftest import PROJECT_ROOT
 from cdc_assets_tests.integration.test_continuous_worker import (
     beating_workers,

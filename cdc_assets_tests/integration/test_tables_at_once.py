@@ -15,10 +15,10 @@ import dagster as dg
 import pytest
 
 from cdc_assets.cli import console, main
-from cdc_assets.demo.events import produce, workload
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.settings import ENV_TABLES_AT_ONCE, Settings
 from cdc_assets.spec.versions import write_spec
+from cdc_assets_dev.demo.events import produce, workload
 from cdc_assets_tests.integration.test_ingest import isolated
 from cdc_assets_tests.integration.test_upsert import (
     assert_base_matches,

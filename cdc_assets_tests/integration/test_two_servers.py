@@ -36,8 +36,8 @@ from cdc_assets.spec import load_specs
 from cdc_assets.spec.load import load_spec
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.spec.versions import write_spec
-from cdc_assets.stack import sources
-from cdc_assets.stack.local_stack import StackState
+from cdc_assets_dev.stack import sources
+from cdc_assets_dev.stack.local_stack import StackState
 from cdc_assets_tests.support import extra_connector
 
 pytestmark = pytest.mark.integration

@@ -17,7 +17,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cdc_assets.demo.events import KafkaRecord, produce, workload
 from cdc_assets.pipeline.ingest.ingest import ingest_incremental
 from cdc_assets.pipeline.shared import small_work
 from cdc_assets.pipeline.shared.tables import ensure_tables
@@ -28,6 +27,7 @@ from cdc_assets.schema.layers import base_layout, bucketed_layout
 from cdc_assets.settings import Settings
 from cdc_assets.spec import load_specs
 from cdc_assets.spec.models import TableSpec
+from cdc_assets_dev.demo.events import KafkaRecord, produce, workload
 from cdc_assets_tests.integration.test_ingest import consume_all, isolated, read_table, same
 from cdc_assets_tests.support.base_oracle import Key, replay_base
 from cdc_assets_tests.support.oracle import expected_outcome

@@ -19,7 +19,6 @@ import random
 from pathlib import Path
 from typing import Any
 
-from cdc_assets.demo.events import workload
 from cdc_assets.pipeline.evolution.catch_up import after_upsert
 from cdc_assets.pipeline.evolution.converge import converge
 from cdc_assets.pipeline.evolution.evolve import BACKFILL_DONE_KIND
@@ -31,6 +30,7 @@ from cdc_assets.schema.layers import ledger_layout
 from cdc_assets.settings import Settings
 from cdc_assets.spec.models import ColumnSpec, TableSpec
 from cdc_assets.spec.versions import render_spec_yaml
+from cdc_assets_dev.demo.events import workload
 from cdc_assets_tests.integration.test_evolve import later
 from cdc_assets_tests.integration.test_schema_evolution_flow import Table, with_column
 from cdc_assets_tests.integration.test_upsert import (

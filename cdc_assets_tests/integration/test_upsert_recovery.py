@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from cdc_assets.demo.events import DebeziumEventFactory, produce, workload
 from cdc_assets.pipeline.ingest.redrive import redrive
 from cdc_assets.pipeline.shared.tables import ensure_tables
 from cdc_assets.pipeline.shared.watermark import DELETE_CANDIDATES, base_state, current_properties
@@ -17,6 +16,7 @@ from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.layers import base_layout, bucketed_layout
 from cdc_assets.settings import Settings
 from cdc_assets.spec.models import TableSpec
+from cdc_assets_dev.demo.events import DebeziumEventFactory, produce, workload
 from cdc_assets_tests.integration.test_ingest import isolated, read_table
 from cdc_assets_tests.integration.test_upsert import (
     assert_base_matches,

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
 
-from cdc_assets.demo.events import TOAST, DebeziumEventFactory, KafkaRecord
 from cdc_assets.spec import TableSpec, load_spec
+from cdc_assets_dev.demo.events import TOAST, DebeziumEventFactory, KafkaRecord
 from cdc_assets_tests.conftest import PROJECT_ROOT
 
 Envelope = dict[str, object]

@@ -14,7 +14,7 @@ from typing import Any
 
 from cdc_assets.errors import StackError
 from cdc_assets.settings import Settings
-from cdc_assets.stack import connect, sources
+from cdc_assets_dev.stack import connect, sources
 
 TIMEOUT_S = 120.0
 

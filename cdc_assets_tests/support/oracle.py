@@ -16,10 +16,10 @@ from datetime import UTC, date, datetime, timedelta
 from decimal import Context, Decimal, InvalidOperation, localcontext
 from typing import Literal
 
-from cdc_assets.demo.events import KafkaRecord
 from cdc_assets.schema.sink_values import plain, to_sink
 from cdc_assets.schema.wire import TOAST_PLACEHOLDER, FieldPlan, Wire, plan_fields
 from cdc_assets.spec.models import TableSpec
+from cdc_assets_dev.demo.events import KafkaRecord
 
 Status = Literal["ledger", "dead", "skip"]
 Coordinates = tuple[int, int, datetime, bytes | None, bytes | None]

@@ -8,8 +8,8 @@ import pytest
 
 from cdc_assets.errors import StackError
 from cdc_assets.settings import load_settings
-from cdc_assets.stack import connect
-from cdc_assets.stack.local_stack import _avro_connectors
+from cdc_assets_dev.stack import connect
+from cdc_assets_dev.stack.local_stack import _avro_connectors
 
 pytestmark = pytest.mark.unit
 

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from cdc_assets.demo.events import DebeziumEventFactory, random_row
-from cdc_assets.demo.events.avro import avro_schema
 from cdc_assets.spec import load_specs
 from cdc_assets.spec.connect_schema import avro_row_fields, next_version, pg_type, row_fields
 from cdc_assets.spec.schema_change import parse_schema_change
+from cdc_assets_dev.demo.events import DebeziumEventFactory, random_row
+from cdc_assets_dev.demo.events.avro import avro_schema
 from cdc_assets_tests.conftest import PROJECT_ROOT
 
 pytestmark = pytest.mark.unit

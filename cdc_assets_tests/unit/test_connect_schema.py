@@ -6,7 +6,6 @@ import random
 
 import pytest
 
-from cdc_assets.demo.events import workload
 from cdc_assets.spec import load_specs
 from cdc_assets.spec.connect_schema import (
     column_type,
@@ -17,6 +16,7 @@ from cdc_assets.spec.connect_schema import (
 )
 from cdc_assets.spec.ddl_import import plan_from_ddl
 from cdc_assets.spec.models import TableSpec
+from cdc_assets_dev.demo.events import workload
 from cdc_assets_tests.conftest import PROJECT_ROOT
 
 

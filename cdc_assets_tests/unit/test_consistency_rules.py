@@ -10,8 +10,6 @@ import pytest
 import sqlglot
 from pydantic import ValidationError
 
-from cdc_assets.demo.events import DebeziumEventFactory
-from cdc_assets.demo.events.transactions import TransactionLog
 from cdc_assets.errors import SpecError
 from cdc_assets.jobs.sync import sync_selection
 from cdc_assets.jobs.upsert import upsert_assets
@@ -30,6 +28,8 @@ from cdc_assets.sql.consistency import (
     render_transaction_records,
     render_transaction_rows,
 )
+from cdc_assets_dev.demo.events import DebeziumEventFactory
+from cdc_assets_dev.demo.events.transactions import TransactionLog
 from cdc_assets_tests.conftest import PROJECT_ROOT
 
 SPECS = {s.name: s for s in load_specs(PROJECT_ROOT / "table_specs")}

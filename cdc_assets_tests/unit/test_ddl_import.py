@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from cdc_assets.demo.events import DebeziumEventFactory
 from cdc_assets.errors import SpecError
 from cdc_assets.schema.evolution import RenameColumn, apply_plan
 from cdc_assets.schema.layers import all_layouts
@@ -18,6 +17,7 @@ from cdc_assets.spec.ddl_import import (
 )
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.spec.schema_change import parse_schema_change
+from cdc_assets_dev.demo.events import DebeziumEventFactory
 from cdc_assets_tests.conftest import PROJECT_ROOT
 
 MYSQL_DUMP = """-- MySQL dump 10.13  Distrib 8.0.36

@@ -14,7 +14,9 @@ from typing import Any
 
 import pytest
 
-from cdc_assets.demo.events import (
+from cdc_assets.schema.wire import FieldPlan, Wire, plan_column, plan_fields
+from cdc_assets.spec import TableSpec, load_specs
+from cdc_assets_dev.demo.events import (
     TOAST,
     DebeziumEventFactory,
     KafkaRecord,
@@ -23,8 +25,6 @@ from cdc_assets.demo.events import (
     random_row,
     workload,
 )
-from cdc_assets.schema.wire import FieldPlan, Wire, plan_column, plan_fields
-from cdc_assets.spec import TableSpec, load_specs
 from cdc_assets_tests.conftest import PROJECT_ROOT
 from cdc_assets_tests.support.oracle import (
     Outcome,

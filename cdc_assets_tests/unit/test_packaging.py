@@ -36,3 +36,18 @@ def test_without_its_sources_a_jar_is_not_built_and_the_error_says_why(tmp_path:
     absent = replace(own.UDF, source_dir=tmp_path / "java" / "udf")
     with pytest.raises(JarSetupError, match="not with the wheel"):
         own.ensure_jar(absent, settings)
+
+
+def test_the_stack_and_the_demo_are_a_distribution_of_their_own() -> None:
+    # The product's package holds neither; `make setup` installs dev/ beside it, whose entry
+    # points add the stack's commands to `cdc-assets` (the product never imports it).
+    assert not (ROOT / "cdc_assets" / "stack").exists()
+    assert not (ROOT / "cdc_assets" / "demo").exists()
+    dev = tomllib.loads((ROOT / "dev" / "pyproject.toml").read_text(encoding="utf-8"))
+    assert dev["project"]["entry-points"]["cdc_assets.cli"] == {
+        "dev": "cdc_assets_dev.cli:register"
+    }
+    from cdc_assets.cli.parser import build_parser
+
+    for command in (["stack", "status"], ["run"], ["dev"]):
+        assert build_parser().parse_args(command).fn.__module__ == "cdc_assets_dev.cli"

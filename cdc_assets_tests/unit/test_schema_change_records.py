@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from cdc_assets.demo.events import DebeziumEventFactory
 from cdc_assets.spec import load_specs
 from cdc_assets.spec.ddl_import import plan_from_ddl
 from cdc_assets.spec.models import ColumnSpec, TableSpec
 from cdc_assets.spec.schema_change import create_table_text, parse_schema_change
+from cdc_assets_dev.demo.events import DebeziumEventFactory
 from cdc_assets_tests.conftest import PROJECT_ROOT
 
 

@@ -181,8 +181,8 @@ def test_the_live_demo_s_sharded_spec_and_its_workload_shapes(tmp_path: Path) ->
     """The spec `cdc-assets run` adds: a view per shard server, the shard column leading the
     key; the shape after the demo's ALTER adds the column once; the spec file is written once
     (a rerun keeps its evolution)."""
-    from cdc_assets.demo import shards
-    from cdc_assets.demo.workload import WorkloadGenerator
+    from cdc_assets_dev.demo import shards
+    from cdc_assets_dev.demo.workload import WorkloadGenerator
 
     spec = shards.shard_spec()
     views = spec.shard_specs()

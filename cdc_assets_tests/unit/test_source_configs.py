@@ -10,7 +10,7 @@ from cdc_assets.errors import StackError
 from cdc_assets.spec import load_specs
 from cdc_assets.spec.ddl_import import plan_from_ddl
 from cdc_assets.spec.models import TableSpec
-from cdc_assets.stack import connect, sources
+from cdc_assets_dev.stack import connect, sources
 from cdc_assets_tests.conftest import PROJECT_ROOT
 
 pytestmark = pytest.mark.unit

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from cdc_assets.demo.events import DebeziumEventFactory
 from cdc_assets.errors import SpecError
 from cdc_assets.pipeline.evolution.schema_topic import matches
 from cdc_assets.settings import Settings, load_settings, source_url_variable
@@ -15,6 +14,7 @@ from cdc_assets.spec import load_specs
 from cdc_assets.spec.models import TableSpec
 from cdc_assets.spec.schema_change import parse_schema_change
 from cdc_assets.spec.versions import write_spec
+from cdc_assets_dev.demo.events import DebeziumEventFactory
 
 USERS = {
     "spec_version": 1,

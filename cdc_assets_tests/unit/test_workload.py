@@ -13,7 +13,9 @@ import pytest
 import sqlglot
 from sqlglot import exp
 
-from cdc_assets.demo.workload import (
+from cdc_assets.spec import load_specs
+from cdc_assets.spec.models import TableSpec
+from cdc_assets_dev.demo.workload import (
     CHANGE_KINDS,
     Dialect,
     Key,
@@ -23,8 +25,6 @@ from cdc_assets.demo.workload import (
     script,
     string_literal,
 )
-from cdc_assets.spec import load_specs
-from cdc_assets.spec.models import TableSpec
 from cdc_assets_tests.conftest import PROJECT_ROOT
 
 SPECS = {s.name: s for s in load_specs(PROJECT_ROOT / "table_specs")}
