@@ -10,7 +10,8 @@ backfill; the upsert that merges its rows must catch up, or the new column's val
 Base must equal an independent replay of the topic under v2 after each. Then an upsert that
 loaded v1 before the evolution merges rows decoded with v2: it catches up too, nulls included.
 Then a MERGE on v2 of bucketed rows built with v1 (two upserts' steps interleaved). Last an
-upsert on a host whose spec file lags the version the catalog stores.
+upsert on a host whose spec file lags the version the catalog stores. A test of its own: an
+upsert that loaded v1 merges nothing but the rows an evolution's redrive put in the ledger.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 from cdc_assets.pipeline.evolution.catch_up import after_upsert
 from cdc_assets.pipeline.evolution.converge import converge
 from cdc_assets.pipeline.evolution.evolve import BACKFILL_DONE_KIND
-from cdc_assets.pipeline.shared.offsets import KIND_PROPERTY
+from cdc_assets.pipeline.shared.offsets import KIND_PROPERTY, REDRIVE_KIND
 from cdc_assets.pipeline.shared.tables import ensure_tables
 from cdc_assets.pipeline.upsert.upsert import build_bucketed, merge_base
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
@@ -31,8 +32,12 @@ from cdc_assets.settings import Settings
 from cdc_assets.spec.models import ColumnSpec, TableSpec
 from cdc_assets.spec.versions import render_spec_yaml
 from cdc_assets_dev.demo.events import workload
-from cdc_assets_tests.integration.test_evolve import later
-from cdc_assets_tests.integration.test_schema_evolution_flow import Table, with_column
+from cdc_assets_tests.integration.test_evolve import later, wide_logins
+from cdc_assets_tests.integration.test_schema_evolution_flow import (
+    Table,
+    with_column,
+    with_type,
+)
 from cdc_assets_tests.integration.test_upsert import (
     assert_base_matches,
     expected_base,
@@ -152,3 +157,54 @@ def test_an_upsert_after_the_evolution_s_backfill_skips_the_catch_up_a_later_v1_
     assert caught.to_version == 2
     assert caught.backfill.base_rows_updated > 0
     assert_base_matches(v2, iceberg, expected_base(v2, kafka))
+
+
+def test_an_upsert_on_v1_that_merges_only_redriven_rows_catches_up(
+    it_settings: Settings,
+    spark: Any,
+    iceberg: IcebergCatalogResource,
+    kafka: KafkaResource,
+    tmp_path: Path,
+) -> None:
+    """The CI failure of stop 78 (test_daemon_race), forced: a key's newest change was refused
+    by v1 (a login count beyond INT), the evolution's redrive put it in the ledger (a commit of
+    its own), and an upsert that loaded v1 merged that commit alone. Its MERGE updated the key
+    but left `phone` at the earlier change's value, and the redrive commit recorded no spec
+    version, so the catch-up found nothing it consumed and did not run."""
+    table = Table(it_settings, kafka, tmp_path)
+    v1 = table.v1
+    ensure_tables(spark, "lake", v1)
+    phone = ColumnSpec(id=9, name="phone", type="varchar(32)")
+    final = with_type(with_column(v1, phone, "display_name"), "login_count", "bigint")
+    table.produce(workload(v1, random.Random(91), keys=20, events=40))
+    # The source's new shape, still decoded with v1: the phones wait in the row images, and
+    # every third image (a login count beyond INT) is a dead letter.
+    table.produce(wide_logins(later(workload(final, random.Random(92), keys=20, events=60), 1)))
+    ingest(spark, iceberg, kafka, v1)
+    catalog = iceberg.load_catalog()
+    build_bucketed(spark, "lake", catalog, v1)
+    assert merge_base(spark, "lake", catalog, v1).applied
+    done = converge(
+        lambda: spark,
+        "lake",
+        catalog,
+        table.specs_dir,
+        v1.name,
+        proposed_yaml=render_spec_yaml(final.model_copy(update={"spec_version": 2})),
+    )
+    assert done.decision == "applied"
+    current = table.spec()
+    ledger = catalog.load_table(".".join(_names(ledger_layout(current))))
+    kinds = [
+        (s.summary.additional_properties if s.summary else {}).get(KIND_PROPERTY)
+        for s in ledger.snapshots()
+    ]
+    assert REDRIVE_KIND in kinds  # the wide values reached the ledger in a commit of their own
+    caught = _upsert_with_catch_up(spark, iceberg, v1, table.specs_dir)
+    assert caught is not None
+    assert "merged rows of v1" in caught.reason
+    assert_base_matches(current, iceberg, expected_base(current, kafka))
+
+
+def _names(layout: Any) -> tuple[str, str]:
+    return layout.namespace, layout.name

@@ -9,8 +9,9 @@ merge ledger rows into base after the evolution carried the backfilled values to
 The rule, with the evolution's order of phases (Iceberg, then the spec file, then the backfill
 of ledger, base and dead letters):
 
-- every ledger commit records the spec version its rows were decoded with
-  (``cdc.spec-version`` in the snapshot summary);
+- every ledger commit that adds rows records the spec version they were decoded with
+  (``cdc.spec-version`` in the snapshot summary), a redrive's too: an upsert merges a
+  redrive's rows like any other, and one on an older spec must catch up after them;
 - after an ingest commits, it reads the spec file: when it is newer than the version the ingest
   decoded with, the ingest runs the evolution's backfill itself for the columns that changed in
   between (ledger rows from the row images, base rows holding the same changes, dead letters
@@ -59,7 +60,11 @@ from cdc_assets.pipeline.evolution.evolve import (
 )
 from cdc_assets.pipeline.evolution.spec_store import current_of, stored_specs
 from cdc_assets.pipeline.health.health import live_columns
-from cdc_assets.pipeline.shared.offsets import KIND_PROPERTY, SPEC_VERSION_PROPERTY
+from cdc_assets.pipeline.shared.offsets import (
+    KIND_PROPERTY,
+    REDRIVE_KIND,
+    SPEC_VERSION_PROPERTY,
+)
 from cdc_assets.pipeline.upsert.upsert import load_table
 from cdc_assets.schema.drift import layout_differences
 from cdc_assets.schema.layers import ledger_layout
@@ -150,8 +155,11 @@ def after_ingest(
 
 @dataclass(frozen=True)
 class LedgerCommit:
+    """A ledger commit that added rows, and the spec version they were decoded with (None: a
+    redrive of an older release, which did not record it)."""
+
     snapshot_id: int
-    spec_version: int
+    spec_version: int | None
     timestamp_ms: int
     sequence: int = 0
 
@@ -189,8 +197,10 @@ def recovered_before(
 
 
 def decoded_versions(ledger: Any, after_sequence: int, upto_sequence: int) -> list[LedgerCommit]:
-    """The ledger commits with a recorded spec version whose sequence number lies in
-    (``after_sequence``, ``upto_sequence``]: what an upsert between those states consumed."""
+    """The ledger commits that added rows (those with a recorded spec version, and redrives)
+    whose sequence number lies in (``after_sequence``, ``upto_sequence``]: what an upsert
+    between those states consumed. A redrive's rows are behind base's watermark, but the upsert
+    merges them all the same (``pipeline.upsert.upsert``)."""
     from pyiceberg.table.snapshots import ancestors_of
 
     current = ledger.current_snapshot()
@@ -203,10 +213,10 @@ def decoded_versions(ledger: Any, after_sequence: int, upto_sequence: int) -> li
             break
         props = snapshot.summary.additional_properties if snapshot.summary else {}
         version = props.get(SPEC_VERSION_PROPERTY)
-        if sequence <= upto_sequence and version is not None:
-            out.append(
-                LedgerCommit(snapshot.snapshot_id, int(version), snapshot.timestamp_ms, sequence)
-            )
+        added_rows = version is not None or props.get(KIND_PROPERTY) == REDRIVE_KIND
+        if sequence <= upto_sequence and added_rows:
+            decoded = int(version) if version is not None else None
+            out.append(LedgerCommit(snapshot.snapshot_id, decoded, snapshot.timestamp_ms, sequence))
     return out
 
 
@@ -237,15 +247,30 @@ def after_upsert(
     # backfill before it can have covered them.
     merged = min(spec.spec_version, built_with if built_with is not None else spec.spec_version)
     behind = merged < current.spec_version
-    stale = consumed if behind else [c for c in consumed if c.spec_version < current.spec_version]
-    if not stale:
+    # Behind, every row the MERGE wrote lacks the newer columns, whichever commit it came from
+    # (a redrive's rows were decoded with the newest spec, and still merged with an older one).
+    stale = (
+        consumed
+        if behind
+        else [
+            c
+            for c in consumed
+            if c.spec_version is not None and c.spec_version < current.spec_version
+        ]
+    )
+    if not stale and not behind:
         return None
-    oldest = min(merged, *(c.spec_version for c in stale))
+    versions = [c.spec_version for c in stale if c.spec_version is not None]
+    oldest = min([merged, *versions])
     # The upsert's own spec is the only older version at hand; rows of an even older one get
     # every column checked (the backfill rewrites only values that differ).
     columns = changed_columns(spec, current) if oldest == spec.spec_version else []
     columns = columns or value_columns(current)
-    since = datetime.fromtimestamp(min(c.timestamp_ms for c in stale) / 1000, UTC)
+    # No commit found (a MERGE behind on rows of commits this release cannot place): the whole
+    # ledger is read, rather than a value left behind.
+    since = (
+        datetime.fromtimestamp(min(c.timestamp_ms for c in stale) / 1000, UTC) if stale else None
+    )
     min_dt = backfill_min_dt(since, current.base.lookback_hours)
     if not behind and recovered_before(ledger, stale, current.spec_version, min_dt, upto_sequence):
         return None

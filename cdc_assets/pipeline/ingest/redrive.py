@@ -21,7 +21,11 @@ from cdc_assets.pipeline.ingest.ingest import (
     prepare,
 )
 from cdc_assets.pipeline.shared.batch_cache import cached_batch
-from cdc_assets.pipeline.shared.offsets import KIND_PROPERTY, REDRIVE_KIND
+from cdc_assets.pipeline.shared.offsets import (
+    KIND_PROPERTY,
+    REDRIVE_KIND,
+    SPEC_VERSION_PROPERTY,
+)
 from cdc_assets.pipeline.shared.protection import configured_keys
 from cdc_assets.pipeline.shared.watermark import snapshot_properties
 from cdc_assets.resources.schema_registry import (
@@ -128,7 +132,10 @@ def _insert_missing(spark: Any, catalog: str, spec: TableSpec, rows: Any) -> Non
     names = ", ".join(quote(c) for c in columns)
     values = ", ".join(f"s.{quote(c)}" for c in columns)
     # Marked so the upsert finds these rows: their offsets are behind base's watermark.
-    with snapshot_properties(spark, {KIND_PROPERTY: REDRIVE_KIND}):
+    # The spec version too: an upsert that merges these rows with an older spec's MERGE must
+    # know what it consumed to catch up (pipeline.evolution.catch_up).
+    marks = {KIND_PROPERTY: REDRIVE_KIND, SPEC_VERSION_PROPERTY: str(spec.spec_version)}
+    with snapshot_properties(spark, marks):
         spark.sql(
             f"MERGE INTO {ledger_identifier(catalog, spec)} t USING {view} s "
             f"ON t.dt IN ({days}) AND t._kafka_partition = s._kafka_partition "
