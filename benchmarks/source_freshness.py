@@ -26,6 +26,12 @@ same worker with its tables one after another, the default. Each
 also records the machine's busy CPU from the workload's start until base caught up, per change
 event; the table compares both.
 
+``--fleet N`` (with ``--tables`` naming one MariaDB table) makes that table the hot one of a fleet
+of N source tables: N - 1 copies of it in database ``fleet`` (``source_fleet.py``), each with a
+spec, captured by a Debezium connector of their own, kept by the sensors' runs (in both keepers),
+and changed as a Poisson stream of one change per table every ``--interval`` minutes on average.
+The fleet's changes get a row of their own; CPU per event counts them too.
+
 A warm-up of the same workload runs first and is not measured (``--warmup 0`` measures a cold
 start): a deployment's Spark Connect server runs for days, and a fresh one spends its first
 minutes compiling.
@@ -259,11 +265,27 @@ def main() -> int:
         help="comma-separated spec names to keep and change (default: every example table); "
         "the views are left out when some tables are",
     )
+    parser.add_argument(
+        "--fleet",
+        type=int,
+        default=0,
+        help="N: the one --tables table is hot in a fleet of N source tables; the N - 1 others "
+        "are copies of it in MariaDB database `fleet`, captured by a connector of their own, "
+        "and change as a Poisson stream (see --interval)",
+    )
+    parser.add_argument(
+        "--interval",
+        type=float,
+        default=60.0,
+        help="with --fleet: minutes between two changes of one fleet table, on average",
+    )
     parser.add_argument("--out", default=None, help="JSON path (default: by --spark)")
     args = parser.parse_args()
     keepers = [k.strip() for k in args.keepers.split(",") if k.strip()]
     if not set(keepers) <= {"runs", "worker", "worker-serial"}:
         parser.error("--keepers takes runs, worker and/or worker-serial")
+    if args.fleet and len([t for t in (args.tables or "").split(",") if t.strip()]) != 1:
+        parser.error("--fleet N needs --tables naming the one hot table (a MariaDB one)")
     results = {}
     for keeper in keepers:
         result = measure(args, keeper)
@@ -281,6 +303,8 @@ def main() -> int:
         compare(results)
     if args.tables:  # a subset of the tables: a file of its own, not the three tables' figures
         name += "_" + "_".join(t.strip() for t in args.tables.split(",") if t.strip())
+    if args.fleet:
+        name += f"_fleet{args.fleet}"
     out = Path(args.out or RESULTS / f"{name}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
@@ -301,7 +325,7 @@ def compare(results: dict[str, dict[str, Any]]) -> None:
     )
     base = results.get("runs")
     for keeper, r in results.items():
-        total = r["tables"][-1]
+        total = next(t for t in r["tables"] if t["table"] == "all")
         ratio = r["cpu_per_event_s"] / base["cpu_per_event_s"] if base else float("nan")
         print(
             f"{keeper:<13} {total['events']:>7} {total['median_s']:>9.1f} {total['p95_s']:>7.1f} "
@@ -323,6 +347,7 @@ def measure(args: argparse.Namespace, keeper: str) -> dict[str, Any] | None:
     tmp = Path(tempfile.mkdtemp(prefix="cdc-freshness-"))
     tmp.chmod(0o711)  # PostgreSQL runs as the postgres system user and must reach its data
     daemon: subprocess.Popen[bytes] | None = None
+    trickle = None
     settings = make_home(tmp)
     try:
         ensure_jars("connect", settings, quiet=True)
@@ -333,8 +358,12 @@ def measure(args: argparse.Namespace, keeper: str) -> dict[str, Any] | None:
         if keeper in ("worker", "worker-serial"):
             _name_worker(specs_dir, "source")
         settings = replace(settings, specs_dir=specs_dir)
+        hot_names = {path.stem for path in specs_dir.glob("*.yaml")}
         print("stack up --sources ...", flush=True)
         state = stack_up(settings, sources=True, spark_connect=args.spark == "connect")
+        fleet_names: list[str] = []
+        if args.fleet:
+            fleet_names = _make_fleet(settings, state.bootstrap_servers, specs_dir, args.fleet)
         dagster_home = ensure_dagster_home(settings)
         env = {
             **os.environ,
@@ -343,7 +372,7 @@ def measure(args: argparse.Namespace, keeper: str) -> dict[str, Any] | None:
             "DAGSTER_HOME": str(dagster_home),
         }
         if keeper == "worker":  # the worker's tables all in a cycle at once
-            env["CDC_ASSETS_WORKER_TABLES_AT_ONCE"] = str(len(list(specs_dir.glob("*.yaml"))))
+            env["CDC_ASSETS_WORKER_TABLES_AT_ONCE"] = str(len(hot_names))
         elif keeper == "worker-serial":  # one after another (the default)
             env["CDC_ASSETS_WORKER_TABLES_AT_ONCE"] = "1"
         os.environ.update(
@@ -353,8 +382,18 @@ def measure(args: argparse.Namespace, keeper: str) -> dict[str, Any] | None:
 
         instance = dg.DagsterInstance.get()
         print("onboard_tables ...", flush=True)
+        onboard_started = time.monotonic()
         PipelineDriver(settings, instance).onboard()
-        specs = load_specs(specs_dir)
+        onboard_s = time.monotonic() - onboard_started
+        print(f"onboarded in {onboard_s:.0f} s", flush=True)
+        every_spec = load_specs(specs_dir)
+        specs = [s for s in every_spec if s.name in hot_names]
+        fleet = {s.source.table: s for s in every_spec if s.name not in hot_names}
+        if fleet_names:
+            from source_fleet import Trickle
+
+            rate = len(fleet_names) / (args.interval * 60)
+            trickle = Trickle(settings, fleet_names, rate)
         log = open(tmp / "daemon.log", "wb")  # noqa: SIM115 - open for the daemon's lifetime
         # Its own process group: the runs it launched (a continuous worker runs until stopped)
         # end with it, before the stack goes down and before the next keeper is measured.
@@ -362,6 +401,13 @@ def measure(args: argparse.Namespace, keeper: str) -> dict[str, Any] | None:
         workload = Workload(settings, specs, seed=7, key_base=next_key_base(settings, specs))
         catalog = build_resources(settings)["iceberg"].load_catalog()
         bootstrap, topics = state.bootstrap_servers, [s.source.topic for s in specs]
+        if trickle is not None:
+            trickle.start()  # through the warm-up too: the fleet is never quiet
+
+        def touched() -> list[Any]:
+            """The hot tables, and the fleet's tables the trickle changed so far."""
+            return specs + [fleet[t] for t in sorted(trickle.touched)] if trickle else specs
+
         if args.warmup > 0:
             # A deployment's Spark Connect server runs for days; its first minutes (JIT, Spark's
             # generated code) cost two to three times the CPU per step of a warm one. Warm it on
@@ -369,18 +415,26 @@ def measure(args: argparse.Namespace, keeper: str) -> dict[str, Any] | None:
             print(f"warm-up workload for {args.warmup:.0f} s (not measured) ...", flush=True)
             drive(workload, args.warmup, args.batch, args.pause)
             if not wait_caught_up(
-                instance, bootstrap, catalog, specs, args.settle, tmp / "daemon.log"
+                instance, bootstrap, catalog, touched(), args.settle, tmp / "daemon.log"
             ):
                 return None
         measured_from = end_offsets(bootstrap, topics)
+        fleet_from = (
+            end_offsets(bootstrap, [s.source.topic for s in fleet.values()]) if fleet else {}
+        )
+        warm_trickle = trickle.statements if trickle else 0
         measured_since, warm_statements = time.time(), dict(workload.statements_run)
         print(f"workload for {args.seconds:.0f} s ({keeper}) ...", flush=True)
         started = time.monotonic()
         cpu_before = busy_cpu_s()
         batches = drive(workload, args.seconds, args.batch, args.pause)
+        if trickle is not None:
+            trickle.stop()
         workload_s = time.monotonic() - started
         print(f"{batches} batches; waiting for base to catch up ...", flush=True)
-        if not wait_caught_up(instance, bootstrap, catalog, specs, args.settle, tmp / "daemon.log"):
+        if not wait_caught_up(
+            instance, bootstrap, catalog, touched(), args.settle, tmp / "daemon.log"
+        ):
             return None
         settle_s = time.monotonic() - started - workload_s
         cpu_s = busy_cpu_s() - cpu_before
@@ -427,6 +481,38 @@ def measure(args: argparse.Namespace, keeper: str) -> dict[str, Any] | None:
             "debezium_p95_s": percentile(all_dbz, 0.95),
         }
         rows.append(total)
+        events_measured = total["events"]
+        if trickle is not None:
+            # The fleet's changes in the measured window, all tables as one row (not in "all").
+            fleet_fresh: list[float] = []
+            fleet_dbz: list[float] = []
+            fleet_commits = 0
+            for name in sorted(trickle.touched):
+                spec = fleet[name]
+                first = fleet_from.get(spec.source.topic, {})
+                marks = base_watermarks(catalog, spec)
+                fleet_commits += len(marks)
+                for event in topic_events(bootstrap, spec.source.topic):
+                    if event["offset"] < first.get(event["partition"], 0):
+                        continue
+                    fleet_dbz.append((event["kafka_ms"] - event["source_ms"]) / 1000)
+                    at = visible_at(event, marks)
+                    if at is not None:
+                        fleet_fresh.append((at - event["source_ms"]) / 1000)
+            events_measured += len(fleet_fresh)
+            if fleet_fresh:
+                rows.append(
+                    {
+                        "table": f"fleet ({len(fleet_names)})",
+                        "events": len(fleet_fresh),
+                        "base_commits": fleet_commits,
+                        "median_s": statistics.median(fleet_fresh),
+                        "p95_s": percentile(fleet_fresh, 0.95),
+                        "max_s": max(fleet_fresh),
+                        "debezium_median_s": statistics.median(fleet_dbz),
+                        "debezium_p95_s": percentile(fleet_dbz, 0.95),
+                    }
+                )
         print()
         print(
             f"{'table':<12} {'events':>7} {'commits':>7} {'median s':>9} {'p95 s':>7} "
@@ -458,11 +544,17 @@ def measure(args: argparse.Namespace, keeper: str) -> dict[str, Any] | None:
             "tables": rows,
             "target_s": 60,
             "spark": args.spark,
-            "runs": run_summary(instance, [s.name for s in specs], measured_since),
+            "runs": run_summary(instance, [s.name for s in every_spec], measured_since),
+            "fleet": len(fleet_names) + len(specs) if fleet_names else None,
+            "fleet_interval_minutes": args.interval if fleet_names else None,
+            "fleet_statements": trickle.statements - warm_trickle if trickle else 0,
+            "fleet_tables_changed": len(trickle.touched) if trickle else 0,
+            "onboard_s": onboard_s,
             # Machine-wide busy CPU from the workload's start until base caught up, per change
-            # event (the databases, Debezium and the broker included, the same in both keepers).
+            # event (the databases, Debezium and the broker included, the same in both keepers;
+            # with --fleet, the fleet's events count too).
             "cpu_s": cpu_s,
-            "cpu_per_event_s": cpu_s / max(total["events"], 1),
+            "cpu_per_event_s": cpu_s / max(events_measured, 1),
             "freshness_s": all_fresh,
             "debezium_s": all_dbz,
         }
@@ -470,6 +562,8 @@ def measure(args: argparse.Namespace, keeper: str) -> dict[str, Any] | None:
             print(f"{job}: {line}")
         return result
     finally:
+        if trickle is not None:
+            trickle.stop()
         if daemon is not None:
             os.killpg(daemon.pid, signal.SIGTERM)
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -479,6 +573,25 @@ def measure(args: argparse.Namespace, keeper: str) -> dict[str, Any] | None:
             daemon.wait(30)
         stack_down(settings, purge=True)
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _make_fleet(settings: Any, bootstrap: str, specs_dir: Path, n: int) -> list[str]:
+    """The fleet's source tables, their connector and their specs (``source_fleet``), copies of
+    the one spec in ``specs_dir``; the tables' names."""
+    import source_fleet
+
+    from cdc_assets.spec import load_specs
+
+    (hot,) = load_specs(specs_dir)
+    if hot.source.connector != "mysql":
+        raise SystemExit(f"--fleet copies a MariaDB table; {hot.name} is not one")
+    print(f"fleet: {n - 1} more tables in MariaDB database {source_fleet.DATABASE} ...", flush=True)
+    started = time.monotonic()
+    names = source_fleet.create_tables(settings, (hot.source.database, hot.source.table), n)
+    source_fleet.capture(settings, bootstrap, names)
+    source_fleet.write_specs(specs_dir, hot.name, names)
+    print(f"fleet: created and captured in {time.monotonic() - started:.0f} s", flush=True)
+    return names
 
 
 def _keep_tables(specs_dir: Path, names: list[str]) -> None:

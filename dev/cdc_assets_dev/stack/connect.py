@@ -440,9 +440,17 @@ def history_security(
     return _client_properties(kafka.security.debezium_history(), secrets)
 
 
-def register_capture(settings: Settings, bootstrap: str, name: str, config: dict[str, str]) -> None:
+def register_capture(
+    settings: Settings,
+    bootstrap: str,
+    name: str,
+    config: dict[str, str],
+    *,
+    snapshot_timeout: float = RUNNING_TIMEOUT_S,
+) -> None:
     """PUT connector ``name`` (idempotent: an existing one keeps its offsets) and return once it
-    runs and its snapshot is done (its first heartbeat); `stack status` lists it."""
+    runs and its snapshot is done (its first heartbeat, within ``snapshot_timeout`` seconds: a
+    connector over many tables takes longer); `stack status` lists it."""
     port = running_worker(settings)[1]
     _request_retrying(port, "PUT", f"/connectors/{name}/config", config)
     wait_running(port, name, log_file=connect_files(settings).log_file)
@@ -450,7 +458,7 @@ def register_capture(settings: Settings, bootstrap: str, name: str, config: dict
     names = [n for n in known if isinstance(n, str)] if isinstance(known, list) else []
     if name not in names:
         sources.update_state(settings, connectors=[*names, name])
-    wait_snapshots_done(bootstrap, [heartbeat_topic(config)])
+    wait_snapshots_done(bootstrap, [heartbeat_topic(config)], timeout=snapshot_timeout)
 
 
 AVRO_CONVERTER = "io.apicurio.registry.utils.converter.AvroConverter"
