@@ -1,11 +1,14 @@
 """A fleet of real source tables for ``source_freshness.py --fleet N`` (issue 58).
 
-N - 1 copies of an example MariaDB table in a database of their own (``fleet``), each seeded
-with a few rows, captured by a Debezium connector of their own (topics
-``fleet.fleet.t0001`` ..., schema changes on ``fleet``), and a spec per table made from the
-example table's spec. While the hot table takes the measured workload, a ``Trickle`` thread
-changes the fleet's tables through the MariaDB client as a Poisson stream: each table one
-change every ``interval`` minutes on average, at a table picked at random.
+N - 1 copies of an example MariaDB table in a database of their own (``fleet``), captured by a
+Debezium connector of their own (topics ``fleet.fleet.t0001`` ..., created beforehand with one
+partition each; schema changes on ``fleet``), and a spec per table made from the example table's
+spec. The copies start empty, as the generated-events fleet (``fleet_freshness.py``) does: the
+fleet is in its steady state when the measurement starts. (Seeded with two rows each, the
+first ``sync_tables`` run carried all 1,000 tables' snapshots and was still going after eight
+minutes: a first load, not freshness.) While the hot table takes the measured workload, a
+``Trickle`` thread changes the fleet's tables through the MariaDB client as a Poisson stream:
+each table one change every ``interval`` minutes on average, at a table picked at random.
 """
 
 from __future__ import annotations
@@ -20,7 +23,6 @@ from typing import Any
 DATABASE = "fleet"
 PREFIX = "fleet"  # the connector's topic.prefix: topics fleet.fleet.<table>, schema changes fleet
 SERVER_ID = 5490  # the connector's replication id, distinct from the stack's own connectors
-SEED_ROWS = 2
 
 
 def table_names(n: int) -> list[str]:
@@ -36,20 +38,32 @@ def _insert(table: str, key: int, now_ms: int) -> str:
     )
 
 
-def create_tables(settings: Any, template: tuple[str, str], n: int) -> list[str]:
-    """``n - 1`` copies of the source table ``template`` (database, table) in ``fleet``, each
-    with ``SEED_ROWS`` rows; their names."""
+def create_tables(settings: Any, bootstrap: str, template: tuple[str, str], n: int) -> list[str]:
+    """``n - 1`` empty copies of the source table ``template`` (database, table) in ``fleet``,
+    and their topics (one partition: an event's offset orders it); their names."""
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.cimpl import NewTopic
+
     from cdc_assets_dev.stack import sources
 
     names = table_names(n)
-    now_ms = int(time.time() * 1000)
     statements = [f"CREATE DATABASE IF NOT EXISTS `{DATABASE}`;"]
     like = f"`{template[0]}`.`{template[1]}`"
-    for name in names:
-        statements.append(f"CREATE TABLE IF NOT EXISTS `{DATABASE}`.`{name}` LIKE {like};")
-        statements += [_insert(name, key, now_ms) for key in range(1, SEED_ROWS + 1)]
+    statements += [
+        f"CREATE TABLE IF NOT EXISTS `{DATABASE}`.`{name}` LIKE {like};" for name in names
+    ]
     sources.mariadb_execute(settings, "\n".join(statements))
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    topics = [NewTopic(topic(name), num_partitions=1, replication_factor=1) for name in names]
+    for i in range(0, len(topics), 200):
+        for future in admin.create_topics(topics[i : i + 200]).values():
+            future.result(60)
     return names
+
+
+def topic(name: str) -> str:
+    """The topic of fleet table ``name``: the connector's prefix, database and table."""
+    return f"{PREFIX}.{DATABASE}.{name}"
 
 
 def capture(settings: Any, bootstrap: str, names: list[str]) -> None:
@@ -88,7 +102,7 @@ def write_specs(specs_dir: Path, template: str, names: list[str]) -> None:
             **data["source"],
             "database": DATABASE,
             "table": name,
-            "topic": f"{PREFIX}.{DATABASE}.{name}",
+            "topic": topic(name),
             "schema_change_topic": PREFIX,
         }
         spec["sink"] = {**(data.get("sink") or {}), "namespace": DATABASE}
@@ -114,8 +128,8 @@ class Trickle:
 
     def _statement(self, rng: random.Random) -> tuple[str, str]:
         name = rng.choice(self.names)
-        highest = self._keys.get(name, SEED_ROWS)
-        if rng.random() < 0.5:
+        highest = self._keys.get(name, 0)
+        if highest == 0 or rng.random() < 0.5:
             self._keys[name] = highest + 1
             return name, _insert(name, highest + 1, int(time.time() * 1000))
         key = rng.randint(1, highest)
