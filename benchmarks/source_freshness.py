@@ -348,6 +348,11 @@ def measure(args: argparse.Namespace, keeper: str) -> dict[str, Any] | None:
     tmp.chmod(0o711)  # PostgreSQL runs as the postgres system user and must reach its data
     daemon: subprocess.Popen[bytes] | None = None
     trickle = None
+    # This keeper's home goes into the environment (the driver reads it from there); the next
+    # keeper's make_home must find the project's jar cache, not this home's, once it is gone.
+    saved_env = {
+        k: os.environ.get(k) for k in ("CDC_ASSETS_HOME", "CDC_ASSETS_SPECS", "DAGSTER_HOME")
+    }
     settings = make_home(tmp)
     try:
         ensure_jars("connect", settings, quiet=True)
@@ -573,6 +578,11 @@ def measure(args: argparse.Namespace, keeper: str) -> dict[str, Any] | None:
             daemon.wait(30)
         stack_down(settings, purge=True)
         shutil.rmtree(tmp, ignore_errors=True)
+        for key, value in saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def _make_fleet(settings: Any, bootstrap: str, specs_dir: Path, n: int) -> list[str]:
