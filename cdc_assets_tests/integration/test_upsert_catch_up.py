@@ -208,3 +208,46 @@ def test_an_upsert_on_v1_that_merges_only_redriven_rows_catches_up(
 
 def _names(layout: Any) -> tuple[str, str]:
     return layout.namespace, layout.name
+
+
+def test_an_evolution_backfills_a_bucketed_run_built_but_not_merged(
+    it_settings: Settings,
+    spark: Any,
+    iceberg: IcebergCatalogResource,
+    kafka: KafkaResource,
+    tmp_path: Path,
+) -> None:
+    """Soak seed 147: an upsert built its bucketed rows with v1 and failed before its MERGE; the
+    evolution's backfill then gave those pending rows the new column's values, carrying the
+    bucketed run's summary on so the merge still recognises it. It carried Iceberg's own
+    summary entries too (``added-files-size``), and Iceberg refused the commit: the evolution
+    failed. The pending run must get the values, and base must equal the replay after it."""
+    table = Table(it_settings, kafka, tmp_path)
+    v1 = table.v1
+    ensure_tables(spark, "lake", v1)
+    phone = ColumnSpec(id=9, name="phone", type="varchar(32)")
+    v2 = with_column(v1, phone, "display_name")
+    table.produce(workload(v1, random.Random(93), keys=15, events=40))
+    ingest(spark, iceberg, kafka, v1)
+    catalog = iceberg.load_catalog()
+    build_bucketed(spark, "lake", catalog, v1)
+    assert merge_base(spark, "lake", catalog, v1).applied
+    # The source added `phone`; an upsert on v1 builds its bucketed rows and fails before it
+    # merges them (the rows lack the phones, which wait in the row images).
+    table.produce(later(workload(v2, random.Random(94), keys=15, events=40), 1))
+    ingest(spark, iceberg, kafka, v1)
+    assert build_bucketed(spark, "lake", catalog, v1).rows > 0
+    done = converge(
+        lambda: spark,
+        "lake",
+        catalog,
+        table.specs_dir,
+        v1.name,
+        proposed_yaml=render_spec_yaml(v2),
+    )
+    assert done.decision == "applied"
+    current = table.spec()
+    # The retried upsert merges the pending run, which holds the phones now.
+    merged = merge_base(spark, "lake", catalog, current)
+    assert merged.applied
+    assert_base_matches(current, iceberg, expected_base(current, kafka))
