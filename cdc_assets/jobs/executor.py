@@ -201,37 +201,3 @@ def _threaded_steps(
                 active.handle_event(item)
         if failure is not None:
             raise failure
-
-
-def execute_here(
-    job: dg.JobDefinition,
-    *,
-    instance: dg.DagsterInstance,
-    run_config: dict[str, Any],
-    assets: frozenset[dg.AssetKey],
-    tags: dict[str, str] | None = None,
-    partition_key: str | None = None,
-    raise_on_error: bool = True,
-) -> dg.ExecuteInProcessResult:
-    """A run of ``job`` in this process, as ``execute_in_process`` makes it but with the job's
-    own executor (``execute_in_process`` always swaps in Dagster's in-process one), so that a
-    driver in this process runs steps at once as a run launched by the daemon does."""
-    from dagster._core.definitions.job_base import InMemoryJob
-    from dagster._core.execution.execute_in_process import core_execute_in_process, merge_run_tags
-
-    return core_execute_in_process(
-        run_config=run_config,
-        job=InMemoryJob(job),
-        instance=instance,
-        output_capturing_enabled=True,
-        raise_on_error=raise_on_error,
-        run_tags=merge_run_tags(
-            job_def=job,
-            partition_key=partition_key,
-            tags=tags,
-            asset_selection=sorted(assets),
-            instance=instance,
-            run_config=run_config,
-        ),
-        asset_selection=assets,
-    )

@@ -24,7 +24,7 @@ import dagster as dg
 from cdc_assets.assets.keys import node_name, table_of
 from cdc_assets.definitions import build_defs
 from cdc_assets.jobs.checks import CHECK_JOB
-from cdc_assets.jobs.executor import execute_here
+from cdc_assets.jobs.run_here import execute_here
 from cdc_assets.jobs.upsert import upsert_assets
 from cdc_assets.sensors.runs import table_tags
 from cdc_assets.settings import Settings
@@ -127,11 +127,7 @@ class PipelineDriver:
         if self.settings.tables_at_once > 1:
             # execute_in_process would run the steps one after another whatever the executor.
             return execute_here(
-                subset,
-                instance=self.instance,
-                run_config=self.run_config,
-                assets=frozenset(assets),
-                **kwargs,
+                subset, instance=self.instance, run_config=self.run_config, **kwargs
             )
         return subset.execute_in_process(
             instance=self.instance, run_config=self.run_config, **kwargs

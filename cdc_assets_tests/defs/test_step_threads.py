@@ -11,11 +11,8 @@ from typing import Any
 import dagster as dg
 import pytest
 
-from cdc_assets.jobs.executor import (
-    EXECUTOR_NAME,
-    build_executor,
-    execute_here,
-)
+from cdc_assets.jobs.executor import EXECUTOR_NAME, build_executor
+from cdc_assets.jobs.run_here import execute_here
 from cdc_assets.resources.spark import own_session_per_thread
 
 pytestmark = pytest.mark.defs
@@ -51,7 +48,7 @@ def _graph(fail: str | None = None) -> list[Any]:
 
 def _run(
     width: int, fail: str | None = None, run_config: dict[str, Any] | None = None
-) -> dg.ExecuteInProcessResult:
+) -> dg.JobExecutionResult:
     SPANS.clear()
     defs = dg.Definitions(
         assets=_graph(fail),
@@ -62,7 +59,10 @@ def _run(
     keys = frozenset(defs.resolve_asset_graph().get_all_asset_keys())
     with dg.instance_for_test() as instance:
         return execute_here(
-            job, instance=instance, run_config=run_config or {}, assets=keys, raise_on_error=False
+            job.get_subset(asset_selection=set(keys)),
+            instance=instance,
+            run_config=run_config or {},
+            raise_on_error=False,
         )
 
 
@@ -84,7 +84,7 @@ def test_tables_run_at_once_and_each_table_in_order() -> None:
     assert len(started) == 6
 
 
-def _step_events(result: dg.ExecuteInProcessResult) -> set[tuple[str, str | None]]:
+def _step_events(result: dg.JobExecutionResult) -> set[tuple[str, str | None]]:
     return {(e.event_type_value, e.step_key) for e in result.all_events if e.step_key}
 
 
@@ -165,11 +165,8 @@ def test_the_drivers_metadata_of_every_node_in_one_pass_equals_dagsters_per_node
         executor=build_executor(3),
         jobs=[dg.define_asset_job("all", selection="*")],
     )
-    keys = frozenset(defs.resolve_asset_graph().get_all_asset_keys())
     with dg.instance_for_test() as instance:
-        result = execute_here(
-            defs.resolve_job_def("all"), instance=instance, run_config={}, assets=keys
-        )
+        result = execute_here(defs.resolve_job_def("all"), instance=instance, run_config={})
     expected = {
         f"t{i}": {
             k: v.value
