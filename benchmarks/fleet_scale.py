@@ -138,12 +138,10 @@ def measure_tick(specs: list[Any], settings: Any, bootstrap: str) -> dict[str, f
     return {"tick_s": tick_s, "baseline_s": baseline_s, "requests": requests}
 
 
-def step_breakdown(instance: Any, since: float, assets: set[str]) -> dict[str, float]:
-    """Seconds of the runs started after ``since`` (epoch), by where they went: each layer's
-    asset steps, each layer's check steps, and the run's own overhead (start, plan, resources,
-    events) outside any step. ``assets``: the asset nodes' step keys (a check's adds its name)."""
-    from cdc_assets.assets.keys import TABLE_LAYERS
-
+def step_breakdown(instance: Any, since: float) -> dict[str, float]:
+    """Seconds of the runs started after ``since`` (epoch), by where they went: each step (the
+    ``tables`` op, the ``table_checks`` op) and the run's own overhead (start, plan, resources,
+    events) outside any step."""
     out: dict[str, float] = {}
     for record in instance.get_run_records():
         if (record.start_time or 0) < since or record.end_time is None:
@@ -154,10 +152,7 @@ def step_breakdown(instance: Any, since: float, assets: set[str]) -> dict[str, f
                 continue
             seconds = stat.end_time - stat.start_time
             in_steps += seconds
-            layer = stat.step_key.split("__", 1)[0]
-            layer = layer if layer in TABLE_LAYERS else "other"
-            kind = "asset" if stat.step_key in assets else "checks"
-            out[f"{layer} {kind}"] = out.get(f"{layer} {kind}", 0.0) + seconds
+            out[stat.step_key] = out.get(stat.step_key, 0.0) + seconds
         run_s = record.end_time - record.start_time
         out["run overhead"] = out.get("run overhead", 0.0) + max(0.0, run_s - in_steps)
     return {k: round(v, 2) for k, v in sorted(out.items())}
@@ -170,7 +165,6 @@ def measure_cycle(settings: Any, more: Callable[[], Any]) -> dict[str, Any]:
     ``more`` produced the next events of every table, and an idle cycle."""
     import dagster as dg
 
-    from cdc_assets.assets.keys import node_name
     from cdc_assets.jobs.inprocess import PipelineDriver
     from cdc_assets.resources import build_resources
 
@@ -180,11 +174,6 @@ def measure_cycle(settings: Any, more: Callable[[], Any]) -> dict[str, Any]:
     with dg.DagsterInstance.ephemeral() as instance:
         driver = PipelineDriver(settings, instance, resource_overrides=resources)
         driver.onboard()
-        assets = {
-            node_name(layer, s.name)
-            for s in driver.specs()
-            for layer in ("cdc", "bucketed", "base")
-        }
         out: dict[str, Any] = {}
         for label in ("first", "busy", "idle"):
             if label == "busy":
@@ -202,7 +191,7 @@ def measure_cycle(settings: Any, more: Callable[[], Any]) -> dict[str, Any]:
                 "records": sum(int(m.get("records_read", 0) or 0) for m in ingest.values()),
                 "pipeline_ingest_s": sum(float(m.get("seconds", 0) or 0) for m in ingest.values()),
                 "pipeline_upsert_s": sum(float(m.get("seconds", 0) or 0) for m in upsert.values()),
-                "steps": step_breakdown(instance, since, assets),
+                "steps": step_breakdown(instance, since),
             }
     return out
 

@@ -3,8 +3,8 @@ fewer buckets per base, against one table after another with the examples' 16 bu
 baseline: ``tables_at_once: 1``, the first ``--buckets``).
 
 The cycles are the in-process driver's (what the daemon's sensors request: the ``ingest_ledgers``
-run of the tables whose topics grew, then ``upsert_bases`` of those), on the project's run
-executor with ``tables_at_once`` = k (``jobs/executor.py``): up to k steps of a run at once in
+run of the tables whose topics grew, then ``upsert_bases`` of those), on the
+``tables`` op with ``tables_at_once`` = k (``assets/tables.py``): up to k tables of a run at once in
 threads of the one driver, each on a Spark session of its own. The fixed cost of a small table
 is mostly the driver's round trips (planning, Iceberg commits, catalog reads), which overlap;
 whether that pays on 2 cores is what this measures.

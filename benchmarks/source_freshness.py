@@ -209,9 +209,7 @@ def run_summary(instance: Any, tables: list[str], since: float) -> dict[str, str
         )
         if r.create_timestamp.timestamp() >= since
     ]
-    from cdc_assets.assets.keys import node_name
-
-    steps = {node_name(layer, t): layer for layer in ("cdc", "bucketed", "base") for t in tables}
+    steps = {"tables": "tables", "table_checks": "checks"}
     for job in sorted({r.dagster_run.job_name for r in records}):
         runs = [r for r in records if r.dagster_run.job_name == job and r.end_time]
         took = [r.end_time - r.create_timestamp.timestamp() for r in runs]
@@ -222,7 +220,7 @@ def run_summary(instance: Any, tables: list[str], since: float) -> dict[str, str
             for entry in instance.all_logs(
                 r.dagster_run.run_id, of_type=dg.DagsterEventType.STEP_SUCCESS
             ):
-                kind = steps.get(entry.step_key or "", "checks")
+                kind = steps.get(entry.step_key or "", entry.step_key or "other")
                 spent[kind] += entry.dagster_event.event_specific_data.duration_ms / 1000
             for kind, seconds in spent.items():
                 per_kind.setdefault(kind, []).append(seconds)

@@ -8,10 +8,14 @@ from typing import Any
 import dagster as dg
 
 from cdc_assets.assets.consistency import build_consistency_assets
-from cdc_assets.assets.factory import build_table_assets
+from cdc_assets.assets.factory import build_fleet_assets
 from cdc_assets.assets.keys import table_or_name
 from cdc_assets.assets.views import build_refresh_job, build_view_definitions, build_views_sensor
-from cdc_assets.checks.table_checks import build_table_checks, scheduled_only_checks
+from cdc_assets.checks.table_checks import (
+    build_checks_op,
+    build_table_checks,
+    scheduled_only_checks,
+)
 from cdc_assets.jobs.artifacts import build_artifacts_job
 from cdc_assets.jobs.checks import build_check_job, build_check_schedules
 from cdc_assets.jobs.continuous import build_continuous_job, build_workers_sensor
@@ -20,7 +24,6 @@ from cdc_assets.jobs.evolve import (
     build_drift_schedule,
     build_evolve_job,
 )
-from cdc_assets.jobs.executor import build_executor
 from cdc_assets.jobs.ingest import build_ingest_job, deployment_start, hourly_partitions
 from cdc_assets.jobs.maintenance import build_maintenance_job, build_maintenance_schedule
 from cdc_assets.jobs.onboard import build_onboard_job
@@ -72,26 +75,24 @@ def build_defs(
             loaded = [s for s in loaded if s.name in wanted]
         specs = load_with_stored_versions(loaded, resources["iceberg"].existing_catalog)
     hourly = hourly_partitions(settings.partitions_start or deployment_start(settings.home))
-    assets = [
-        a
-        for spec in specs
-        for a in build_table_assets(
-            spec,
-            settings.catalog_name,
-            hourly,
-            settings.specs_dir,
-            settings.source_url_of(spec.source),
-        )
-    ]
+    assets = build_fleet_assets(
+        specs,
+        settings.catalog_name,
+        hourly,
+        settings.specs_dir,
+        lambda spec: settings.source_url_of(spec.source),
+        settings.tables_at_once,
+    )
     ingest_job = build_ingest_job()
-    asset_checks = [
+    registered = [
         check
         for spec in specs
         for check in build_table_checks(
             spec, settings.source_url_of(spec.source), settings.shard_source_urls(spec.source)
         )
     ]
-    scheduled_only = scheduled_only_checks(asset_checks)
+    asset_checks = [build_checks_op(registered, settings.tables_at_once)] if registered else []
+    scheduled_only = scheduled_only_checks(check_spec.key for check_spec, _ in registered)
     upsert_job = build_upsert_job(scheduled_only)
     sync_job = build_sync_job(scheduled_only)
     maintenance_job = build_maintenance_job(specs)
@@ -101,9 +102,8 @@ def build_defs(
     source_urls = {s.name: settings.server_source_urls(s.source) for s in specs}
     drift_job = build_drift_job(specs, settings.specs_dir, source_urls)
     check_keys: dict[str, list[dg.AssetCheckKey]] = {}
-    for checks_def in asset_checks:
-        for key in checks_def.check_keys:
-            check_keys.setdefault(table_or_name(key.asset_key), []).append(key)
+    for check_spec, _ in registered:
+        check_keys.setdefault(table_or_name(check_spec.asset_key), []).append(check_spec.key)
     check_job = build_check_job()
     # Views belong to the spec directory: a caller that hands over its own list of specs (a
     # subset, generated ones) gets no views, which may read tables outside that list.
@@ -121,7 +121,8 @@ def build_defs(
         assets=[*assets, *group_assets, *view_assets],
         # Every step needs the Spark session: in one process per run the driver starts once and
         # the steps share it, where Dagster's default would start a process and a driver per step.
-        executor=build_executor(settings.tables_at_once),
+        # A run's tables go at once inside its steps (assets/tables.py), not as steps at once.
+        executor=dg.in_process_executor,
         asset_checks=[*asset_checks, *group_checks, *view_checks],
         jobs=[
             build_onboard_job(specs),

@@ -60,8 +60,8 @@ ENV_CLUSTER = "CDC_ASSETS_CLUSTER"
 # the stack's PostgreSQL) or `jdbc` (that JDBC catalog, opened by the engines directly).
 ENV_CLUSTER_CATALOG = "CDC_ASSETS_CLUSTER_CATALOG"
 CLUSTER_CATALOGS = ("rest", "jdbc")
-# How many steps (tables) of a run execute at once in its process, each on a Spark session of
-# its own (jobs/executor.py); a run's config may set it too (execution.config.tables_at_once).
+# How many tables of a run execute at once in its process, each on a Spark session of its own
+# (assets/tables.py); a run's config may set it too (ops.tables.config.tables_at_once).
 ENV_TABLES_AT_ONCE = "CDC_ASSETS_TABLES_AT_ONCE"
 # How often a continuous worker beats (jobs/continuous.py): one that misses six beats is
 # replaced, so this is also about a sixth of how long a killed worker's tables wait.
@@ -134,7 +134,7 @@ class Settings:
     cluster: bool = False  # the local stack's cluster profile
     cluster_catalog: str = "rest"  # its catalog: "rest" or "jdbc" (ENV_CLUSTER_CATALOG)
     catalog_properties: dict[str, str] = field(default_factory=dict)
-    tables_at_once: int = DEFAULT_TABLES_AT_ONCE  # steps of a run at once (jobs/executor.py)
+    tables_at_once: int = DEFAULT_TABLES_AT_ONCE  # tables of a run at once (assets/tables.py)
     worker_heartbeat_s: float = DEFAULT_WORKER_HEARTBEAT_S  # continuous workers' heartbeat
     worker_tables_at_once: int = DEFAULT_WORKER_TABLES_AT_ONCE  # a worker's tables in a cycle
     metrics_token: str | None = None  # bearer token `fleet --serve` requires (None: none)

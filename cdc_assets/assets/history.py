@@ -1,19 +1,15 @@
 """The history asset of a table whose spec keeps one (``history.mode: scd2``).
 
-It reads the ledger, not base, so it depends on the cdc asset and runs beside the upsert: in
-the ``upsert_bases`` and ``sync_tables`` runs, in a pool of its own (``cdc_history/<table>``)
-so that two history runs of one table never race for the same commit.
+It reads the ledger, not base, so it depends on the cdc asset; the ``tables`` op runs it after
+the table's base (a micro-batch's base is what its freshness is measured by). A history commit
+that loses a race with another writer of the table is retried (``pipeline.upsert.history``).
 """
 
 from typing import Any
 
-import dagster as dg
-
 from cdc_assets.assets.metadata import commit_metadata, markdown_summary
 from cdc_assets.pipeline.upsert.history import HistoryResult, update_history
 from cdc_assets.pipeline.upsert.upsert import load_table
-from cdc_assets.resources.iceberg import IcebergCatalogResource
-from cdc_assets.resources.spark import SparkResource
 from cdc_assets.schema.layers import history_layout
 from cdc_assets.spec.models import TableSpec
 
@@ -54,19 +50,3 @@ def history_table(
         },
     )
     return meta
-
-
-def build_history_asset(spec: TableSpec, args: dict[str, Any]) -> dg.AssetsDefinition:
-    # After base in a run: a micro-batch's base is what its freshness is measured by.
-    args = {**args, "op_tags": {"dagster/priority": "1"}}
-
-    @dg.asset(**args, pool=f"cdc_history/{spec.name}")  # type: ignore[untyped-decorator]
-    def history(
-        context: dg.AssetExecutionContext, spark: SparkResource, iceberg: IcebergCatalogResource
-    ) -> dg.MaterializeResult:  # type: ignore[type-arg]
-        meta = history_table(
-            spec, spark.get_session(), spark.catalog.name, iceberg.load_catalog(), context.log
-        )
-        return dg.MaterializeResult(metadata=meta)
-
-    return history  # type: ignore[no-any-return]

@@ -1,4 +1,5 @@
-"""The cdc asset of a table: the Iceberg ledger, one hourly Dagster partition per dt/hr.
+"""The cdc asset of a table: the Iceberg ledger, one hourly Dagster partition per dt/hr (its body:
+the ``tables`` op of ``assets/tables.py``).
 
 A run for the current hour (or later) is incremental: it consumes everything new on the topic,
 wherever the records' hours fall, and reports each hour it wrote. A run for an earlier hour is a
@@ -13,12 +14,11 @@ it, as any other.
 """
 
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import dagster as dg
-from pydantic import Field
 
 from cdc_assets.assets.metadata import commit_metadata, markdown_summary
 from cdc_assets.pipeline.evolution import catch_up
@@ -29,9 +29,7 @@ from cdc_assets.pipeline.ingest.ingest import (
     rebuild_hour,
 )
 from cdc_assets.pipeline.shared.tables import ensure_tables
-from cdc_assets.resources.iceberg import IcebergCatalogResource
 from cdc_assets.resources.kafka import KafkaResource
-from cdc_assets.resources.spark import SparkResource
 from cdc_assets.schema.layers import ledger_layout
 from cdc_assets.spec.models import TableSpec
 
@@ -41,13 +39,6 @@ from cdc_assets.spec.models import TableSpec
 # only recorded once it ended LATE_GRACE before the run read Kafka.
 EMPTY_HOURS_WINDOW = timedelta(days=8)
 LATE_GRACE = timedelta(minutes=5)
-
-
-class IngestConfig(dg.Config):
-    mode: Literal["auto", "incremental", "rebuild"] = Field(
-        default="auto",
-        description="auto: incremental for the current hour, rebuild for earlier hours",
-    )
 
 
 def choose_mode(config_mode: str, partition_key: str, now: datetime) -> str:
@@ -92,46 +83,6 @@ def result_metadata(result: IngestResult) -> dict[str, Any]:
         "snapshot_id": str(result.snapshot_id) if result.snapshot_id else "",
         "seconds": round(result.seconds, 2),
     }
-
-
-def build_ledger_asset(
-    spec: TableSpec, specs_dir: Path, asset_args: dict[str, Any]
-) -> dg.AssetsDefinition:
-    @dg.asset(**asset_args)  # type: ignore[untyped-decorator]
-    def cdc(
-        context: dg.AssetExecutionContext,
-        config: IngestConfig,
-        spark: SparkResource,
-        iceberg: IcebergCatalogResource,
-        kafka: KafkaResource,
-    ) -> dg.MaterializeResult:  # type: ignore[type-arg]
-        key = context.partition_key
-        started_at = datetime.now(UTC)
-        mode = choose_mode(config.mode, key, started_at)
-        result, metadata = ingest_table(
-            spec,
-            specs_dir,
-            spark.get_session(),
-            spark.catalog.name,
-            iceberg.load_catalog(),
-            kafka,
-            mode=mode,
-            partition_key=key,
-            started_at=started_at,
-            log=context.log,
-        )
-        for hour in result.hours:
-            if hour != key:
-                context.log_event(
-                    dg.AssetMaterialization(
-                        asset_key=context.asset_key, partition=hour, metadata=metadata
-                    )
-                )
-        if mode == "incremental":
-            _record_empty_hours(context, key, result.hours, started_at)
-        return dg.MaterializeResult(metadata=metadata)
-
-    return cdc  # type: ignore[no-any-return]
 
 
 def ingest_table(
@@ -269,30 +220,37 @@ def _sharded_metadata(
     return total, metadata
 
 
-def _record_empty_hours(
-    context: dg.AssetExecutionContext, key: str, written: Sequence[str], read_at: datetime
-) -> None:
-    """Materialize the hours of the last eight days in which no record arrived (see the module
-    docstring), once per hour: a later run of the same hour finds its own partition latest."""
-    instance = context.instance
-    latest = instance.get_latest_materialization_event(context.asset_key)
+def empty_hour_events(
+    instance: dg.DagsterInstance,
+    key: dg.AssetKey,
+    partitions: dg.PartitionsDefinition,
+    run_partition: str,
+    written: Sequence[str],
+    read_at: datetime,
+    log: Any,
+) -> list[dg.AssetMaterialization]:
+    """Materializations of the hours of the last eight days in which no record of ledger
+    ``key`` arrived (see the module docstring), once per hour: a later run of the same hour
+    finds its own partition latest."""
+    latest = instance.get_latest_materialization_event(key)
     done = latest.asset_materialization if latest is not None else None
-    if done is not None and done.partition == key:
-        return
-    partitions = context.assets_def.partitions_def
-    assert partitions is not None
+    if done is not None and done.partition == run_partition:
+        return []
     keys = partitions.get_partition_keys(current_time=read_at)
-    hours = empty_hours(
-        keys, instance.get_materialized_partitions(context.asset_key), written, read_at
-    )
-    for hour in hours:
-        context.log_event(
-            dg.AssetMaterialization(
-                asset_key=context.asset_key,
-                partition=hour,
-                description="no Kafka record of this table has a timestamp in this hour",
-                metadata={"ledger_rows": 0, "records_read": 0, "empty": True, "recorded_by": key},
-            )
-        )
+    hours = empty_hours(keys, instance.get_materialized_partitions(key), written, read_at)
     if hours:
-        context.log.info(f"recorded {len(hours)} hours without records: {hours[0]}..{hours[-1]}")
+        log.info(f"recorded {len(hours)} hours without records: {hours[0]}..{hours[-1]}")
+    return [
+        dg.AssetMaterialization(
+            asset_key=key,
+            partition=hour,
+            description="no Kafka record of this table has a timestamp in this hour",
+            metadata={
+                "ledger_rows": 0,
+                "records_read": 0,
+                "empty": True,
+                "recorded_by": run_partition,
+            },
+        )
+        for hour in hours
+    ]

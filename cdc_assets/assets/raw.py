@@ -1,9 +1,11 @@
 """The raw asset of a table: its Kafka topic, observed (offsets, ledger lag, retention)."""
 
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import dagster as dg
 
+from cdc_assets.assets.keys import asset_key
 from cdc_assets.pipeline.shared.topic import observe_topic
 from cdc_assets.resources.iceberg import IcebergCatalogResource
 from cdc_assets.resources.kafka import KafkaResource
@@ -47,11 +49,28 @@ def _observed(
     }
 
 
-def build_raw_asset(spec: TableSpec, asset_args: dict[str, Any]) -> dg.AssetsDefinition:
-    """Materializing raw records what the topic holds and how far the ledger lags behind it."""
+TOPICS_OP = "topics"
 
-    @dg.asset(**asset_args)  # type: ignore[untyped-decorator]
-    def raw(kafka: KafkaResource, iceberg: IcebergCatalogResource) -> dg.MaterializeResult:  # type: ignore[type-arg]
-        return dg.MaterializeResult(metadata=observation_metadata(kafka, iceberg, spec))
 
-    return raw  # type: ignore[no-any-return]
+def build_topics_asset(
+    specs: Sequence[TableSpec], asset_specs: Sequence[dg.AssetSpec]
+) -> dg.AssetsDefinition:
+    """Every table's raw asset as one subsettable multi-asset: materializing a table's raw
+    records what its topic holds and how far the ledger lags behind it."""
+    by_key = {asset_key("raw", s.name): s for s in specs}
+
+    @dg.multi_asset(
+        name=TOPICS_OP,
+        specs=list(asset_specs),
+        can_subset=True,
+        description="Observe the selected tables' Kafka topics: offsets, ledger lag, retention.",
+    )
+    def topics(
+        context: dg.AssetExecutionContext, kafka: KafkaResource, iceberg: IcebergCatalogResource
+    ) -> Iterator[dg.MaterializeResult]:  # type: ignore[type-arg]
+        for key in sorted(context.selected_asset_keys, key=lambda k: k.to_user_string()):
+            yield dg.MaterializeResult(
+                asset_key=key, metadata=observation_metadata(kafka, iceberg, by_key[key])
+            )
+
+    return topics

@@ -1,7 +1,9 @@
-"""The bucketed and base assets of a table: the two steps of an upsert run.
+"""The bucketed and base assets of a table: the two layers of an upsert (their bodies, run by the
+``tables`` op of ``assets/tables.py`` and by the continuous worker).
 
-Both share the pool ``cdc_upsert/<table>`` so two upserts of one table never interleave; base
-refuses a bucketed table built from another base state instead of applying it out of order.
+Two upserts of one table may run at once (a run and a worker, a run started by hand): base
+refuses a bucketed table built from another base state instead of applying it out of order, and
+the MERGE builds the changes again from the state it finds.
 """
 
 from pathlib import Path
@@ -20,8 +22,6 @@ from cdc_assets.pipeline.upsert.upsert import (
     load_table,
     merge_base_again,
 )
-from cdc_assets.resources.iceberg import IcebergCatalogResource
-from cdc_assets.resources.spark import SparkResource
 from cdc_assets.schema.layers import base_layout
 from cdc_assets.spec.models import TableSpec
 
@@ -105,42 +105,6 @@ def _merge_summary(spec: TableSpec, meta: dict[str, Any]) -> dg.MetadataValue:
             "seconds": meta["seconds"],
         },
     )
-
-
-def build_upsert_assets(
-    spec: TableSpec, specs_dir: Path, bucketed_args: dict[str, Any], base_args: dict[str, Any]
-) -> list[dg.AssetsDefinition]:
-    pool = f"cdc_upsert/{spec.name}"
-    # Within a run, a table's next step goes before other tables' earlier ones: in a
-    # micro-batch (`sync_tables`) each table reaches base right after its own ingest, not after
-    # every table's ingest. Dagster's executors start ready steps by this tag, higher first.
-    bucketed_args = {**bucketed_args, "op_tags": {"dagster/priority": "1"}}
-    base_args = {**base_args, "op_tags": {"dagster/priority": "2"}}
-
-    @dg.asset(**bucketed_args, pool=pool)  # type: ignore[untyped-decorator]
-    def bucketed(
-        context: dg.AssetExecutionContext, spark: SparkResource, iceberg: IcebergCatalogResource
-    ) -> dg.MaterializeResult:  # type: ignore[type-arg]
-        meta = bucketed_table(
-            spec, spark.get_session(), spark.catalog.name, iceberg.load_catalog(), context.log
-        )
-        return dg.MaterializeResult(metadata=meta)
-
-    @dg.asset(**base_args, pool=pool)  # type: ignore[untyped-decorator]
-    def base(
-        context: dg.AssetExecutionContext, spark: SparkResource, iceberg: IcebergCatalogResource
-    ) -> dg.MaterializeResult:  # type: ignore[type-arg]
-        meta = base_table(
-            spec,
-            specs_dir,
-            spark.get_session(),
-            spark.catalog.name,
-            iceberg.load_catalog(),
-            context.log,
-        )
-        return dg.MaterializeResult(metadata=meta)
-
-    return [bucketed, base]
 
 
 def bucketed_table(

@@ -4,13 +4,16 @@ Each check measures with ``cdc_assets.pipeline.health.health`` and judges with `
 severity a failure gets is decided per rule there. ``primary_key_unique`` is blocking: when it
 fails, assets downstream of base in the same run are not materialized.
 
-The checks of a table are one op (``@multi_asset_check``, each check a spec with its own key, a
-run executing the ones it selects), not an op each: at a thousand tables, ten thousand check ops
-were half of the definitions' build and much of Dagster's resolving them. The ingest's
-accounting is one of them: the sensors' ingest runs select it alone.
+The checks of every table are one op (``@multi_asset_check``, each check a spec with its own key,
+a run executing the ones it selects), not an op each: at a thousand tables, ten thousand check
+ops were half of the definitions' build and much of Dagster's resolving them. A run's selected
+tables run their checks in threads, several at once on one Spark driver, as the ``tables`` op's
+layers do (``assets/tables.py``). The ingest's accounting is one of them: the sensors' ingest
+runs select it alone.
 """
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -18,7 +21,7 @@ from typing import Any
 import dagster as dg
 from dagster import AssetCheckExecutionContext
 
-from cdc_assets.assets.keys import asset_key, node_name
+from cdc_assets.assets.keys import asset_key, table_or_name
 from cdc_assets.checks import accounting
 from cdc_assets.checks.failsafe import failsafe
 from cdc_assets.jobs.upsert import UPSERT_JOB
@@ -30,7 +33,7 @@ from cdc_assets.pipeline.upsert.history import compare_history
 from cdc_assets.quality import rules
 from cdc_assets.resources.iceberg import IcebergCatalogResource
 from cdc_assets.resources.kafka import KafkaResource
-from cdc_assets.resources.spark import SparkResource
+from cdc_assets.resources.spark import SparkResource, own_session_per_thread
 from cdc_assets.schema.drift import source_differences
 from cdc_assets.spec.models import TableSpec
 
@@ -53,18 +56,17 @@ class CheckResources:
 
 
 CheckBody = Callable[[CheckResources], dg.AssetCheckResult]
+CHECKS_OP = "table_checks"
 
 # Checks that read a whole source table: run by the checks schedule and CI, not after every
 # upsert (a busy table would read its source, and wait out its changes in flight, each time).
 SCHEDULED_ONLY = ("source_values",)
 
 
-def scheduled_only_checks(
-    checks: Iterable[dg.AssetChecksDefinition],
-) -> list[dg.AssetCheckKey]:
-    """The keys of the ``SCHEDULED_ONLY`` checks among ``checks`` (a table has them only where
-    its source is reachable)."""
-    return [k for c in checks for k in c.check_keys if k.name in SCHEDULED_ONLY]
+def scheduled_only_checks(keys: Iterable[dg.AssetCheckKey]) -> list[dg.AssetCheckKey]:
+    """The ``SCHEDULED_ONLY`` checks among ``keys`` (a table has them only where its source is
+    reachable)."""
+    return [k for k in keys if k.name in SCHEDULED_ONLY]
 
 
 def check_result(verdict: rules.Verdict, **extra: Any) -> dg.AssetCheckResult:
@@ -91,9 +93,10 @@ def _sink(spec: TableSpec, names: list[str]) -> list[str]:
 
 def build_table_checks(
     spec: TableSpec, source_url: str | None = None, shard_urls: Mapping[str, str] | None = None
-) -> list[dg.AssetChecksDefinition]:
-    """Every check of ``spec``; the source comparisons only where ``source_url`` is given (for
-    a sharded spec, ``shard_urls``: shard name -> URL, each shard compared with its source)."""
+) -> list[tuple[dg.AssetCheckSpec, CheckBody]]:
+    """Every check of ``spec``, as (its spec, its body); the source comparisons only where
+    ``source_url`` is given (for a sharded spec, ``shard_urls``: shard name -> URL, each shard
+    compared with its source). ``build_checks_op`` makes one op of every table's."""
     # (the view a source comparison reads base through, its source's URL)
     urls = dict(shard_urls or {})
     sources: list[tuple[TableSpec, str]] = (
@@ -449,11 +452,22 @@ def build_table_checks(
                 verdicts[name] = rules.source_values_verdict(diff, in_flight, hidden)
             return check_result(rules.per_shard_verdict(verdicts))
 
+    return registered
+
+
+def build_checks_op(
+    registered: Sequence[tuple[dg.AssetCheckSpec, CheckBody]], tables_at_once: int
+) -> dg.AssetChecksDefinition:
+    """Every table's checks (``build_table_checks``) as one op: a run executes the checks it
+    selects, each table's in turn in a thread of a pool of ``tables_at_once``, on a Spark
+    session of its own (see the module docstring)."""
+    bodies = {check_spec.key: body for check_spec, body in registered}
+
     @dg.multi_asset_check(
         specs=[check_spec for check_spec, _ in registered],
         can_subset=True,
-        name=f"{node_name('base', spec.name)}_checks",
-        description=f"The checks of {spec.name} (one op; a run executes the selected ones).",
+        name=CHECKS_OP,
+        description="The checks of every table (one op; a run executes the selected ones).",
     )
     def table_checks(
         context: AssetCheckExecutionContext,
@@ -462,11 +476,21 @@ def build_table_checks(
         kafka: KafkaResource,
     ) -> Iterator[dg.AssetCheckResult]:
         resources = CheckResources(context, spark, iceberg, kafka)
-        for check_spec, body in registered:
-            if check_spec.key in context.selected_asset_check_keys:
-                yield _named(body(resources), check_spec.key)
+        by_table: dict[str, list[dg.AssetCheckKey]] = {}
+        for key in bodies:  # the order they were registered in
+            if key in context.selected_asset_check_keys:
+                by_table.setdefault(table_or_name(key.asset_key), []).append(key)
 
-    return [table_checks]
+        def run_table(keys: list[dg.AssetCheckKey]) -> list[dg.AssetCheckResult]:
+            own_session_per_thread()
+            return [_named(bodies[key](resources), key) for key in keys]
+
+        width = max(1, min(tables_at_once, len(by_table)))
+        with ThreadPoolExecutor(width, thread_name_prefix="cdc-checks") as pool:
+            for results in pool.map(run_table, by_table.values()):
+                yield from results
+
+    return table_checks
 
 
 def _named(result: dg.AssetCheckResult, key: dg.AssetCheckKey) -> dg.AssetCheckResult:

@@ -92,6 +92,17 @@ def cell(value: object) -> str:
     return text if len(text) <= 28 else text[:25] + "..."
 
 
-def last_metadata(result: Any, node: str) -> dict[str, Any]:
-    mats = result.asset_materializations_for_node(node)
+def materializations(result: Any, key: Any) -> list[Any]:
+    """The materializations of asset ``key`` in a run's result, in the order they were made
+    (several assets share an op: Dagster's lookup by node would return all of theirs)."""
+    return [
+        event.event_specific_data.materialization
+        for event in result.get_asset_materialization_events()
+        if event.asset_key == key
+    ]
+
+
+def last_metadata(result: Any, key: Any) -> dict[str, Any]:
+    """The newest materialization metadata of asset ``key`` in a run's result, as plain values."""
+    mats = materializations(result, key)
     return {k: v.value for k, v in mats[-1].metadata.items()} if mats else {}

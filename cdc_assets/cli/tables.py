@@ -354,7 +354,7 @@ def cmd_checks(settings: Settings, args: argparse.Namespace) -> int:
 def cmd_evolve(settings: Settings, args: argparse.Namespace) -> int:
     """Apply a schema change to one table through the evolve_schemas job (recorded in Dagster)."""
 
-    from cdc_assets.assets.keys import asset_key, node_name
+    from cdc_assets.assets.keys import asset_key
     from cdc_assets.assets.schema import evolve_run_config
     from cdc_assets.definitions import build_defs
 
@@ -377,7 +377,7 @@ def cmd_evolve(settings: Settings, args: argparse.Namespace) -> int:
             error = event.event_specific_data.error  # type: ignore[union-attr]
             print_plain(error.message if error else "evolution failed")
         return 1
-    meta = last_metadata(result, node_name("schema", args.table))
+    meta = last_metadata(result, asset_key("schema", args.table))
     print_plain(str(meta.get("diff", "")).strip("`\n"))
     console.print(
         f"{args.table}: {meta.get('decision')}, spec v{meta.get('from_version')} -> "

@@ -21,10 +21,9 @@ from typing import Any
 
 import dagster as dg
 
-from cdc_assets.assets.keys import node_name, table_of
+from cdc_assets.assets.keys import asset_key, table_of
 from cdc_assets.definitions import build_defs
 from cdc_assets.jobs.checks import CHECK_JOB
-from cdc_assets.jobs.run_here import execute_here
 from cdc_assets.jobs.upsert import upsert_assets
 from cdc_assets.sensors.runs import table_tags
 from cdc_assets.settings import Settings
@@ -51,18 +50,13 @@ class CycleResult:
         return not any(self.read.values()) and not self.evolved
 
 
-def metadata_by_node(result: Any) -> dict[str, dict[str, Any]]:
-    """The newest materialization metadata of each node of a run result, as plain values, in
-    one pass over the run's events. (Dagster's lookup for one node reads every event of the
-    run: asked once per table, that cost grows with the square of the tables; at 1,000 tables
-    it was seconds per run.)"""
-    out: dict[str, dict[str, Any]] = {}
+def metadata_by_key(result: Any) -> dict[dg.AssetKey, dict[str, Any]]:
+    """The newest materialization metadata of each asset of a run result, as plain values, in
+    one pass over the run's events (a ledger's other hours come before its run's own)."""
+    out: dict[dg.AssetKey, dict[str, Any]] = {}
     for event in result.get_asset_materialization_events():
-        if event.node_handle is None:
-            continue
         materialization = event.event_specific_data.materialization
-        # Top-level nodes only (a graph's nodes would name their graph): every asset here is.
-        out[event.node_handle.root.name] = {k: v.value for k, v in materialization.metadata.items()}
+        out[materialization.asset_key] = {k: v.value for k, v in materialization.metadata.items()}
     return out
 
 
@@ -124,11 +118,8 @@ class PipelineDriver:
             .resolve_job_def(job)
             .get_subset(asset_selection=set(assets), asset_check_selection=set(checks))
         )
-        if self.settings.tables_at_once > 1:
-            # execute_in_process would run the steps one after another whatever the executor.
-            return execute_here(
-                subset, instance=self.instance, run_config=self.run_config, **kwargs
-            )
+        # The job's own executor is Dagster's in-process one: a run's tables go at once inside
+        # its steps (assets/tables.py), so execute_in_process runs them as the daemon's run does.
         return subset.execute_in_process(
             instance=self.instance, run_config=self.run_config, **kwargs
         )
@@ -156,9 +147,9 @@ class PipelineDriver:
             )
             tables = _tables(request)
             self._pending.update(tables)
-            metadata = metadata_by_node(result)
+            metadata = metadata_by_key(result)
             for table in tables:
-                out[table] = metadata.get(node_name("cdc", table), {})
+                out[table] = metadata.get(asset_key("cdc", table), {})
         self._cursors["new_kafka_offsets"] = cursor
         return out
 
@@ -202,10 +193,10 @@ class PipelineDriver:
         )
         self._pending.difference_update(tables)
         out = {}
-        metadata = metadata_by_node(result)
+        metadata = metadata_by_key(result)
         for table in tables:
-            meta = metadata.get(node_name("base", table), {})
-            bucketed = metadata.get(node_name("bucketed", table), {})
+            meta = metadata.get(asset_key("base", table), {})
+            bucketed = metadata.get(asset_key("bucketed", table), {})
             meta["changed_keys"] = bucketed.get("changed_keys", 0)
             meta["bucketed_seconds"] = bucketed.get("seconds", 0.0)
             out[table] = meta
@@ -237,9 +228,9 @@ class PipelineDriver:
             raise_on_error=False,
         )
         out = {}
-        metadata = metadata_by_node(result)
+        metadata = metadata_by_key(result)
         for key in keys:
-            meta = metadata.get("__".join(key.path), {})
+            meta = metadata.get(key, {})
             out[".".join(key.path[1:])] = meta or {"error": "not created: see the run's logs"}
         return out
 

@@ -14,12 +14,12 @@ import pytest
 import yaml
 
 from cdc_assets.assets.keys import asset_key, layer_and_table, table_of
+from cdc_assets.assets.tables import TABLES_OP
 from cdc_assets.cli import DAGSTER_YAML
 from cdc_assets.definitions import build_defs
 from cdc_assets.errors import ConfigError
-from cdc_assets.jobs.executor import EXECUTOR_NAME
 from cdc_assets.jobs.ingest import deployment_start
-from cdc_assets.jobs.sync import SYNC_LAYERS, sync_selection
+from cdc_assets.jobs.sync import sync_selection
 from cdc_assets.settings import DEFAULT_TABLES_AT_ONCE, load_settings, source_url_variable
 from cdc_assets.spec import load_specs
 from cdc_assets_tests.conftest import PROJECT_ROOT
@@ -369,23 +369,31 @@ def test_ledger_updated_sensor_targets_the_ingested_tables() -> None:
     ]
 
 
+def _width(defs: dg.Definitions) -> int:
+    """The default ``tables_at_once`` of the ``tables`` op's config."""
+    op = defs.get_assets_def(asset_key("base", "users")).op
+    assert op.name == TABLES_OP
+    assert op.config_schema is not None
+    return int(op.config_schema.as_field().default_value["tables_at_once"])
+
+
 def test_runs_share_one_process_and_spark_driver(defs: dg.Definitions) -> None:
+    """Dagster's own in-process executor: one process and driver per run, the run's tables at
+    once inside its steps (assets/tables.py)."""
     for name in ("ingest_ledgers", "upsert_bases", "evolve_schemas", "check_schema_drift"):
         executor = defs.resolve_job_def(name).executor_def
-        assert executor.name == EXECUTOR_NAME
-        # The config's default is the settings' (two tables at once unless set).
-        assert (
-            executor.config_schema.as_field().default_value["tables_at_once"]
-            == DEFAULT_TABLES_AT_ONCE
-        )
+        assert executor is dg.in_process_executor
+    # The width's default is the settings' (unless set).
+    assert _width(defs) == DEFAULT_TABLES_AT_ONCE
+    # Every table's ledger, bucketed, base and history are one op; so are their checks.
+    job = defs.resolve_job_def("sync_tables")
+    assert sorted(n.name for n in job.nodes) == ["table_checks", "tables"]
 
 
 def test_tables_at_once_comes_from_the_environment(tmp_path: Path) -> None:
     env = {"CDC_ASSETS_HOME": str(tmp_path), "CDC_ASSETS_SPECS": str(PROJECT_ROOT / "table_specs")}
     defs = build_defs(settings=load_settings({**env, "CDC_ASSETS_TABLES_AT_ONCE": "3"}))
-    for name in ("ingest_ledgers", "upsert_bases", "maintain_tables"):
-        field = defs.resolve_job_def(name).executor_def.config_schema.as_field()
-        assert field.default_value["tables_at_once"] == 3
+    assert _width(defs) == 3
     for bad in ("0", "two", "-1"):
         with pytest.raises(ConfigError, match="CDC_ASSETS_TABLES_AT_ONCE"):
             load_settings({**env, "CDC_ASSETS_TABLES_AT_ONCE": bad})
@@ -500,17 +508,6 @@ def test_ledger_updated_sensor_leaves_micro_batches_to_themselves(defs: dg.Defin
         _succeeded(instance, "ingest_ledgers", {asset_key("cdc", t) for t in ("orders", "users")})
         (request,), _ = _ledger_updated_tick(defs, instance, None)
         assert request.tags["cdc/tables"] == "users"
-
-
-def test_a_micro_batch_upserts_each_table_right_after_its_ingest(defs: dg.Definitions) -> None:
-    """In a `sync_tables` run a table's bucketed and base steps go before the other tables'
-    ingests: Dagster's executors start ready steps by op priority, highest first."""
-    for table in sorted(TABLES):
-        cdc, bucketed, base = (
-            int(defs.get_assets_def(asset_key(layer, table)).op.tags.get("dagster/priority", 0))
-            for layer in SYNC_LAYERS[:3]
-        )
-        assert cdc < bucketed < base
 
 
 def test_new_offsets_sensor_adds_no_run_while_an_ingest_waits(

@@ -10,7 +10,8 @@ from typing import Any
 
 import dagster as dg
 
-from cdc_assets.assets.keys import asset_key, node_name
+from cdc_assets.assets.keys import asset_key
+from cdc_assets.cli.common import materializations
 from cdc_assets.definitions import build_defs
 from cdc_assets.pipeline.shared.offsets import encode_offsets
 from cdc_assets.pipeline.shared.tables import ensure_tables
@@ -22,8 +23,8 @@ from cdc_assets_tests.integration.test_ingest import isolated
 from cdc_assets_tests.integration.test_upsert import example_spec
 
 
-def _meta(result: Any, node: str) -> dict[str, Any]:
-    mats = result.asset_materializations_for_node(node)
+def _meta(result: Any, node: dg.AssetKey) -> dict[str, Any]:
+    mats = materializations(result, node)
     assert mats, f"no materialization of {node}"
     return {k: v.value for k, v in mats[-1].metadata.items()}
 
@@ -41,7 +42,7 @@ def test_jobs_record_metadata_and_run_the_checks_of_their_assets(
     ingest = defs.resolve_job_def("ingest_ledgers").execute_in_process(
         instance=instance, partition_key=current_hour_key(datetime.now(UTC))
     )
-    cdc = _meta(ingest, node_name("cdc", "orders"))
+    cdc = _meta(ingest, asset_key("cdc", "orders"))
     assert cdc["records_read"] == len(records)
     assert cdc["rows_written"] == cdc["ledger_rows"] > 0
     assert cdc["data_files_added"] > 0
@@ -70,9 +71,9 @@ def test_jobs_record_metadata_and_run_the_checks_of_their_assets(
     assert empty.asset_materialization.metadata["ledger_rows"].value == 0
 
     upsert = defs.resolve_job_def("upsert_bases").execute_in_process(instance=instance)
-    bucketed = _meta(upsert, node_name("bucketed", "orders"))
+    bucketed = _meta(upsert, asset_key("bucketed", "orders"))
     assert bucketed["dagster/row_count"] == bucketed["changed_keys"] > 0
-    base = _meta(upsert, node_name("base", "orders"))
+    base = _meta(upsert, asset_key("base", "orders"))
     assert base["applied"] is True
     assert base["dagster/row_count"] == base["base_rows"] > 0
     assert base["rows_inserted"] > 0

@@ -81,7 +81,11 @@ result = defs.resolve_job_def("ingest_ledgers").execute_in_process(
 )
 assert result.success
 # The run's own materialization comes last (one per further hour written may precede it).
-mat = result.asset_materializations_for_node("cdc__users_cdc")[-1]
+mat = [
+    e.event_specific_data.materialization
+    for e in result.get_asset_materialization_events()
+    if e.asset_key == dg.AssetKey(["cdc", "users_cdc"])
+][-1]
 wanted = ("spec_version", "dead_letters", "catch_up_")
 values = {k: v.value for k, v in mat.metadata.items() if k.startswith(wanted)}
 print("METADATA " + json.dumps(values, default=str))

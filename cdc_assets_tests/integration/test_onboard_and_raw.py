@@ -9,7 +9,8 @@ from typing import Any
 import dagster as dg
 from confluent_kafka import Producer
 
-from cdc_assets.assets.keys import asset_key, node_name
+from cdc_assets.assets.keys import asset_key
+from cdc_assets.cli.common import materializations
 from cdc_assets.definitions import build_defs
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
 from cdc_assets.schema.layers import all_layouts
@@ -76,7 +77,7 @@ def test_raw_asset_reports_topic_offsets(
         resources=resources,
     )
     assert result.success
-    meta = result.asset_materializations_for_node(node_name("raw", "users"))[0].metadata
+    meta = materializations(result, asset_key("raw", "users"))[0].metadata
     assert meta["partitions"].value == 1
     assert meta["retained_messages"].value == 25
     assert meta["latest_offsets"].value == {"0": 25}

@@ -24,6 +24,7 @@ from confluent_kafka.admin import NewTopic
 from cdc_assets.assets.keys import asset_key, node_name
 from cdc_assets.checks.runner import run_checks
 from cdc_assets.cli import main
+from cdc_assets.cli.common import materializations
 from cdc_assets.definitions import build_defs
 from cdc_assets.pipeline.shared.meta_tables import read_history
 from cdc_assets.pipeline.shared.tables import ensure_tables
@@ -394,7 +395,7 @@ def test_postgres_new_field_in_row_events_is_pushed_from_the_embedded_schema(
         bootstrap,
     )
     defs, ingested = ingest_job(v1)
-    cdc = ingested.asset_materializations_for_node(node_name("cdc", "orders"))[-1].metadata
+    cdc = materializations(ingested, asset_key("cdc", "orders"))[-1].metadata
     assert cdc["unknown_fields"].value == ["coupon"]
     # pull sees it too, from the same embedded schema
     (observed,) = _drift(defs, instance)
@@ -430,7 +431,7 @@ def test_postgres_new_field_in_row_events_is_pushed_from_the_embedded_schema(
     )
     defs, ingested = ingest_job(evolved)
     assert (
-        not ingested.asset_materializations_for_node(node_name("cdc", "orders"))[-1]
+        not materializations(ingested, asset_key("cdc", "orders"))[-1]
         .metadata["unknown_fields"]
         .value
     )

@@ -25,7 +25,8 @@ import dagster as dg
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from cdc_assets.assets.keys import node_name
+from cdc_assets.assets.keys import asset_key
+from cdc_assets.cli.common import materializations
 from cdc_assets.definitions import build_defs
 from cdc_assets.pipeline.bootstrap.bootstrap import BootstrapError, bootstrap_from_source
 from cdc_assets.pipeline.bootstrap.source_compare import compare_source
@@ -243,7 +244,7 @@ def cycle(
         assert evaluation.passed == (name not in failing), (name, evaluation.description)
         if name in failing:
             assert failing[name] in (evaluation.description or ""), evaluation.description
-    mats = ingest.asset_materializations_for_node(node_name("cdc", NAME))
+    mats = materializations(ingest, asset_key("cdc", NAME))
     assert mats
     return {k: v.value for k, v in mats[-1].metadata.items()}
 

@@ -82,6 +82,8 @@ RUN_JOBS = """
 import json, sys
 from datetime import UTC, datetime
 import dagster as dg
+from cdc_assets.assets.keys import asset_key
+from cdc_assets.cli.common import materializations
 from cdc_assets.definitions import build_defs
 from cdc_assets.pipeline.shared.session_kind import is_connect
 from cdc_assets.resources import build_resources
@@ -100,7 +102,7 @@ with dg.instance_for_test() as instance:
         instance=instance, partition_key=hour
     )
     upsert = defs.resolve_job_def("upsert_bases").execute_in_process(instance=instance)
-    merged = upsert.asset_materializations_for_node("base__" + spec.name)[0]
+    merged = materializations(upsert, asset_key("base", spec.name))[0]
 session = resources["spark"].get_session()
 print(json.dumps({
     "remote": resources["spark"].remote,

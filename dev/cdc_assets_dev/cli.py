@@ -23,6 +23,7 @@ from cdc_assets.cli.common import (
     dagster_instance,
     ensure_dagster_home,
     last_metadata,
+    materializations,
 )
 from cdc_assets.cli.report import base_sample, report_tables
 from cdc_assets.settings import ENV_SPECS, Settings
@@ -244,7 +245,7 @@ def run_generator_demo(settings: Settings, args: argparse.Namespace) -> int:
     """The demo on the project's generated Debezium stream (no databases): `checks --demo`."""
     from datetime import UTC, datetime
 
-    from cdc_assets.assets.keys import asset_key, node_name
+    from cdc_assets.assets.keys import asset_key
     from cdc_assets.definitions import build_defs
     from cdc_assets.jars.maven import ensure_jars
     from cdc_assets.jobs.upsert import upsert_assets
@@ -288,7 +289,7 @@ def run_generator_demo(settings: Settings, args: argparse.Namespace) -> int:
         "table", "read", "ledger rows", "dead letters", "skipped", "dead-letter reasons"
     )
     for spec in specs:
-        mats = ingest.asset_materializations_for_node(node_name("cdc", spec.name))
+        mats = materializations(ingest, asset_key("cdc", spec.name))
         meta: dict[str, Any] = {k: v.value for k, v in mats[-1].metadata.items()} if mats else {}
         reasons = meta.get("dead_letter_reasons") or {}
         summary.add_row(
@@ -318,8 +319,8 @@ def run_generator_demo(settings: Settings, args: argparse.Namespace) -> int:
         "base rows",
     )
     for spec in specs:
-        bmeta = last_metadata(upsert, node_name("bucketed", spec.name))
-        meta = last_metadata(upsert, node_name("base", spec.name))
+        bmeta = last_metadata(upsert, asset_key("bucketed", spec.name))
+        meta = last_metadata(upsert, asset_key("base", spec.name))
         merges.add_row(
             spec.name,
             str(bmeta.get("changed_keys", 0)),
@@ -336,7 +337,7 @@ def run_generator_demo(settings: Settings, args: argparse.Namespace) -> int:
             instance=instance, run_config=QUIET, asset_selection=view_keys, raise_on_error=False
         )
         for key in view_keys:
-            meta = last_metadata(views, "__".join(key.path))
+            meta = last_metadata(views, key)
             shown = f"{meta['columns']} columns" if meta else "[red]failed[/red]"
             console.print(f"      view {'.'.join(key.path[1:])}: {shown}")
     console.print(f"[bold][7/{steps}][/bold] what exists, and a sample of each base table")

@@ -9,7 +9,7 @@ therefore cached uncompressed and as objects, spilling to disk when memory runs 
 backlog keeps the compressed cache, which takes about a third of the memory: a 2M-event backlog
 cached uncompressed filled a 2g driver's heap and ran slower than compressed.
 
-The run executor runs several tables' steps at once in one driver (``jobs/executor.py``), and
+A run takes several tables at once in one driver (``assets/tables.py``), and
 two cached backlogs of a million records each would not fit that heap together. So a driver
 process holds at most one large batch (``LARGE_BATCH_RECORDS`` records or more, or of unknown
 size) in its cache at a time: a second large batch waits for the first to be written and
