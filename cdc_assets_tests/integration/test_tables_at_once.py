@@ -43,9 +43,14 @@ def _overlapping_tables(instance: dg.DagsterInstance) -> int:
             assert materialization is not None
             seconds = materialization.metadata.get("seconds")
             table = table_of(materialization.asset_key)
-            if seconds is None or table is None or materialization.partition not in (
-                None,
-                record.dagster_run.tags.get("dagster/partition"),
+            if (
+                seconds is None
+                or table is None
+                or materialization.partition
+                not in (
+                    None,
+                    record.dagster_run.tags.get("dagster/partition"),
+                )
             ):
                 continue
             spans.append((table, entry.timestamp - float(seconds.value), entry.timestamp))
