@@ -27,9 +27,10 @@ an op per asset was most of a run worker's start (``benchmarks/definitions_load.
 """
 
 import queue
+import threading
+import time
 import traceback
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -51,6 +52,9 @@ TABLES_OP = "tables"
 # The layers of a table this op materializes, in the order a table's thread runs them.
 TABLE_STEP_LAYERS = ("cdc", "bucketed", "base", "history")
 _POLL_S = 0.5  # how often the step's thread looks up from the queue (and can be interrupted)
+_STATUS_S = 5.0  # how often it looks whether the run is being terminated
+# After a termination, how long the step waits for the tables running to end their commit.
+TERMINATION_GRACE_S = 60.0
 
 
 def tables_config(default_width: int) -> type[dg.Config]:
@@ -205,14 +209,51 @@ def _hour(now: datetime) -> str:
     return now.strftime("%Y-%m-%d-%H:00")
 
 
+class _Threads:
+    """Up to ``width`` daemon threads that take the tables in turn. Daemon threads, not a
+    ``ThreadPoolExecutor``: after a termination the step waits ``TERMINATION_GRACE_S`` for the
+    running tables' commits, and a table stuck past that (a Spark server gone) must not keep the
+    run's process alive; a commit is atomic, so ending mid-way loses nothing."""
+
+    def __init__(
+        self,
+        work_items: Sequence[tuple[TableSpec, Sequence[str]]],
+        work: _TableWork,
+        width: int,
+        out: queue.Queue[Any],
+    ) -> None:
+        self._todo: queue.Queue[tuple[TableSpec, Sequence[str]]] = queue.Queue()
+        for item in work_items:
+            self._todo.put(item)
+        self._work = work
+        self._out = out
+        self._lock = threading.Lock()
+        self.started = 0  # tables taken by a thread
+        self.stopping = threading.Event()
+        for n in range(width):
+            threading.Thread(target=self._loop, name=f"cdc-table_{n}", daemon=True).start()
+
+    def _loop(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                spec, layers = self._todo.get_nowait()
+            except queue.Empty:
+                return
+            with self._lock:
+                if self.stopping.is_set():
+                    return
+                self.started += 1
+            self._work.run(spec, layers, self._out)
+
+
 def _run_tables(
     context: dg.AssetExecutionContext,
     work_items: Sequence[tuple[TableSpec, Sequence[str]]],
     work: _TableWork,
     width: int,
 ) -> Iterator[dg.MaterializeResult]:  # type: ignore[type-arg]
-    """Each table's layers in a thread of a pool of ``width``; their results yielded (or
-    logged) in this thread, in the order they were committed."""
+    """Each table's layers in one of ``width`` threads; their results yielded (or logged) in
+    this thread, in the order they were committed."""
     if not work_items:
         return
     width = max(1, min(width, len(work_items)))
@@ -223,18 +264,23 @@ def _run_tables(
         )
     out: queue.Queue[Any] = queue.Queue()
     failed: list[_Failed] = []
-    running = len(work_items)
-    pool = ThreadPoolExecutor(width, thread_name_prefix="cdc-table")
+    done = 0
+    threads = _Threads(work_items, work, width, out)
+    last_look = time.monotonic()
     try:
-        for spec, layers in work_items:
-            pool.submit(work.run, spec, layers, out)
-        while running:
+        while done < len(work_items):
             try:
                 item = out.get(timeout=_POLL_S)
             except queue.Empty:
+                if time.monotonic() - last_look >= _STATUS_S:
+                    last_look = time.monotonic()
+                    if _terminating(context):
+                        raise dg.DagsterExecutionInterruptedError(
+                            "the run is being terminated"
+                        ) from None
                 continue
             if item is _DONE:
-                running -= 1
+                done += 1
             elif isinstance(item, _Failed):
                 failed.append(item)
                 context.log.error(f"{item.table}: {item.layer} failed:\n{item.text}")
@@ -243,11 +289,12 @@ def _run_tables(
             else:
                 yield item
     except BaseException:
-        # A termination (or a failure of this thread): no table starts any more; the ones
-        # running finish their commit, each atomic, before the step ends.
-        pool.shutdown(wait=True, cancel_futures=True)
+        # A termination (Dagster raises it here on SIGINT or SIGTERM; the UI's Terminate also
+        # marks the run canceling): no table starts any more, and the running ones get a grace
+        # period to finish their commit.
+        threads.stopping.set()
+        _drain(context, out, threads, done, TERMINATION_GRACE_S)
         raise
-    pool.shutdown(wait=True)
     if len(failed) == 1:
         raise failed[0].error
     if failed:
@@ -258,6 +305,50 @@ def _run_tables(
             ),
             metadata={"failed_tables": [f.table for f in failed]},
         ) from failed[0].error
+
+
+def _terminating(context: dg.AssetExecutionContext) -> bool:
+    run = context.instance.get_run_by_id(context.run_id)
+    return run is not None and run.status in (
+        dg.DagsterRunStatus.CANCELING,
+        dg.DagsterRunStatus.CANCELED,
+    )
+
+
+def _drain(
+    context: dg.AssetExecutionContext,
+    out: queue.Queue[Any],
+    threads: _Threads,
+    done: int,
+    grace_s: float,
+) -> None:
+    """Wait up to ``grace_s`` for the tables the threads took to end. What they commit meanwhile
+    is recorded as materializations outside the run: an interrupted step can no longer report
+    its own, and the asset's newest metadata (offsets, watermark) must stay true."""
+    deadline = time.monotonic() + grace_s
+    while done < threads.started and time.monotonic() < deadline:
+        try:
+            item = out.get(timeout=_POLL_S)
+        except queue.Empty:
+            continue
+        if item is _DONE:
+            done += 1
+        elif isinstance(item, _Failed):
+            context.log.error(f"{item.table}: {item.layer} failed:\n{item.text}")
+        else:
+            partitioned = item.asset_key.path[0] == "cdc" and context.has_partition_key
+            context.instance.report_runless_asset_event(
+                dg.AssetMaterialization(
+                    asset_key=item.asset_key,
+                    partition=item.partition
+                    if isinstance(item, dg.AssetMaterialization)
+                    else context.partition_key
+                    if partitioned
+                    else None,
+                    description=f"committed while run {context.run_id} was being terminated",
+                    metadata=item.metadata,
+                )
+            )
 
 
 def tables_run_config(mode: str | None = None, tables_at_once: int | None = None) -> dict[str, Any]:

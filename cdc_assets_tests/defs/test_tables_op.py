@@ -14,6 +14,7 @@ from typing import Any
 import dagster as dg
 import pytest
 
+from cdc_assets.assets import tables as tables_module
 from cdc_assets.assets.keys import asset_key
 from cdc_assets.assets.tables import _DONE, _Failed, _run_tables, selected_layers
 
@@ -112,3 +113,66 @@ def test_selected_layers_group_a_selection_by_table_in_layer_order() -> None:
     keys = [asset_key("base", "b"), asset_key("cdc", "b"), asset_key("history", "a")]
     keys += [asset_key("raw", "a"), dg.AssetKey(["view", "x"])]
     assert selected_layers(keys) == {"a": ["history"], "b": ["cdc", "base"]}
+
+
+class _Slow(_Work):
+    """Table ``a``'s ledger takes ``seconds``; the others' layers are quick."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+        self.started: list[str] = []
+
+    def run(self, spec: _Spec, layers: Sequence[str], out: queue.Queue[Any]) -> None:
+        self.started.append(spec.name)
+        if spec.name == "a":
+            time.sleep(self.seconds)
+        super().run(spec, layers, out)
+
+
+def _terminated_run(
+    work: _Work, monkeypatch: pytest.MonkeyPatch, instance: dg.DagsterInstance | None = None
+) -> dg.ExecuteInProcessResult:
+    """One table at a time, the run marked terminating from the step's first look on."""
+    monkeypatch.setattr(tables_module, "_STATUS_S", 0.0)
+    monkeypatch.setattr(tables_module, "_terminating", lambda context: True)
+    specs = [dg.AssetSpec(asset_key(layer, t)) for t in TABLES for layer in LAYERS]
+
+    @dg.multi_asset(specs=specs, can_subset=True, name="tables")
+    def tables(context: dg.AssetExecutionContext) -> Iterator[dg.MaterializeResult]:  # type: ignore[type-arg]
+        items = [(_Spec(t), layers) for t, layers in selected_layers(specs_keys(specs)).items()]
+        yield from _run_tables(context, items, work, 1)  # type: ignore[arg-type]
+
+    return dg.materialize([tables], raise_on_error=False, instance=instance)
+
+
+def specs_keys(specs: list[dg.AssetSpec]) -> list[dg.AssetKey]:
+    return [s.key for s in specs]
+
+
+def test_a_termination_starts_no_table_and_lets_the_running_one_commit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    work = _Slow(1.5)
+    instance = dg.DagsterInstance.ephemeral()
+    result = _terminated_run(work, monkeypatch, instance)
+    assert not result.success
+    assert work.started == ["a"]  # b and c never started
+    assert {k for k, _ in work.spans} == {"a"}  # a ran to its end
+    # a's commits are recorded although the step was interrupted (outside the run)
+    recorded = {
+        key
+        for key in (asset_key(layer, t) for t in TABLES for layer in LAYERS)
+        if instance.get_latest_materialization_event(key) is not None
+    }
+    assert recorded == {asset_key(layer, "a") for layer in LAYERS}
+
+
+def test_a_table_stuck_past_the_grace_period_does_not_hold_the_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(tables_module, "TERMINATION_GRACE_S", 1.0)
+    started = time.monotonic()
+    result = _terminated_run(_Slow(60.0), monkeypatch)
+    assert not result.success
+    assert time.monotonic() - started < 20
