@@ -32,7 +32,7 @@ from cdc_assets.jobs.upsert import build_upsert_job
 from cdc_assets.local_servers.endpoints import with_local_sources
 from cdc_assets.pipeline.evolution.spec_store import load_with_stored_versions
 from cdc_assets.resources import build_resources
-from cdc_assets.run_launcher import tables_from_env
+from cdc_assets.run_tables import tables_from_env
 from cdc_assets.sensors.drift_detected import build_drift_sensor
 from cdc_assets.sensors.ledger_updated import build_ledger_updated_sensor
 from cdc_assets.sensors.new_offsets import build_new_offsets_sensor
@@ -148,8 +148,12 @@ def build_defs(
             ),
         ],
         sensors=[
-            build_new_offsets_sensor(specs, sync_job, resources["iceberg"].existing_catalog),
-            build_ledger_updated_sensor(ingest_job, upsert_job, evolve_job, sync_job),
+            build_new_offsets_sensor(
+                specs, sync_job, resources["iceberg"].existing_catalog, settings.k8s_run_tables
+            ),
+            build_ledger_updated_sensor(
+                ingest_job, upsert_job, evolve_job, sync_job, settings.k8s_run_tables
+            ),
             build_schema_change_sensor(
                 specs, settings.specs_dir, evolve_job, resources["iceberg"].existing_catalog
             ),
@@ -166,5 +170,6 @@ def build_defs(
     )
 
 
-# A run worker started by the project's run launcher builds its run's tables only.
+# A run worker started by the project's run launcher (or a Kubernetes run pod whose run carries
+# the dagster-k8s/config tag) builds its run's tables only.
 defs = build_defs(only_tables=tables_from_env())

@@ -18,44 +18,16 @@ import os
 import signal
 import subprocess
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import dagster as dg
 from dagster._core.launcher import LaunchRunContext, RunLauncher
 from dagster._serdes import ConfigurableClass, ConfigurableClassData
 
-from cdc_assets.assets.keys import table_of
+from cdc_assets.run_tables import RUN_TABLES_ENV, run_tables
 
-RUN_TABLES_ENV = "CDC_ASSETS_RUN_TABLES"
 PID_TAG = "cdc/run_worker_pid"
-# Linux refuses a single environment string over 128 KiB; a run of more tables than fit loads
-# every definition instead (it is then a run of most of a large fleet anyway).
-MAX_ENV_CHARS = 100_000
-
-
-def run_tables(
-    asset_keys: Iterable[dg.AssetKey] | None, check_keys: Iterable[dg.AssetCheckKey] | None
-) -> list[str] | None:
-    """The tables a run's selection touches, or None when the run needs every definition: no
-    selection (the whole job), a key that is not a table layer's (a view), or more tables than
-    one environment variable holds."""
-    if asset_keys is None:
-        return None
-    keys = [*asset_keys, *(c.asset_key for c in check_keys or ())]
-    tables = {table_of(k) for k in keys}
-    if not keys or None in tables:
-        return None
-    named = sorted(t for t in tables if t is not None)
-    return named if sum(len(t) + 1 for t in named) <= MAX_ENV_CHARS else None
-
-
-def tables_from_env(environ: Mapping[str, str] = os.environ) -> frozenset[str] | None:
-    """The tables a run worker builds (``CDC_ASSETS_RUN_TABLES``), or None: every table."""
-    value = environ.get(RUN_TABLES_ENV)
-    if value is None:
-        return None
-    return frozenset(t for t in value.split(",") if t)
 
 
 class TableRunLauncher(RunLauncher, ConfigurableClass):

@@ -63,6 +63,9 @@ CLUSTER_CATALOGS = ("rest", "jdbc")
 # How many tables of a run execute at once in its process, each on a Spark session of its own
 # (assets/tables.py); a run's config may set it too (ops.tables.config.tables_at_once).
 ENV_TABLES_AT_ONCE = "CDC_ASSETS_TABLES_AT_ONCE"
+# 1: the sensors' micro-batch runs carry the dagster-k8s/config tag that names their tables to the
+# run's pod (run_tables.py), so that on Kubernetes a run worker builds only its tables' definitions.
+ENV_K8S_RUN_TABLES = "CDC_ASSETS_K8S_RUN_TABLES"
 # How often a continuous worker beats (jobs/continuous.py): one that misses six beats is
 # replaced, so this is also about a sixth of how long a killed worker's tables wait.
 ENV_WORKER_HEARTBEAT_S = "CDC_ASSETS_WORKER_HEARTBEAT_S"
@@ -135,6 +138,7 @@ class Settings:
     cluster_catalog: str = "rest"  # its catalog: "rest" or "jdbc" (ENV_CLUSTER_CATALOG)
     catalog_properties: dict[str, str] = field(default_factory=dict)
     tables_at_once: int = DEFAULT_TABLES_AT_ONCE  # tables of a run at once (assets/tables.py)
+    k8s_run_tables: bool = False  # the dagster-k8s/config tag on the sensors' runs
     worker_heartbeat_s: float = DEFAULT_WORKER_HEARTBEAT_S  # continuous workers' heartbeat
     worker_tables_at_once: int = DEFAULT_WORKER_TABLES_AT_ONCE  # a worker's tables in a cycle
     metrics_token: str | None = None  # bearer token `fleet --serve` requires (None: none)
@@ -256,6 +260,7 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         cluster_catalog=_cluster_catalog(env.get(ENV_CLUSTER_CATALOG, "")),
         catalog_properties=_catalog_properties(env.get(ENV_CATALOG_PROPERTIES, "")),
         tables_at_once=_tables_at_once(env, ENV_TABLES_AT_ONCE, DEFAULT_TABLES_AT_ONCE),
+        k8s_run_tables=env.get(ENV_K8S_RUN_TABLES, "").strip().lower() in ("1", "true", "yes"),
         worker_heartbeat_s=_worker_heartbeat(env),
         worker_tables_at_once=_tables_at_once(
             env, ENV_WORKER_TABLES_AT_ONCE, DEFAULT_WORKER_TABLES_AT_ONCE

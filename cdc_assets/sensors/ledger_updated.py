@@ -12,6 +12,7 @@ import dagster as dg
 from cdc_assets.assets.keys import asset_key, table_of
 from cdc_assets.jobs.asset_job import AssetJob
 from cdc_assets.jobs.continuous import live_worker_tables
+from cdc_assets.run_tables import k8s_config_tag
 from cdc_assets.sensors.runs import MICRO_BATCH_RETRIES, WAITING, table_tags, tables_in_runs
 
 # The run queue starts an upsert before the ingests queued with it: the upsert finishes what an
@@ -39,7 +40,10 @@ def build_ledger_updated_sensor(
     upsert_job: AssetJob,
     evolve_job: AssetJob | None = None,
     sync_job: AssetJob | None = None,
+    k8s_run_tables: bool = False,
 ) -> dg.SensorDefinition:
+    """``k8s_run_tables``: the runs carry the ``dagster-k8s/config`` tag naming their tables
+    (``run_tables.k8s_config_tag``)."""
     watched = [ingest_job.name, *([evolve_job.name] if evolve_job is not None else [])]
 
     @dg.sensor(
@@ -97,10 +101,11 @@ def build_ledger_updated_sensor(
             if not tables:
                 continue
             covered.update(tables)
+            chosen = [k for k in selection if table_of(k) in tables]
             requests.append(
                 dg.RunRequest(
                     run_key=run.run_id,
-                    asset_selection=[k for k in selection if table_of(k) in tables],
+                    asset_selection=chosen,
                     # No checks in the micro-batch: they read whole tables and would hold back
                     # the next upsert; the `table_checks` schedule runs them.
                     asset_check_keys=[],
@@ -110,6 +115,7 @@ def build_ledger_updated_sensor(
                         "cdc/ingest_run": run.run_id,
                         **MICRO_BATCH_RETRIES,
                         **UPSERT_PRIORITY,
+                        **(k8s_config_tag(chosen) if k8s_run_tables else {}),
                     },
                 )
             )

@@ -27,6 +27,7 @@ from cdc_assets.jobs.ingest import INGEST_JOB
 from cdc_assets.jobs.sync import sync_selection
 from cdc_assets.pipeline.evolution.spec_store import current_of, stored_specs
 from cdc_assets.resources.kafka import KafkaResource
+from cdc_assets.run_tables import k8s_config_tag
 from cdc_assets.sensors.runs import (
     IN_FLIGHT,
     MICRO_BATCH_RETRIES,
@@ -41,10 +42,15 @@ def current_hour_key(now: datetime) -> str:
 
 
 def build_new_offsets_sensor(
-    specs: list[TableSpec], job: AssetJob, load_catalog: Callable[[], Any] | None = None
+    specs: list[TableSpec],
+    job: AssetJob,
+    load_catalog: Callable[[], Any] | None = None,
+    k8s_run_tables: bool = False,
 ) -> dg.SensorDefinition:
     """``load_catalog``: the catalog of stored spec versions, whose topics are watched too (a
-    version that followed a renamed source table reads another topic before a reload)."""
+    version that followed a renamed source table reads another topic before a reload).
+    ``k8s_run_tables``: the runs carry the ``dagster-k8s/config`` tag naming their tables
+    (``run_tables.k8s_config_tag``)."""
     # Every shard's topic feeds its table: a grown shard runs the table's ingest.
     loaded = {view.source.topic: s for s in specs for view in s.shard_specs()}
 
@@ -112,16 +118,21 @@ def build_new_offsets_sensor(
             return dg.SensorResult(run_requests=[], cursor=context.cursor)
         tables = sorted({by_topic[t].name for t in grown})
         key = hashlib.sha256(json.dumps(grown, sort_keys=True).encode()).hexdigest()[:16]
+        selection = sync_selection(tables, history, groups)
+        # Only the accounting of this very ingest; the checks that read whole tables run on
+        # the `table_checks` schedule, not after every batch (they would hold back the next).
+        checks = [dg.AssetCheckKey(asset_key("cdc", t), ACCOUNTING_CHECK) for t in tables]
         request = dg.RunRequest(
             run_key=f"offsets:{key}",
             partition_key=hour,
-            asset_selection=sync_selection(tables, history, groups),
-            # Only the accounting of this very ingest; the checks that read whole tables run on
-            # the `table_checks` schedule, not after every batch (they would hold back the next).
-            asset_check_keys=[
-                dg.AssetCheckKey(asset_key("cdc", t), ACCOUNTING_CHECK) for t in tables
-            ],
-            tags={**table_tags(tables), "cdc/trigger": "new_offsets", **MICRO_BATCH_RETRIES},
+            asset_selection=selection,
+            asset_check_keys=checks,
+            tags={
+                **table_tags(tables),
+                "cdc/trigger": "new_offsets",
+                **MICRO_BATCH_RETRIES,
+                **(k8s_config_tag(selection, checks) if k8s_run_tables else {}),
+            },
         )
         seen.update(grown)
         return dg.SensorResult(run_requests=[request], cursor=json.dumps(seen, sort_keys=True))

@@ -86,3 +86,45 @@ def test_the_documented_settings_are_the_project_s() -> None:
     assert names
     unknown = [n for n in names if f'"{n}"' not in settings_source]
     assert unknown == []
+
+
+def test_a_micro_batch_tells_its_k8s_pod_its_tables(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``CDC_ASSETS_K8S_RUN_TABLES=1`` the ``new_kafka_offsets`` sensor's run carries the
+    ``dagster-k8s/config`` tag; dagster-k8s reads from it the pod's ``CDC_ASSETS_RUN_TABLES``,
+    and the definitions built from that variable hold every asset and check the run selects."""
+    from dagster_k8s.job import get_user_defined_k8s_config
+
+    from cdc_assets.definitions import build_defs
+    from cdc_assets.resources import KafkaResource
+    from cdc_assets.run_tables import K8S_CONFIG_TAG, RUN_TABLES_ENV, tables_from_env
+    from cdc_assets.settings import load_settings
+
+    def latest_offsets(self: KafkaResource, topics: list[str]) -> dict[str, dict[int, int]]:
+        return {t: {0: 3} for t in topics if "order" in t}
+
+    monkeypatch.setattr(KafkaResource, "latest_offsets", latest_offsets)
+    env = {"CDC_ASSETS_HOME": str(tmp_path), "CDC_ASSETS_SPECS": str(PROJECT_ROOT / "table_specs")}
+    kafka = KafkaResource(bootstrap_servers="127.0.0.1:9", home=str(tmp_path))
+    plain = build_defs(settings=load_settings(env))
+    on_k8s = build_defs(settings=load_settings({**env, "CDC_ASSETS_K8S_RUN_TABLES": "1"}))
+    requests = {}
+    for name, defs in (("plain", plain), ("k8s", on_k8s)):
+        sensor = defs.get_sensor_def("new_kafka_offsets")
+        with dg.instance_for_test() as instance:
+            result = sensor(dg.build_sensor_context(instance=instance, resources={"kafka": kafka}))
+        assert isinstance(result, dg.SensorResult)
+        (requests[name],) = result.run_requests or []
+    assert K8S_CONFIG_TAG not in requests["plain"].tags
+    request = requests["k8s"]
+    pod = get_user_defined_k8s_config(request.tags)
+    (variable,) = pod.container_config["env"]
+    assert variable["name"] == RUN_TABLES_ENV
+    tables = tables_from_env({RUN_TABLES_ENV: variable["value"]})
+    assert tables == {"order_items", "orders"}
+    # A run worker given that variable builds every asset and check the run selects.
+    worker = build_defs(settings=load_settings(env), only_tables=tables)
+    graph = worker.resolve_asset_graph()
+    assert set(request.asset_selection or []) <= set(graph.get_all_asset_keys())
+    assert set(request.asset_check_keys or []) <= set(graph.asset_check_keys)

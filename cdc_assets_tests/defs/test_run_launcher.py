@@ -12,13 +12,8 @@ from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 
 from cdc_assets.assets.keys import asset_key, table_of
 from cdc_assets.definitions import build_defs
-from cdc_assets.run_launcher import (
-    MAX_ENV_CHARS,
-    PID_TAG,
-    RUN_TABLES_ENV,
-    run_tables,
-    tables_from_env,
-)
+from cdc_assets.run_launcher import PID_TAG
+from cdc_assets.run_tables import MAX_ENV_CHARS, RUN_TABLES_ENV, run_tables, tables_from_env
 from cdc_assets.settings import load_settings
 from cdc_assets_tests.conftest import PROJECT_ROOT
 

@@ -10,7 +10,7 @@ import time
 import dagster as dg
 
 from cdc_assets.assets.keys import asset_key
-from cdc_assets.run_launcher import RUN_TABLES_ENV, tables_from_env
+from cdc_assets.run_tables import RUN_TABLES_ENV, tables_from_env
 
 TABLES = ("alpha", "beta", "gamma", "sleepy")
 BUILT = [t for t in TABLES if t in (tables_from_env() or TABLES)]
