@@ -3,8 +3,8 @@
 location), for fleets of N generated specs and runs of k tables.
 
 Each measurement is a fresh interpreter doing what ``dagster api execute_run`` does before the
-run's first step: import the definitions module through its code pointer, then build the run's
-job for its asset selection (the ``ingest_ledgers`` job over k tables' ledgers). The baseline is
+run's first step: import the definitions module, then build the run's job for its asset
+selection (the ``ingest_ledgers`` job over k tables' ledgers). The baseline is
 the same worker without the variable, on the same specs, in this script; the order of the two
 alternates between repeats. Wall and CPU seconds (the child's user + system time). No JVM starts.
 Prints a table, writes benchmarks/results/run_worker_load.json and .png.
@@ -32,13 +32,12 @@ RESULTS = ROOT / "benchmarks" / "results"
 CHILD = r"""
 import json, sys, time
 t0 = time.perf_counter()
+import importlib
 import dagster as dg
-from dagster._core.code_pointer import ModuleCodePointer
-from dagster._core.definitions.reconstruct import ReconstructableJob, ReconstructableRepository
 from cdc_assets.assets.keys import asset_key
-repo = ReconstructableRepository(ModuleCodePointer("cdc_assets.definitions", "defs", None))
+defs = importlib.import_module("cdc_assets.definitions").defs
 keys = frozenset(asset_key("cdc", t) for t in sys.argv[1].split(","))
-job = ReconstructableJob(repo, "ingest_ledgers", asset_selection=keys).get_definition()
+job = defs.resolve_job_def("ingest_ledgers").get_subset(asset_selection=keys)
 assert set(job.asset_layer.executable_asset_keys) == set(keys)
 print(json.dumps({"wall_s": time.perf_counter() - t0}))
 """
