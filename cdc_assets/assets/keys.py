@@ -55,6 +55,7 @@ def table_or_name(key: dg.AssetKey) -> str:
 
 
 def node_name(layer: str, table: str) -> str:
-    """The op name of a table layer's asset (``cdc__users_cdc``): run config and a run's results
-    address the asset by it."""
+    """The op name of a table's own op (``schema__users_schema``: only the schema asset has one;
+    the other layers are specs of the ``tables`` and ``topics`` ops): run config addresses the
+    asset by it."""
     return asset_key(layer, table).to_python_identifier()
