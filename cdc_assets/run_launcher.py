@@ -2,8 +2,9 @@
 the run's own tables only.
 
 Dagster's default launcher starts a run worker that loads the whole code location: at a thousand
-specs that is some 15 s of CPU per run (building 5,000 assets and resolving the shared jobs over
-them) before the first step, for a sensor's micro-batch of a few tables. This launcher starts the
+specs that is some 9.5 s of CPU per run (building the assets, a schema op per table, and
+resolving the shared jobs over them) before the first step, for a sensor's micro-batch of a few
+tables; with this launcher 1.5 s (``benchmarks/run_worker_load.py``). This launcher starts the
 same worker (``dagster api execute_run``, as Dagster's container launchers do) with
 ``CDC_ASSETS_RUN_TABLES`` naming the tables whose assets and checks the run selected; the
 definitions module then builds only those tables' definitions, which hold every step of the run
