@@ -30,7 +30,7 @@ import queue
 import threading
 import time
 import traceback
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -349,25 +349,3 @@ def _drain(
                     metadata=item.metadata,
                 )
             )
-
-
-def tables_run_config(mode: str | None = None, tables_at_once: int | None = None) -> dict[str, Any]:
-    """Run config of the ``tables`` op (a rebuild of an hour, a run's width)."""
-    config: dict[str, Any] = {}
-    if mode is not None:
-        config["mode"] = mode
-    if tables_at_once is not None:
-        config["tables_at_once"] = tables_at_once
-    return {"ops": {TABLES_OP: {"config": config}}}
-
-
-def layer_specs_by_table(
-    asset_specs: Mapping[str, Mapping[str, dg.AssetSpec]],
-) -> list[dg.AssetSpec]:
-    """The specs of the ``tables`` op from each table's specs per layer."""
-    return [
-        layers[layer]
-        for _, layers in sorted(asset_specs.items())
-        for layer in TABLE_STEP_LAYERS
-        if layer in layers
-    ]
