@@ -170,6 +170,6 @@ def build_defs(
     )
 
 
-# A run worker started by the project's run launcher (or a Kubernetes run pod whose run carries
-# the dagster-k8s/config tag) builds its run's tables only.
+# A Kubernetes run pod whose run carries the sensors' dagster-k8s/config tag builds its run's
+# tables only; elsewhere (no CDC_ASSETS_RUN_TABLES) every table's.
 defs = build_defs(only_tables=tables_from_env())

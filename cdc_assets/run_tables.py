@@ -1,7 +1,8 @@
-"""Which tables a run needs the definitions of: ``CDC_ASSETS_RUN_TABLES``, set on a run worker by
-the project's run launcher (``run_launcher.py``) or, on Kubernetes, by the ``dagster-k8s/config``
-tag the sensors put on their runs (``CDC_ASSETS_K8S_RUN_TABLES``). The definitions module then
-builds only those tables' definitions. Plain Python: no Dagster import.
+"""Which tables a run needs the definitions of: ``CDC_ASSETS_RUN_TABLES``, set on a run's pod on
+Kubernetes by the ``dagster-k8s/config`` tag the sensors put on their runs (with
+``CDC_ASSETS_K8S_RUN_TABLES=1``). The definitions module then builds only those tables'
+definitions. Dagster's default run launcher gives a run worker no per-run environment: there every
+worker builds the whole code location. Plain Python: no Dagster import.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import yaml
 from rich.console import Console
 
 from cdc_assets.errors import CdcAssetsError
@@ -32,18 +33,15 @@ def print_plain(text: str) -> None:
 # Dagster's per-step DEBUG events would bury the summary; the runs keep them in the instance.
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
-# Every table's ingest runs in a pool of its own (cdc_ingest/<table>); a limit of one per pool
-# serializes the runs of one table without holding back the others.
+# Every table's schema evolves in a pool of its own (cdc_evolve/<table>); a limit of one per pool
+# serializes the evolutions of one table without holding back the others. Runs go through
+# Dagster's default run launcher.
 DAGSTER_YAML = """concurrency:
   pools:
     default_limit: 1
   # Every run starts a Spark driver: more than two at once thrash a laptop-sized machine.
   runs:
     max_concurrent_runs: 2
-# Each run worker builds the definitions of its run's tables only, not the whole fleet's.
-run_launcher:
-  module: cdc_assets.run_launcher
-  class: TableRunLauncher
 # A queued run starts within a second, not the default five: the sensors' micro-batches queue a
 # run every few seconds and the wait is part of every change's way into base.
 run_queue:
@@ -59,13 +57,25 @@ telemetry:
 """
 
 
+# Homes made before the project dropped its own run launcher name it in their dagster.yaml.
+RETIRED_LAUNCHER = "cdc_assets.run_launcher"
+
+
 def ensure_dagster_home(settings: Settings) -> Path:
-    """The Dagster home under the CDC home, with the pool limit configured (created once)."""
+    """The Dagster home under the CDC home, with the pool limit configured (created once; a
+    home that names the retired run launcher gets Dagster's default one)."""
     home = settings.home / "dagster"
     home.mkdir(parents=True, exist_ok=True)
     config = home / "dagster.yaml"
     if not config.exists():
         config.write_text(DAGSTER_YAML, encoding="utf-8")
+        return home
+    current = yaml.safe_load(config.read_text(encoding="utf-8")) or {}
+    launcher = current.get("run_launcher")
+    if isinstance(launcher, dict) and launcher.get("module") == RETIRED_LAUNCHER:
+        del current["run_launcher"]
+        config.write_text(yaml.safe_dump(current, sort_keys=False), encoding="utf-8")
+        console.print(f"{config}: run_launcher {RETIRED_LAUNCHER} removed (Dagster's default now)")
     return home
 
 

@@ -20,6 +20,7 @@ compacted here once it holds more than ``base.maintenance.compact_files_per_buck
 bucket, since a commit every few seconds adds files faster than a daily maintenance removes them.
 """
 
+import os
 import queue
 import threading
 import time
@@ -56,6 +57,9 @@ CONTINUOUS_JOB = "continuous_tables"
 WORKER_OP = "run_worker"
 WORKER_TAG = "cdc/worker"
 HEARTBEAT_TAG = "cdc/heartbeat"  # epoch seconds of the worker's last finished cycle
+# The process of the worker, beside its heartbeat: where an operator looks (py-spy, a stack
+# dump) when a worker stops beating.
+WORKER_PID_TAG = "cdc/worker_pid"
 # A started worker whose heartbeat is older than this many heartbeat intervals is dead (a killed
 # process leaves its run STARTED); a new one has this long to start Spark before its first beat.
 STALE_BEATS = 6
@@ -473,7 +477,10 @@ def build_continuous_job(specs_dir: Path) -> dg.JobDefinition:
                 c > b for c, b in zip(done, beat_cycles, strict=True)
             ):
                 last_beat, beat_cycles = now, done
-                context.instance.add_run_tags(context.run_id, {HEARTBEAT_TAG: f"{time.time():.0f}"})
+                context.instance.add_run_tags(
+                    context.run_id,
+                    {HEARTBEAT_TAG: f"{time.time():.0f}", WORKER_PID_TAG: str(os.getpid())},
+                )
                 if _stopping(context):
                     stop.set()
             if config.run_for_seconds and now - began >= config.run_for_seconds:

@@ -27,7 +27,7 @@ _THREAD = threading.local()
 # lose that checkpoint ("[INTERNAL_ERROR] No DataFrame with id ... is found in the session"):
 # a run's teardown broke the redrive of another run in the same process (the in-process
 # driver, the demo, a test session). Sessions of other processes are not affected, and a run
-# worker of the run launcher is a process of its own, so there this changes nothing.
+# worker of the daemon is a process of its own, so there this changes nothing.
 _CONNECT_LOCK = threading.Lock()
 _connect_users = 0
 _connect_sessions: list[Any] = []

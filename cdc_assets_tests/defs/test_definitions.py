@@ -15,7 +15,7 @@ import yaml
 
 from cdc_assets.assets.keys import asset_key, layer_and_table, table_of
 from cdc_assets.assets.tables import TABLES_OP
-from cdc_assets.cli import DAGSTER_YAML
+from cdc_assets.cli import DAGSTER_YAML, ensure_dagster_home
 from cdc_assets.definitions import build_defs
 from cdc_assets.errors import ConfigError
 from cdc_assets.jobs.ingest import deployment_start
@@ -516,14 +516,6 @@ def test_new_offsets_sensor_adds_no_run_while_an_ingest_waits(
     """One micro-batch run waiting to start covers its tables up to its start; the tables that
     grew meanwhile go into one run once it started, not into a small run per tick. An ingest
     started by hand holds back its own tables only."""
-    from dagster._core.remote_origin import (
-        InProcessCodeLocationOrigin,
-        RemoteJobOrigin,
-        RemoteRepositoryOrigin,
-    )
-    from dagster._core.test_utils import create_run_for_test
-    from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
-
     from cdc_assets.resources import KafkaResource
 
     def latest_offsets(self: KafkaResource, topics: list[str]) -> dict[str, dict[int, int]]:
@@ -543,22 +535,11 @@ def test_new_offsets_sensor_adds_no_run_while_an_ingest_waits(
         result = sensor(dg.build_sensor_context(instance=instance, resources={"kafka": kafka}))
         assert isinstance(result, dg.SensorResult)
         assert len(result.run_requests or []) == 1
-        waiting = create_run_for_test(
+        waiting = record_run(
             instance,
-            job_name="sync_tables",
-            asset_selection=frozenset(sync_selection(["users"])),
-            status=dg.DagsterRunStatus.QUEUED,
-            remote_job_origin=RemoteJobOrigin(
-                repository_origin=RemoteRepositoryOrigin(
-                    code_location_origin=InProcessCodeLocationOrigin(
-                        loadable_target_origin=LoadableTargetOrigin(
-                            module_name="cdc_assets.definitions"
-                        )
-                    ),
-                    repository_name="__repository__",
-                ),
-                job_name="sync_tables",
-            ),
+            "sync_tables",
+            dg.DagsterRunStatus.QUEUED,
+            asset_selection=sync_selection(["users"]),
         )
         context = dg.build_sensor_context(instance=instance, resources={"kafka": kafka})
         result = sensor(context)
@@ -620,3 +601,27 @@ def test_new_offsets_sensor_watches_the_topic_a_stored_version_follows(
     assert isinstance(result, dg.SensorResult)
     (request,) = result.run_requests or []
     assert request.tags["cdc/tables"] == "users"
+
+
+def test_the_dagster_home_uses_dagster_s_default_run_launcher(tmp_path: Path) -> None:
+    """A new home gets Dagster's default launcher; a home made when the project had a launcher
+    of its own loses that entry and keeps the rest of its configuration."""
+    settings = load_settings({"CDC_ASSETS_HOME": str(tmp_path / "new")})
+    home = ensure_dagster_home(settings)
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        assert isinstance(instance.run_launcher, dg.DefaultRunLauncher)
+    old = load_settings({"CDC_ASSETS_HOME": str(tmp_path / "old")})
+    config = old.home / "dagster" / "dagster.yaml"
+    config.parent.mkdir(parents=True)
+    written = {
+        **yaml.safe_load(DAGSTER_YAML),
+        "run_launcher": {"module": "cdc_assets.run_launcher", "class": "TableRunLauncher"},
+        "run_queue": {"dequeue_interval_seconds": 3},
+    }
+    config.write_text(yaml.safe_dump(written), encoding="utf-8")
+    ensure_dagster_home(old)
+    kept = yaml.safe_load(config.read_text(encoding="utf-8"))
+    assert "run_launcher" not in kept
+    assert kept["run_queue"] == {"dequeue_interval_seconds": 3}
+    with dg.DagsterInstance.from_config(str(config.parent)) as instance:
+        assert isinstance(instance.run_launcher, dg.DefaultRunLauncher)

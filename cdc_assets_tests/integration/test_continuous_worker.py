@@ -22,6 +22,7 @@ from cdc_assets.definitions import build_defs
 from cdc_assets.jobs.continuous import (
     CONTINUOUS_JOB,
     HEARTBEAT_TAG,
+    WORKER_PID_TAG,
     WORKER_TAG,
     live_worker_tables,
     worker_run_config,
@@ -33,7 +34,6 @@ from cdc_assets.pipeline.shared.offsets import KIND_PROPERTY
 from cdc_assets.pipeline.shared.pause import PAUSED_BY, table_pause, table_paused
 from cdc_assets.pipeline.shared.tables import ensure_tables
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
-from cdc_assets.run_launcher import PID_TAG
 from cdc_assets.schema.layers import base_layout, ledger_layout
 from cdc_assets.sensors.new_offsets import current_hour_key
 from cdc_assets.settings import Settings
@@ -426,7 +426,7 @@ def test_the_daemon_keeps_a_worker_alive_and_replaces_a_killed_one_losing_nothin
         until_base_matches(spec, iceberg, expected_base(spec, kafka), alive)
         produce(events[600:1200], spec.source.topic, bootstrap)
         time.sleep(1.5)  # mid-stream: the worker is reading or committing this slice
-        os.kill(int(first.tags[PID_TAG]), signal.SIGKILL)
+        os.kill(int(first.tags[WORKER_PID_TAG]), signal.SIGKILL)
         produce(events[1200:], spec.source.topic, bootstrap)
         wait_until(
             instance,

@@ -9,7 +9,7 @@ upsert's MERGE; or none).
 Nothing drives the order: the daemon's sensors must reach the same base whatever it is. The
 default seeds run in `make test`; `CDC_ASSETS_SCENARIO_SEEDS=100-199` or
 `benchmarks/soak_scenarios.py` runs more. A seed that fails gets a named test of its own.
-One fixed scenario also runs under Dagster's own run launcher instead of the project's.
+The runs go through Dagster's default run launcher, as in the project's Dagster home.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from cdc_assets.jobs.continuous import CONTINUOUS_JOB
 from cdc_assets.pipeline.shared.failpoint import FAIL_ONCE_ENV
 from cdc_assets.pipeline.shared.tables import ensure_tables
 from cdc_assets.resources import IcebergCatalogResource, KafkaResource
-from cdc_assets.run_launcher import PID_TAG
 from cdc_assets.schema.evolution import apply_plan, classify
 from cdc_assets.schema.layers import base_layout, dead_letter_layout
 from cdc_assets.settings import Settings
@@ -125,33 +124,6 @@ def test_a_seeded_scenario_converges_through_the_daemon(
     run_scenario(scenario(seed), it_settings, spark, iceberg, kafka, tmp_path)
 
 
-def test_a_scenario_converges_under_dagster_s_default_run_launcher(
-    it_settings: Settings,
-    spark: Any,
-    iceberg: IcebergCatalogResource,
-    kafka: KafkaResource,
-    tmp_path: Path,
-) -> None:
-    """A deployment's Dagster home may keep Dagster's own run launcher (its workers then build
-    every spec's definitions, not only their run's tables'): the table converges all the same.
-    The scenario: a new spec, a column added and one widened, in slices, an ingest failing
-    once before its commit."""
-    s = Scenario(
-        seed=0,
-        start="new spec",
-        change="add+widen",
-        delivery="in slices",
-        fail_once="ingest_before_commit",
-        keys=20,
-        events=60,
-        pauses=(4.0, 6.0),
-        keeper="runs",
-    )
-    runs = run_scenario(s, it_settings, spark, iceberg, kafka, tmp_path, default_launcher=True)
-    assert runs
-    assert not any(PID_TAG in r.tags for r in runs)  # none went through the project's launcher
-
-
 def run_scenario(
     s: Scenario,
     it_settings: Settings,
@@ -159,8 +131,6 @@ def run_scenario(
     iceberg: IcebergCatalogResource,
     kafka: KafkaResource,
     tmp_path: Path,
-    *,
-    default_launcher: bool = False,
 ) -> list[Any]:
     """The daemon keeps the table through scenario ``s`` until base equals the replay; its
     runs."""
@@ -187,7 +157,7 @@ def run_scenario(
         table.produce(before)
         table.produce(change, table.schema_topic)
         table.produce(after)
-    home = dagster_home(tmp_path, default_launcher=default_launcher)
+    home = dagster_home(tmp_path)
     log = tmp_path / "daemon.log"
     instance = dg.DagsterInstance.from_config(str(home))
     with running_daemon(home, env, log) as daemon:

@@ -23,15 +23,11 @@ from cdc_assets_tests.conftest import PROJECT_ROOT
 BIN = Path(sys.executable).parent
 
 
-def dagster_home(base: Path, *, default_launcher: bool = False) -> Path:
-    """The project's Dagster home in ``base``; with ``default_launcher``, Dagster's own run
-    launcher instead of the project's (a deployment may keep its own launcher: runs must
-    converge without the project's)."""
+def dagster_home(base: Path) -> Path:
+    """The project's Dagster home in ``base``."""
     home = base / "dagster"
     home.mkdir(parents=True, exist_ok=True)
     config = yaml.safe_load(DAGSTER_YAML)
-    if default_launcher:
-        config["run_launcher"] = {"module": "dagster", "class": "DefaultRunLauncher"}
     (home / "dagster.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
     # Create the home's storages now: the daemon and a CLI started together would both migrate
     # the fresh SQLite databases and leave two alembic heads.

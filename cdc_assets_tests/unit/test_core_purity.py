@@ -29,6 +29,18 @@ def _imports(path: str) -> list[str]:
     return found
 
 
+def _private_names_from_dagster(path: str) -> list[str]:
+    """``from dagster import _core``: a private package imported by name."""
+    tree = ast.parse((PROJECT_ROOT / path).read_text(encoding="utf-8"))
+    return [
+        f"dagster.{alias.name}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module == "dagster"
+        for alias in node.names
+        if alias.name.startswith("_")
+    ]
+
+
 def _core_files() -> list[str]:
     files = []
     for package in CORE:
@@ -54,29 +66,15 @@ def test_core_module_imports_no_engine_and_no_shell(path: str) -> None:
     assert bad == [], f"{path} imports {bad}"
 
 
-# Dagster exports no run launcher API: the run launcher subclasses Dagster's base class
-# (run_launcher.py), pinned to one Dagster version and covered by its defs tests. (A run's tables
-# go at once inside its steps, by public means: assets/tables.py.)
-PRIVATE_DAGSTER_ALLOWED = {
-    "cdc_assets/run_launcher.py",
-    # The launcher's own tests build a workspace and wait for its runs as Dagster's tests do.
-    "cdc_assets_tests/defs/test_run_launcher.py",
-    # One test stores a QUEUED run, which Dagster's storage accepts only with a code origin.
-    "cdc_assets_tests/defs/test_definitions.py",
-}
-
-
 def test_no_module_imports_dagster_private_packages() -> None:
     """Dagster's ``dagster._...`` packages change without notice between releases: the product,
-    the dev package, the benchmarks and the tests use its public API, but for the run launcher,
-    which cannot be written without them, and the two test modules above."""
+    the dev package, the benchmarks, the scripts and the tests use its public API only."""
     private = {}
-    for top in ("cdc_assets", "cdc_assets_tests", "benchmarks", "dev"):
+    for top in ("cdc_assets", "cdc_assets_tests", "benchmarks", "dev", "scripts"):
         for path in sorted((PROJECT_ROOT / top).rglob("*.py")):
             relative = str(path.relative_to(PROJECT_ROOT))
-            if relative in PRIVATE_DAGSTER_ALLOWED:
-                continue
             names = [n for n in _imports(relative) if n.startswith("dagster._")]
+            names += _private_names_from_dagster(relative)
             if names:
                 private[relative] = names
     assert private == {}
