@@ -1,11 +1,12 @@
-"""Benchmark: what a run worker loads before its first step, with the project's run launcher
-(``CDC_ASSETS_RUN_TABLES`` naming the run's tables) against Dagster's default (the whole code
-location), for fleets of N generated specs and runs of k tables.
+"""Benchmark: what a run worker loads before its first step: the whole code location, as under
+Dagster's default run launcher, against a worker whose ``CDC_ASSETS_RUN_TABLES`` names the run's
+tables (a Kubernetes run pod given it by the sensors' ``dagster-k8s/config`` tag), for fleets of
+N generated specs and runs of k tables.
 
 Each measurement is a fresh interpreter doing what ``dagster api execute_run`` does before the
 run's first step: import the definitions module, then build the run's job for its asset
 selection (the ``ingest_ledgers`` job over k tables' ledgers). The baseline is
-the same worker without the variable, on the same specs, in this script; the order of the two
+the whole location, on the same specs, in this script; the order of the two
 alternates between repeats. Wall and CPU seconds (the child's user + system time). No JVM starts.
 Prints a table, writes benchmarks/results/run_worker_load.json and .png.
 
@@ -43,14 +44,14 @@ print(json.dumps({"wall_s": time.perf_counter() - t0}))
 """
 
 
-def measure(spec_dir: Path, home: Path, tables: list[str], launcher: bool) -> dict[str, float]:
+def measure(spec_dir: Path, home: Path, tables: list[str], scoped: bool) -> dict[str, float]:
     env = {
         **os.environ,
         "CDC_ASSETS_HOME": str(home),
         "CDC_ASSETS_SPECS": str(spec_dir),
     }
     env.pop("CDC_ASSETS_RUN_TABLES", None)
-    if launcher:
+    if scoped:
         env["CDC_ASSETS_RUN_TABLES"] = ",".join(tables)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     done = subprocess.run(
@@ -86,17 +87,15 @@ def main() -> None:
                 run = names[:k]
                 samples: dict[bool, list[dict[str, float]]] = {True: [], False: []}
                 for i in range(args.repeats):
-                    for launcher in (i % 2 == 0, i % 2 == 1):
-                        samples[launcher].append(
-                            measure(spec_dir, Path(tmp) / "home", run, launcher)
-                        )
-                for launcher in (False, True):
-                    got = samples[launcher]
+                    for scoped in (i % 2 == 0, i % 2 == 1):
+                        samples[scoped].append(measure(spec_dir, Path(tmp) / "home", run, scoped))
+                for scoped in (False, True):
+                    got = samples[scoped]
                     rows.append(
                         {
                             "specs": n,
                             "run_tables": k,
-                            "worker": "run's tables (launcher)" if launcher else "whole location",
+                            "worker": "run's tables (k8s tag)" if scoped else "whole location",
                             "wall_s": statistics.median(s["wall_s"] for s in got),
                             "cpu_s": statistics.median(s["cpu_s"] for s in got),
                         }
