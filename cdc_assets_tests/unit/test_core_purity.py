@@ -78,3 +78,64 @@ def test_no_module_imports_dagster_private_packages() -> None:
             if names:
                 private[relative] = names
     assert private == {}
+
+
+def test_no_module_is_part_of_an_import_cycle() -> None:
+    """No module of the product or the development package imports, through any chain of
+    imports (those inside functions included), a module that imports it back. The import
+    contracts check this per package; this checks every module of both distributions at once."""
+    import grimp
+
+    graph = grimp.build_graph("cdc_assets", "cdc_assets_dev")
+    cycles = _strongly_connected(
+        {m: set(graph.find_modules_directly_imported_by(m)) for m in graph.modules}
+    )
+    assert cycles == []
+
+
+def _strongly_connected(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(edges):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(edges.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_strongly_connected_finds_a_cycle() -> None:
+    edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _strongly_connected(edges) == [["a", "b", "c"]]
+    assert _strongly_connected({"a": {"b"}, "b": set()}) == []
