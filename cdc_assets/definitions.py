@@ -120,9 +120,10 @@ def build_defs(
     return dg.Definitions(
         assets=[*assets, *group_assets, *view_assets],
         # Every step needs the Spark session: in one process per run the driver starts once and
-        # the steps share it, where Dagster's default would start a process and a driver per step.
+        # the steps share it, where Dagster's default would start a process and a driver per step
+        # (CDC_ASSETS_EXECUTOR=dagster picks it: no Dagster executor at all here).
         # A run's tables go at once inside its steps (assets/tables.py), not as steps at once.
-        executor=dg.in_process_executor,
+        executor=dg.in_process_executor if settings.executor == "in_process" else None,
         asset_checks=[*asset_checks, *group_checks, *view_checks],
         jobs=[
             build_onboard_job(specs),

@@ -66,6 +66,11 @@ ENV_TABLES_AT_ONCE = "CDC_ASSETS_TABLES_AT_ONCE"
 # 1: the sensors' micro-batch runs carry the dagster-k8s/config tag that names their tables to the
 # run's pod (run_tables.py), so that on Kubernetes a run worker builds only its tables' definitions.
 ENV_K8S_RUN_TABLES = "CDC_ASSETS_K8S_RUN_TABLES"
+# The jobs' executor: `in_process` (default: a run's steps in its one process, sharing its Spark
+# driver) or `dagster` (Dagster's own default, `multi_or_in_process_executor`: a process and a
+# driver per step unless a run's config picks in_process).
+ENV_EXECUTOR = "CDC_ASSETS_EXECUTOR"
+EXECUTORS = ("in_process", "dagster")
 # How often a continuous worker beats (jobs/continuous.py): one that misses six beats is
 # replaced, so this is also about a sixth of how long a killed worker's tables wait.
 ENV_WORKER_HEARTBEAT_S = "CDC_ASSETS_WORKER_HEARTBEAT_S"
@@ -139,6 +144,7 @@ class Settings:
     catalog_properties: dict[str, str] = field(default_factory=dict)
     tables_at_once: int = DEFAULT_TABLES_AT_ONCE  # tables of a run at once (assets/tables.py)
     k8s_run_tables: bool = False  # the dagster-k8s/config tag on the sensors' runs
+    executor: str = "in_process"  # the jobs' executor (ENV_EXECUTOR)
     worker_heartbeat_s: float = DEFAULT_WORKER_HEARTBEAT_S  # continuous workers' heartbeat
     worker_tables_at_once: int = DEFAULT_WORKER_TABLES_AT_ONCE  # a worker's tables in a cycle
     metrics_token: str | None = None  # bearer token `fleet --serve` requires (None: none)
@@ -261,6 +267,7 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         catalog_properties=_catalog_properties(env.get(ENV_CATALOG_PROPERTIES, "")),
         tables_at_once=_tables_at_once(env, ENV_TABLES_AT_ONCE, DEFAULT_TABLES_AT_ONCE),
         k8s_run_tables=env.get(ENV_K8S_RUN_TABLES, "").strip().lower() in ("1", "true", "yes"),
+        executor=_executor(env.get(ENV_EXECUTOR, "")),
         worker_heartbeat_s=_worker_heartbeat(env),
         worker_tables_at_once=_tables_at_once(
             env, ENV_WORKER_TABLES_AT_ONCE, DEFAULT_WORKER_TABLES_AT_ONCE
@@ -269,6 +276,13 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         kafka_security=kafka_security(env),
         registry_auth=registry_auth(env),
     )
+
+
+def _executor(raw: str) -> str:
+    value = raw.strip().lower() or "in_process"
+    if value not in EXECUTORS:
+        raise ConfigError(f"{ENV_EXECUTOR} must be one of {', '.join(EXECUTORS)}, not {raw!r}")
+    return value
 
 
 def _tables_at_once(env: dict[str, str], name: str, default: int) -> int:

@@ -385,6 +385,21 @@ def test_runs_share_one_process_and_spark_driver(defs: dg.Definitions) -> None:
         assert executor is dg.in_process_executor
     # The width's default is the settings' (unless set).
     assert _width(defs) == DEFAULT_TABLES_AT_ONCE
+
+
+def test_dagster_s_default_executor_on_request(tmp_path: Path) -> None:
+    """CDC_ASSETS_EXECUTOR=dagster leaves the executor to Dagster (a process per step); anything
+    but the two names is refused."""
+    env = {
+        "CDC_ASSETS_HOME": str(tmp_path),
+        "CDC_ASSETS_SPECS": str(PROJECT_ROOT / "table_specs"),
+        "CDC_ASSETS_EXECUTOR": "dagster",
+    }
+    defs = build_defs(settings=load_settings(env))
+    for name in ("ingest_ledgers", "sync_tables", "evolve_schemas"):
+        assert defs.resolve_job_def(name).executor_def is dg.multi_or_in_process_executor
+    with pytest.raises(ConfigError, match="CDC_ASSETS_EXECUTOR must be one of"):
+        load_settings({**env, "CDC_ASSETS_EXECUTOR": "threads"})
     # Every table's ledger, bucketed, base and history are one op; so are their checks.
     job = defs.resolve_job_def("sync_tables")
     assert sorted(n.name for n in job.nodes) == ["table_checks", "tables"]

@@ -9,7 +9,8 @@ upsert's MERGE; or none).
 Nothing drives the order: the daemon's sensors must reach the same base whatever it is. The
 default seeds run in `make test`; `CDC_ASSETS_SCENARIO_SEEDS=100-199` or
 `benchmarks/soak_scenarios.py` runs more. A seed that fails gets a named test of its own.
-The runs go through Dagster's default run launcher, as in the project's Dagster home.
+The runs go through Dagster's default run launcher, as in the project's Dagster home; one fixed
+scenario also runs under Dagster's default executor (a process per step).
 """
 
 from __future__ import annotations
@@ -124,6 +125,42 @@ def test_a_seeded_scenario_converges_through_the_daemon(
     run_scenario(scenario(seed), it_settings, spark, iceberg, kafka, tmp_path)
 
 
+def test_a_scenario_converges_under_dagster_s_default_executor(
+    it_settings: Settings,
+    spark: Any,
+    iceberg: IcebergCatalogResource,
+    kafka: KafkaResource,
+    tmp_path: Path,
+) -> None:
+    """With CDC_ASSETS_EXECUTOR=dagster each step of a run is a process of its own with a Spark
+    driver of its own (Dagster's multiprocess executor): the table converges all the same. The
+    scenario: a new spec, a column added and one widened, in slices, an ingest failing once
+    before its commit."""
+    s = Scenario(
+        seed=0,
+        start="new spec",
+        change="add+widen",
+        delivery="in slices",
+        fail_once="ingest_before_commit",
+        keys=20,
+        events=60,
+        pauses=(4.0, 6.0),
+        keeper="runs",
+    )
+    runs = run_scenario(
+        s, it_settings, spark, iceberg, kafka, tmp_path, {"CDC_ASSETS_EXECUTOR": "dagster"}
+    )
+    # The runs' steps went through Dagster's multiprocess executor.
+    instance = dg.DagsterInstance.from_config(str(tmp_path / "dagster"))
+    started = [
+        e.message or ""
+        for r in runs
+        if r.job_name == "sync_tables"
+        for e in instance.all_logs(r.run_id, of_type=dg.DagsterEventType.ENGINE_EVENT)
+    ]
+    assert any("multiprocess" in m.lower() for m in started), started[:5]
+
+
 def run_scenario(
     s: Scenario,
     it_settings: Settings,
@@ -131,6 +168,7 @@ def run_scenario(
     iceberg: IcebergCatalogResource,
     kafka: KafkaResource,
     tmp_path: Path,
+    extra_env: dict[str, str] | None = None,
 ) -> list[Any]:
     """The daemon keeps the table through scenario ``s`` until base equals the replay; its
     runs."""
@@ -148,6 +186,7 @@ def run_scenario(
         "CDC_ASSETS_HOME": str(it_settings.home),
         "CDC_ASSETS_SPECS": str(table.specs_dir),
         "CDC_ASSETS_WORKER_HEARTBEAT_S": "2",
+        **(extra_env or {}),
     }
     if s.fail_once is not None:
         failed = tmp_path / "failed"
