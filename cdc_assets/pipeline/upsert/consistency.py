@@ -329,7 +329,7 @@ def update_cut(
                     else "no new transaction"
                 )
     finally:
-        for view in views:
+        for view in reversed(views):  # newest first, as history.py drops its views
             spark.catalog.dropTempView(view)
     result.seconds = time.monotonic() - started
     return result

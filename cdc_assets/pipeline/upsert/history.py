@@ -227,7 +227,7 @@ def _run(
     try:
         if reason is None:
             new = _appended_view(spark, catalog, ledger, spec, start)  # type: ignore[arg-type]
-            views += [new, new + "_raw"]
+            views += [new + "_raw", new]
             if spark.sql(f"SELECT 1 FROM {new} WHERE _op = 't' LIMIT 1").collect():
                 reason = "a truncate among the new changes ends every key's version"
         source = pinned if reason is not None else new
@@ -286,7 +286,9 @@ def _run(
         result.snapshot_id = int(snapshot.snapshot_id) if snapshot else None
         result.summary = dict(snapshot.summary.additional_properties) if snapshot else {}
     finally:
-        for view in views:
+        # Newest first: a view still defined over a dropped one fails Spark's uncaching, which
+        # logs that failure as an ERROR with a stack trace.
+        for view in reversed(views):
             spark.catalog.dropTempView(view)
 
 
