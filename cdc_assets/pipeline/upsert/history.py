@@ -352,8 +352,8 @@ def compare_history(
             ).collect()
         ]
     finally:
+        spark.catalog.dropTempView(picked)  # defined over pinned: dropped first
         spark.catalog.dropTempView(pinned)
-        spark.catalog.dropTempView(picked)
     expected = replay_history(
         ledger_rows,
         data_columns=data_names(spec),

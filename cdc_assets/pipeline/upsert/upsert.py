@@ -309,6 +309,7 @@ def build_bucketed(
                 )
             counted = changes.metrics()
         finally:
+            # The changes view reads the moved and late ones: dropped first (history.py says why).
             changes.drop()
             for view in (moved, late):
                 if view is not None:
