@@ -586,7 +586,8 @@ def _stop_unnamed(instance: dg.DagsterInstance, workers: Mapping[str, list[str]]
     return stopped
 
 
-RESTART_DELAY_S = 60.0  # after a worker run failed, before the sensor starts it again
+# The least time between two starts of a worker whose run failed (no restart loop).
+RESTART_DELAY_S = 60.0
 
 
 def _worker_state(instance: dg.DagsterInstance, name: str, tables: list[str], now: float) -> str:
@@ -610,7 +611,10 @@ def _worker_state(instance: dg.DagsterInstance, name: str, tables: list[str], no
             run, f"worker {name}: no heartbeat for {heartbeat_age(run, started, now):.0f} s"
         )
     if records and records[0].dagster_run.status == dg.DagsterRunStatus.FAILURE:
-        ended = records[0].end_time or records[0].update_timestamp.timestamp()
-        if now - ended < RESTART_DELAY_S:
+        # At most one start per RESTART_DELAY_S: a worker that failed soon after it started (it
+        # cannot start) waits; one that ran longer (killed, out of memory) is replaced at once.
+        latest = records[0]
+        started = latest.start_time or latest.create_timestamp.timestamp()
+        if now - started < RESTART_DELAY_S:
             return "waiting"
     return "missing"

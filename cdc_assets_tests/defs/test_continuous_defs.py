@@ -2,6 +2,7 @@
 live run per ``pipeline.worker`` (starts a missing one, fails one whose heartbeat stopped)."""
 
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import dagster as dg
@@ -12,6 +13,7 @@ from cdc_assets.errors import ConfigError
 from cdc_assets.jobs.continuous import (
     CONTINUOUS_JOB,
     HEARTBEAT_TAG,
+    RESTART_DELAY_S,
     START_GRACE_S,
     WORKER_TAG,
     is_stale,
@@ -105,6 +107,27 @@ def test_a_worker_whose_heartbeat_stopped_is_failed_and_replaced(defs: dg.Defini
         assert not result.run_requests
         assert result.skip_reason is not None
         assert "failed less than" in (result.skip_reason.skip_message or "")
+
+
+def test_a_worker_that_ran_a_while_before_it_failed_is_replaced_at_once(
+    defs: dg.Definitions,
+) -> None:
+    """A worker run that failed long after it started (its process was killed: Dagster's run
+    monitoring marks it failed) is started again in the next tick; the delay only holds back a
+    worker that fails soon after its start."""
+    with dg.instance_for_test() as instance:
+        run = _run(defs, instance, dg.DagsterRunStatus.NOT_STARTED)
+        long_ago = datetime.fromtimestamp(time.time() - 2 * RESTART_DELAY_S, UTC)
+        instance.handle_run_event(
+            run.run_id,
+            dg.DagsterEvent(
+                event_type_value=dg.DagsterEventType.RUN_START.value, job_name=CONTINUOUS_JOB
+            ),
+            long_ago,
+        )
+        instance.report_run_failed(run, "the worker's process was killed")
+        [request] = _tick(defs, instance).run_requests or []
+        assert request.tags[WORKER_TAG] == "hot"
 
 
 def test_staleness_counts_heartbeats_and_gives_a_new_worker_time_to_start() -> None:
